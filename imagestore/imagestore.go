@@ -1,0 +1,206 @@
+// Package imagestore is the ground floor of vmshelf: the records (tenants,
+// upload tickets, images, fetch tokens) behind the Store interface and the
+// image bytes behind the Blobs interface. Both planes meet here and nowhere
+// else. The interfaces are kept small and storage-neutral so that a
+// PostgreSQL Store and an S3 Blobs can follow the embedded ones
+// (imagestore/sqlite, imagestore/blobfs); imagestore/storetest holds the one
+// test suite every Store passes.
+package imagestore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"time"
+)
+
+// Errors a Store or Blobs returns; callers test them with errors.Is.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrExists        = errors.New("already exists")
+	ErrTicketUsed    = errors.New("ticket already used")
+	ErrTicketExpired = errors.New("ticket expired")
+	ErrQuota         = errors.New("image quota reached")
+)
+
+// Tenant is a box of the mesh, known to the edge by a bearer token.
+type Tenant struct {
+	ID            int64     `json:"-"`
+	Name          string    `json:"name"`
+	InMesh        bool      `json:"in_mesh"`
+	Sharing       bool      `json:"sharing"`
+	HostsVMs      bool      `json:"hosts_vms"`
+	Appliance     string    `json:"appliance"`
+	StripeAccount string    `json:"stripe_account"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// Ticket is a single-use right to upload one image. The upload id is fixed
+// when the ticket is issued so that the partial file has a name from the
+// first byte on.
+type Ticket struct {
+	UploadID  string
+	TenantID  int64
+	Name      string
+	EFI       bool
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UsedAt    time.Time // zero while unused
+}
+
+// Image is a stored QCOW2 file; its JSON is the upload's 201 answer.
+type Image struct {
+	UploadID    string    `json:"upload_id"`
+	TenantID    int64     `json:"-"`
+	Name        string    `json:"name"`
+	EFI         bool      `json:"efi"`
+	Size        int64     `json:"size"`
+	VirtualSize int64     `json:"virtual_size"`
+	SHA256      string    `json:"sha256"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// FetchToken names one image for one order (or for an operator, with an
+// empty OrderID) until ExpiresAt.
+type FetchToken struct {
+	UploadID  string
+	OrderID   string
+	ExpiresAt time.Time
+}
+
+// Stats is what the metrics report of the store.
+type Stats struct {
+	Images     int64
+	ImageBytes int64
+}
+
+// Hash is the SHA-256 of a secret (tenant token, ticket, fetch token). The
+// store only ever sees hashes, so a copy of the database grants nothing.
+type Hash [sha256.Size]byte
+
+// HashSecret hashes a secret for lookup.
+func HashSecret(secret string) Hash { return sha256.Sum256([]byte(secret)) }
+
+// NewSecret returns 256 random bits as 64 lower-case hex characters: the
+// form of tenant tokens, tickets and fetch tokens.
+func NewSecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// NewUploadID returns a fresh image id: 96 random bits as 24 hex characters,
+// safe as a file name. It is a name, not a capability.
+func NewUploadID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ValidUploadID reports whether id has NewUploadID's form (24 lower-case hex
+// characters); anything else is refused before it can reach a file path.
+func ValidUploadID(id string) bool {
+	if len(id) != 24 {
+		return false
+	}
+	for _, c := range id {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Store holds the records. Every method is one transaction; single use of a
+// ticket is one conditional update, never read-then-write.
+type Store interface {
+	Ping(ctx context.Context) error
+	Close() error
+
+	// CreateTenant stores t with the hash of its token; ErrExists if the
+	// name is taken. It returns t with ID and CreatedAt set.
+	CreateTenant(ctx context.Context, t Tenant, token Hash) (Tenant, error)
+	Tenant(ctx context.Context, name string) (Tenant, error)
+	TenantByToken(ctx context.Context, token Hash) (Tenant, error)
+	Tenants(ctx context.Context) ([]Tenant, error)
+	// UpdateTenant writes t's attributes, found by t.Name.
+	UpdateTenant(ctx context.Context, t Tenant) error
+	SetTenantToken(ctx context.Context, name string, token Hash) error
+
+	// CreateTicket stores tk under the hash of the ticket, unless the
+	// tenant already holds quota images (ErrQuota).
+	CreateTicket(ctx context.Context, tk Ticket, ticket Hash, quota int) error
+	// Ticket looks a ticket up without using it.
+	Ticket(ctx context.Context, ticket Hash) (Ticket, error)
+	// ConsumeTicket marks the ticket used at now if it is unused and not
+	// expired; of two concurrent calls exactly one succeeds. Errors:
+	// ErrNotFound, ErrTicketUsed, ErrTicketExpired.
+	ConsumeTicket(ctx context.Context, ticket Hash, now time.Time) (Ticket, error)
+	// SweepTickets counts unused tickets that expired since the last sweep
+	// and forgets tickets that ended more than retain before now.
+	SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (newlyExpired int, err error)
+
+	// AddImage records a committed image, re-checking the quota in the same
+	// transaction (ErrQuota); ErrExists if the id is taken.
+	AddImage(ctx context.Context, img Image, quota int) error
+	Image(ctx context.Context, uploadID string) (Image, error)
+	Images(ctx context.Context, tenantID int64) ([]Image, error)
+	ImageIDs(ctx context.Context) ([]string, error)
+	// RemoveImage deletes the tenant's image record and revokes its fetch
+	// tokens in one transaction; ErrNotFound if the tenant has no such image.
+	RemoveImage(ctx context.Context, tenantID int64, uploadID string) error
+
+	// CreateFetchToken stores a fetch capability; ErrNotFound if the image
+	// does not exist.
+	CreateFetchToken(ctx context.Context, token Hash, ft FetchToken) error
+	// ImageForToken returns the image a valid token names; ErrNotFound when
+	// the token is unknown, revoked or expired at now.
+	ImageForToken(ctx context.Context, token Hash, now time.Time) (Image, error)
+
+	Stats(ctx context.Context) (Stats, error)
+}
+
+// Blobs holds image bytes by upload id.
+type Blobs interface {
+	// Create starts writing blob id; nothing is visible to Open or List
+	// until Commit.
+	Create(ctx context.Context, id string) (BlobWriter, error)
+	// Open returns a committed blob; ErrNotFound if there is none.
+	Open(ctx context.Context, id string) (Blob, error)
+	// Delete removes a committed blob; a missing one is not an error.
+	Delete(ctx context.Context, id string) error
+	// List returns the ids of all committed blobs.
+	List(ctx context.Context) ([]string, error)
+	// RemovePartials removes unfinished writes left by a crash. Call it at
+	// start-up, before any Create.
+	RemovePartials(ctx context.Context) (int, error)
+	// Available returns the bytes free for new blobs.
+	Available(ctx context.Context) (int64, error)
+}
+
+// BlobWriter is a blob being written. Exactly one of Commit and Abort ends
+// it; Abort after a failed Commit is allowed and removes what is left.
+type BlobWriter interface {
+	io.Writer
+	// ReaderAt reads back what was written, for the structure check that
+	// runs after the last byte and before Commit.
+	io.ReaderAt
+	// Commit makes the bytes durable and the blob visible, atomically.
+	Commit(ctx context.Context) error
+	Abort() error
+}
+
+// Blob is a committed blob, open for reading.
+type Blob interface {
+	io.ReaderAt
+	io.Closer
+	Size() int64
+	ModTime() time.Time
+	// Section returns a reader of n bytes from off. A file-backed Blob
+	// returns an *io.LimitedReader around its *os.File so that the HTTP
+	// server can send it with sendfile(2).
+	Section(off, n int64) (io.Reader, error)
+}

@@ -1,0 +1,126 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// schema returns the migration steps in order; step i brings the database
+// to user_version i+1. Steps are only ever appended: a released step is
+// history, and editing it would leave existing databases on a schema no
+// binary describes.
+//
+// Tables are STRICT so that a mistyped bind (a time.Time where nanoseconds
+// belong, a string hash) fails loudly instead of being stored as text.
+// Times are integer Unix nanoseconds in UTC, hashes are 32-byte BLOBs and
+// booleans are 0/1 integers.
+func schema() []string {
+	return []string{
+		`
+CREATE TABLE tenants (
+	id             INTEGER PRIMARY KEY,
+	name           TEXT    NOT NULL UNIQUE,
+	token_hash     BLOB    NOT NULL UNIQUE,
+	in_mesh        INTEGER NOT NULL CHECK (in_mesh IN (0, 1)),
+	sharing        INTEGER NOT NULL CHECK (sharing IN (0, 1)),
+	hosts_vms      INTEGER NOT NULL CHECK (hosts_vms IN (0, 1)),
+	appliance      TEXT    NOT NULL,
+	stripe_account TEXT    NOT NULL,
+	created_at     INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE tickets (
+	hash           BLOB    PRIMARY KEY,
+	upload_id      TEXT    NOT NULL UNIQUE,
+	tenant_id      INTEGER NOT NULL REFERENCES tenants (id),
+	name           TEXT    NOT NULL,
+	efi            INTEGER NOT NULL CHECK (efi IN (0, 1)),
+	created_at     INTEGER NOT NULL,
+	expires_at     INTEGER NOT NULL,
+	used_at        INTEGER,
+	expiry_counted INTEGER NOT NULL DEFAULT 0 CHECK (expiry_counted IN (0, 1))
+) STRICT;
+
+-- SweepTickets scans by expiry on every run.
+CREATE INDEX tickets_expires_at ON tickets (expires_at);
+CREATE INDEX tickets_tenant_id ON tickets (tenant_id);
+
+CREATE TABLE images (
+	upload_id    TEXT    PRIMARY KEY,
+	tenant_id    INTEGER NOT NULL REFERENCES tenants (id),
+	name         TEXT    NOT NULL,
+	efi          INTEGER NOT NULL CHECK (efi IN (0, 1)),
+	size         INTEGER NOT NULL,
+	virtual_size INTEGER NOT NULL,
+	sha256       TEXT    NOT NULL,
+	created_at   INTEGER NOT NULL
+) STRICT;
+
+-- Serves both the per-tenant quota count and the ordered listing.
+CREATE INDEX images_tenant ON images (tenant_id, created_at, upload_id);
+
+-- upload_id is deliberately not a foreign key: revoked tokens outlive the
+-- image they named, so that a later image under the same id is not reachable
+-- through them.
+CREATE TABLE fetch_tokens (
+	hash       BLOB    PRIMARY KEY,
+	upload_id  TEXT    NOT NULL,
+	order_id   TEXT    NOT NULL,
+	expires_at INTEGER NOT NULL,
+	revoked_at INTEGER
+) STRICT;
+
+CREATE INDEX fetch_tokens_upload_id ON fetch_tokens (upload_id);
+`,
+	}
+}
+
+// migrate applies the steps the database has not seen yet, one transaction
+// each. The version is re-read inside each write transaction, so two
+// processes opening a new database at once apply every step exactly once.
+func migrate(ctx context.Context, db *sql.DB, steps []string) error {
+	var v int
+	if err := db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > len(steps) {
+		return fmt.Errorf("database schema version %d is newer than this binary supports (%d)", v, len(steps))
+	}
+	for i := v; i < len(steps); i++ {
+		if err := migrateStep(ctx, db, steps, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func migrateStep(ctx context.Context, db *sql.DB, steps []string, i int) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migration %d: %w", i+1, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+
+	var v int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("migration %d: read schema version: %w", i+1, err)
+	}
+	switch {
+	case v > len(steps):
+		return fmt.Errorf("database schema version %d is newer than this binary supports (%d)", v, len(steps))
+	case v > i:
+		return nil // another process got here first
+	}
+	if _, err := tx.ExecContext(ctx, steps[i]); err != nil {
+		return fmt.Errorf("migration %d: %w", i+1, err)
+	}
+	// PRAGMA takes no bound parameters; i+1 is an int, not input.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", i+1)); err != nil {
+		return fmt.Errorf("migration %d: set schema version: %w", i+1, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migration %d: commit: %w", i+1, err)
+	}
+	return nil
+}

@@ -1,0 +1,645 @@
+// Package sqlite is the embedded imagestore.Store: one SQLite file, opened
+// through the pure-Go modernc.org/sqlite driver, so the binary needs no cgo.
+//
+// Several processes may open the same file at once (the `vmshelf tenant`
+// CLI runs beside `serve`). WAL lets readers proceed during a write, every
+// write transaction takes the write lock up front (BEGIN IMMEDIATE) so two
+// writers never deadlock upgrading a read lock, and busy_timeout makes the
+// loser wait instead of failing.
+//
+// A quota passed to CreateTicket or AddImage that is zero or negative means
+// no limit.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// busyTimeout bounds how long a statement waits for another connection's
+// lock. A write transaction here is a handful of single-row statements, so
+// a writer waiting this long means something is wedged, not busy.
+const busyTimeout = 10 * time.Second
+
+// Store is an imagestore.Store backed by one SQLite database file. It is
+// safe for concurrent use.
+type Store struct {
+	db *sql.DB
+}
+
+var _ imagestore.Store = (*Store)(nil)
+
+// Open opens the database at path, creating it with mode 0600 if it does
+// not exist (the parent directory must), and brings its schema up to date.
+// A database written by a newer binary is refused.
+func Open(ctx context.Context, path string) (*Store, error) {
+	return open(ctx, path, schema())
+}
+
+func open(ctx context.Context, path string, steps []string) (*Store, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	// SQLite would create a missing file with the process umask, typically
+	// 0644; the file holds token hashes and billing ids, so it is created
+	// here with 0600 first. SQLite gives its -wal and -shm files the mode of
+	// the database file.
+	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+
+	db, err := sql.Open("sqlite", dsn(abs))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	if err := migrate(ctx, db, steps); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+// dsn builds the driver name for the file at abs. The pragmas are per
+// connection, so they go in the DSN rather than being run once: the
+// database/sql pool opens connections whenever it likes.
+func dsn(abs string) string {
+	q := url.Values{}
+	// mode=rw: the file was created above with the right mode; if it has
+	// vanished since, fail rather than let SQLite recreate it with umask.
+	q.Set("mode", "rw")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	// FULL, not WAL's usual NORMAL: NORMAL may lose the last commits on power
+	// loss, and a lost AddImage would leave a blob no record owns while a
+	// lost ConsumeTicket would make a ticket usable twice.
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Set("_txlock", "immediate")
+	// A file: URI, so that a path containing '?' or '#' survives; the path is
+	// percent-encoded and SQLite decodes it.
+	return "file:" + (&url.URL{Path: abs}).EscapedPath() + "?" + q.Encode()
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("sqlite: close: %w", err)
+	}
+	return nil
+}
+
+// Ping reads the schema version, which touches the database file itself,
+// not just the connection.
+func (s *Store) Ping(ctx context.Context) error {
+	var v int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+		return fmt.Errorf("sqlite: ping: %w", err)
+	}
+	return nil
+}
+
+// write runs fn in a write transaction (BEGIN IMMEDIATE, from the DSN).
+func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	return s.tx(ctx, op, nil, fn)
+}
+
+// read runs fn in a read transaction: a plain deferred BEGIN, so that reads
+// never queue for the write lock.
+func (s *Store) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	return s.tx(ctx, op, &sql.TxOptions{ReadOnly: true}, fn)
+}
+
+func (s *Store) tx(ctx context.Context, op string, opts *sql.TxOptions, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("sqlite: %s: begin: %w", op, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(tx); err != nil {
+		return fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: %s: commit: %w", op, err)
+	}
+	return nil
+}
+
+// errCode returns the extended SQLite result code of err, or 0.
+func errCode(err error) int {
+	var e *msqlite.Error
+	if errors.As(err, &e) {
+		return e.Code()
+	}
+	return 0
+}
+
+func isUnique(err error) bool {
+	c := errCode(err)
+	return c == sqlite3.SQLITE_CONSTRAINT_UNIQUE || c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}
+
+func isForeignKey(err error) bool {
+	return errCode(err) == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+// nanos converts t for storage. Unix nanoseconds in an int64 cover 1678 to
+// 2262; a time outside that (the zero time, most likely a missing field)
+// would otherwise wrap silently into a wrong date.
+func nanos(field string, t time.Time) (int64, error) {
+	n := t.UnixNano()
+	if !time.Unix(0, n).Equal(t) {
+		return 0, fmt.Errorf("%s %v out of range", field, t)
+	}
+	return n, nil
+}
+
+// createdNanos is nanos for a creation time, where the zero time means now.
+func createdNanos(t time.Time) (int64, error) {
+	if t.IsZero() {
+		return time.Now().UnixNano(), nil
+	}
+	return nanos("created_at", t)
+}
+
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+type scanner interface{ Scan(dest ...any) error }
+
+const tenantCols = `id, name, in_mesh, sharing, hosts_vms, appliance, stripe_account, created_at`
+
+func scanTenant(r scanner) (imagestore.Tenant, error) {
+	var (
+		t       imagestore.Tenant
+		created int64
+	)
+	if err := r.Scan(&t.ID, &t.Name, &t.InMesh, &t.Sharing, &t.HostsVMs, &t.Appliance, &t.StripeAccount, &created); err != nil {
+		return imagestore.Tenant{}, err
+	}
+	t.CreatedAt = fromNanos(created)
+	return t, nil
+}
+
+const ticketCols = `upload_id, tenant_id, name, efi, created_at, expires_at, used_at`
+
+func scanTicket(r scanner) (imagestore.Ticket, error) {
+	var (
+		tk               imagestore.Ticket
+		created, expires int64
+		used             sql.NullInt64
+	)
+	if err := r.Scan(&tk.UploadID, &tk.TenantID, &tk.Name, &tk.EFI, &created, &expires, &used); err != nil {
+		return imagestore.Ticket{}, err
+	}
+	tk.CreatedAt = fromNanos(created)
+	tk.ExpiresAt = fromNanos(expires)
+	if used.Valid {
+		tk.UsedAt = fromNanos(used.Int64)
+	}
+	return tk, nil
+}
+
+const imageCols = `upload_id, tenant_id, name, efi, size, virtual_size, sha256, created_at`
+
+func scanImage(r scanner) (imagestore.Image, error) {
+	var (
+		img     imagestore.Image
+		created int64
+	)
+	if err := r.Scan(&img.UploadID, &img.TenantID, &img.Name, &img.EFI, &img.Size, &img.VirtualSize, &img.SHA256, &created); err != nil {
+		return imagestore.Image{}, err
+	}
+	img.CreatedAt = fromNanos(created)
+	return img, nil
+}
+
+// notFound turns sql.ErrNoRows into imagestore.ErrNotFound, naming what was
+// missing without the key: keys may be secret hashes.
+func notFound(what string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: %w", what, imagestore.ErrNotFound)
+	}
+	return err
+}
+
+// CreateTenant stores t under the token hash. A zero t.CreatedAt means now.
+// ErrExists if the name or the token is taken.
+func (s *Store) CreateTenant(ctx context.Context, t imagestore.Tenant, token imagestore.Hash) (imagestore.Tenant, error) {
+	created, err := createdNanos(t.CreatedAt)
+	if err != nil {
+		return imagestore.Tenant{}, fmt.Errorf("sqlite: create tenant: %w", err)
+	}
+	err = s.write(ctx, "create tenant", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+INSERT INTO tenants (name, token_hash, in_mesh, sharing, hosts_vms, appliance, stripe_account, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			t.Name, token[:], t.InMesh, t.Sharing, t.HostsVMs, t.Appliance, t.StripeAccount, created)
+		if isUnique(err) {
+			return fmt.Errorf("tenant name or token: %w", imagestore.ErrExists)
+		}
+		if err != nil {
+			return err
+		}
+		t.ID, err = res.LastInsertId()
+		return err
+	})
+	if err != nil {
+		return imagestore.Tenant{}, err
+	}
+	t.CreatedAt = fromNanos(created)
+	return t, nil
+}
+
+// Tenant returns the tenant called name; ErrNotFound if there is none.
+func (s *Store) Tenant(ctx context.Context, name string) (imagestore.Tenant, error) {
+	var t imagestore.Tenant
+	err := s.read(ctx, "tenant", func(tx *sql.Tx) (err error) {
+		t, err = scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE name = ?`, name))
+		return notFound("tenant", err)
+	})
+	return t, err
+}
+
+// TenantByToken returns the tenant whose token hashes to token; ErrNotFound
+// if there is none.
+func (s *Store) TenantByToken(ctx context.Context, token imagestore.Hash) (imagestore.Tenant, error) {
+	var t imagestore.Tenant
+	err := s.read(ctx, "tenant by token", func(tx *sql.Tx) (err error) {
+		t, err = scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE token_hash = ?`, token[:]))
+		return notFound("tenant", err)
+	})
+	return t, err
+}
+
+// Tenants returns all tenants ordered by name.
+func (s *Store) Tenants(ctx context.Context) ([]imagestore.Tenant, error) {
+	var ts []imagestore.Tenant
+	err := s.read(ctx, "tenants", func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY name`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			t, err := scanTenant(rows)
+			if err != nil {
+				return err
+			}
+			ts = append(ts, t)
+		}
+		return rows.Err()
+	})
+	return ts, err
+}
+
+// UpdateTenant writes t's attributes to the tenant called t.Name; ID,
+// CreatedAt and the token are left alone. ErrNotFound if there is none.
+func (s *Store) UpdateTenant(ctx context.Context, t imagestore.Tenant) error {
+	return s.write(ctx, "update tenant", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE tenants SET in_mesh = ?, sharing = ?, hosts_vms = ?, appliance = ?, stripe_account = ?
+WHERE name = ?`,
+			t.InMesh, t.Sharing, t.HostsVMs, t.Appliance, t.StripeAccount, t.Name)
+		if err != nil {
+			return err
+		}
+		return mustChange(res, "tenant")
+	})
+}
+
+// SetTenantToken replaces the tenant's token hash, so the old token stops
+// working at once. ErrNotFound if there is no such tenant, ErrExists if
+// another tenant has this token.
+func (s *Store) SetTenantToken(ctx context.Context, name string, token imagestore.Hash) error {
+	return s.write(ctx, "set tenant token", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE tenants SET token_hash = ? WHERE name = ?`, token[:], name)
+		if isUnique(err) {
+			return fmt.Errorf("tenant token: %w", imagestore.ErrExists)
+		}
+		if err != nil {
+			return err
+		}
+		return mustChange(res, "tenant")
+	})
+}
+
+// mustChange reports ErrNotFound when a statement touched no row.
+func mustChange(res sql.Result, what string) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: %w", what, imagestore.ErrNotFound)
+	}
+	return nil
+}
+
+// checkQuota returns ErrQuota when the tenant holds quota images or more;
+// quota <= 0 means no limit.
+func checkQuota(ctx context.Context, tx *sql.Tx, tenantID int64, quota int) error {
+	if quota <= 0 {
+		return nil
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM images WHERE tenant_id = ?`, tenantID).Scan(&n); err != nil {
+		return err
+	}
+	if n >= int64(quota) {
+		return imagestore.ErrQuota
+	}
+	return nil
+}
+
+// CreateTicket stores tk under the ticket hash unless the tenant already
+// holds quota images (ErrQuota; quota <= 0 means no limit). A zero
+// tk.CreatedAt means now; tk.UsedAt is ignored, a new ticket is unused.
+// ErrExists if the hash or the upload id is taken, ErrNotFound if the tenant
+// does not exist.
+func (s *Store) CreateTicket(ctx context.Context, tk imagestore.Ticket, ticket imagestore.Hash, quota int) error {
+	created, err := createdNanos(tk.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("sqlite: create ticket: %w", err)
+	}
+	expires, err := nanos("expires_at", tk.ExpiresAt)
+	if err != nil {
+		return fmt.Errorf("sqlite: create ticket: %w", err)
+	}
+	return s.write(ctx, "create ticket", func(tx *sql.Tx) error {
+		if err := checkQuota(ctx, tx, tk.TenantID, quota); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `
+INSERT INTO tickets (hash, upload_id, tenant_id, name, efi, created_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			ticket[:], tk.UploadID, tk.TenantID, tk.Name, tk.EFI, created, expires)
+		switch {
+		case isUnique(err):
+			return fmt.Errorf("ticket: %w", imagestore.ErrExists)
+		case isForeignKey(err):
+			return fmt.Errorf("tenant: %w", imagestore.ErrNotFound)
+		}
+		return err
+	})
+}
+
+// Ticket returns the ticket without using it; ErrNotFound if there is none.
+func (s *Store) Ticket(ctx context.Context, ticket imagestore.Hash) (imagestore.Ticket, error) {
+	var tk imagestore.Ticket
+	err := s.read(ctx, "ticket", func(tx *sql.Tx) (err error) {
+		tk, err = scanTicket(tx.QueryRowContext(ctx, `SELECT `+ticketCols+` FROM tickets WHERE hash = ?`, ticket[:]))
+		return notFound("ticket", err)
+	})
+	return tk, err
+}
+
+// ConsumeTicket marks the ticket used at now. The decision is the single
+// conditional UPDATE, so of any number of concurrent callers, in this
+// process or another, exactly one changes the row; the others only read it
+// afterwards to say why they lost. A ticket both used and expired is
+// reported as used.
+func (s *Store) ConsumeTicket(ctx context.Context, ticket imagestore.Hash, now time.Time) (imagestore.Ticket, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return imagestore.Ticket{}, fmt.Errorf("sqlite: consume ticket: %w", err)
+	}
+	var tk imagestore.Ticket
+	err = s.write(ctx, "consume ticket", func(tx *sql.Tx) error {
+		var uerr error
+		tk, uerr = scanTicket(tx.QueryRowContext(ctx, `
+UPDATE tickets SET used_at = ?1
+WHERE hash = ?2 AND used_at IS NULL AND expires_at > ?1
+RETURNING `+ticketCols,
+			at, ticket[:]))
+		if !errors.Is(uerr, sql.ErrNoRows) {
+			return uerr
+		}
+		var used sql.NullInt64
+		err := tx.QueryRowContext(ctx, `SELECT used_at FROM tickets WHERE hash = ?`, ticket[:]).Scan(&used)
+		switch {
+		case err != nil:
+			return notFound("ticket", err)
+		case used.Valid:
+			return imagestore.ErrTicketUsed
+		default:
+			return imagestore.ErrTicketExpired
+		}
+	})
+	if err != nil {
+		return imagestore.Ticket{}, err
+	}
+	return tk, nil
+}
+
+// SweepTickets first counts unused tickets that expired at or before now
+// and were not counted by an earlier sweep, then deletes tickets, used or
+// not, that expired more than retain before now. Counting comes first so
+// that a ticket which expires and ages out between two sweeps is still
+// counted once.
+func (s *Store) SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (int, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: sweep tickets: %w", err)
+	}
+	cutoff, err := nanos("cutoff", now.Add(-retain))
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: sweep tickets: %w", err)
+	}
+	var n int64
+	err = s.write(ctx, "sweep tickets", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE tickets SET expiry_counted = 1
+WHERE used_at IS NULL AND expiry_counted = 0 AND expires_at <= ?`, at)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM tickets WHERE expires_at < ?`, cutoff)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// AddImage records a committed image unless the tenant already holds quota
+// images (ErrQuota; quota <= 0 means no limit). A zero img.CreatedAt means
+// now. ErrExists if the upload id is taken, ErrNotFound if the tenant does
+// not exist.
+func (s *Store) AddImage(ctx context.Context, img imagestore.Image, quota int) error {
+	created, err := createdNanos(img.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("sqlite: add image: %w", err)
+	}
+	return s.write(ctx, "add image", func(tx *sql.Tx) error {
+		// A retried AddImage should hear that the image is already there,
+		// not that the quota it fills is full.
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM images WHERE upload_id = ?`, img.UploadID).Scan(&one)
+		if err == nil {
+			return fmt.Errorf("image: %w", imagestore.ErrExists)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if err := checkQuota(ctx, tx, img.TenantID, quota); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `
+INSERT INTO images (upload_id, tenant_id, name, efi, size, virtual_size, sha256, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			img.UploadID, img.TenantID, img.Name, img.EFI, img.Size, img.VirtualSize, img.SHA256, created)
+		switch {
+		case isUnique(err):
+			return fmt.Errorf("image: %w", imagestore.ErrExists)
+		case isForeignKey(err):
+			return fmt.Errorf("tenant: %w", imagestore.ErrNotFound)
+		}
+		return err
+	})
+}
+
+// Image returns the image; ErrNotFound if there is none.
+func (s *Store) Image(ctx context.Context, uploadID string) (imagestore.Image, error) {
+	var img imagestore.Image
+	err := s.read(ctx, "image", func(tx *sql.Tx) (err error) {
+		img, err = scanImage(tx.QueryRowContext(ctx, `SELECT `+imageCols+` FROM images WHERE upload_id = ?`, uploadID))
+		return notFound("image", err)
+	})
+	return img, err
+}
+
+// Images returns the tenant's images, oldest first; ties are broken by
+// upload id so the order is stable.
+func (s *Store) Images(ctx context.Context, tenantID int64) ([]imagestore.Image, error) {
+	var imgs []imagestore.Image
+	err := s.read(ctx, "images", func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `
+SELECT `+imageCols+` FROM images WHERE tenant_id = ? ORDER BY created_at, upload_id`, tenantID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			img, err := scanImage(rows)
+			if err != nil {
+				return err
+			}
+			imgs = append(imgs, img)
+		}
+		return rows.Err()
+	})
+	return imgs, err
+}
+
+// ImageIDs returns the upload ids of all images, sorted.
+func (s *Store) ImageIDs(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := s.read(ctx, "image ids", func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT upload_id FROM images ORDER BY upload_id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return rows.Err()
+	})
+	return ids, err
+}
+
+// RemoveImage deletes the tenant's image and revokes its fetch tokens.
+// ErrNotFound if the tenant has no such image, including when another
+// tenant has it.
+func (s *Store) RemoveImage(ctx context.Context, tenantID int64, uploadID string) error {
+	// revoked_at is a record for operators, not an input to any decision,
+	// so the wall clock is good enough here.
+	revoked := time.Now().UnixNano()
+	return s.write(ctx, "remove image", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM images WHERE tenant_id = ? AND upload_id = ?`, tenantID, uploadID)
+		if err != nil {
+			return err
+		}
+		if err := mustChange(res, "image"); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `
+UPDATE fetch_tokens SET revoked_at = ? WHERE upload_id = ? AND revoked_at IS NULL`, revoked, uploadID)
+		return err
+	})
+}
+
+// CreateFetchToken stores a fetch capability for an existing image;
+// ErrNotFound if the image does not exist, ErrExists if the hash is taken.
+func (s *Store) CreateFetchToken(ctx context.Context, token imagestore.Hash, ft imagestore.FetchToken) error {
+	expires, err := nanos("expires_at", ft.ExpiresAt)
+	if err != nil {
+		return fmt.Errorf("sqlite: create fetch token: %w", err)
+	}
+	return s.write(ctx, "create fetch token", func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM images WHERE upload_id = ?`, ft.UploadID).Scan(&one)
+		if err != nil {
+			return notFound("image", err)
+		}
+		_, err = tx.ExecContext(ctx, `
+INSERT INTO fetch_tokens (hash, upload_id, order_id, expires_at) VALUES (?, ?, ?, ?)`,
+			token[:], ft.UploadID, ft.OrderID, expires)
+		if isUnique(err) {
+			return fmt.Errorf("fetch token: %w", imagestore.ErrExists)
+		}
+		return err
+	})
+}
+
+// ImageForToken returns the image a token names if the token is known, not
+// revoked, not expired at now (expiry is exclusive: a token is dead at its
+// ExpiresAt) and the image still exists; ErrNotFound otherwise, without
+// saying which, since the caller must not tell them apart either.
+func (s *Store) ImageForToken(ctx context.Context, token imagestore.Hash, now time.Time) (imagestore.Image, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return imagestore.Image{}, fmt.Errorf("sqlite: image for token: %w", err)
+	}
+	var img imagestore.Image
+	err = s.read(ctx, "image for token", func(tx *sql.Tx) (err error) {
+		img, err = scanImage(tx.QueryRowContext(ctx, `
+SELECT i.upload_id, i.tenant_id, i.name, i.efi, i.size, i.virtual_size, i.sha256, i.created_at
+FROM fetch_tokens f JOIN images i ON i.upload_id = f.upload_id
+WHERE f.hash = ? AND f.revoked_at IS NULL AND f.expires_at > ?`, token[:], at))
+		return notFound("fetch token", err)
+	})
+	return img, err
+}
+
+// Stats returns the number of images and their total size.
+func (s *Store) Stats(ctx context.Context) (imagestore.Stats, error) {
+	var st imagestore.Stats
+	err := s.read(ctx, "stats", func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM images`).Scan(&st.Images, &st.ImageBytes)
+	})
+	return st, err
+}

@@ -1,0 +1,362 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/storetest"
+)
+
+func tempPath(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(t.TempDir(), "vmshelf.db")
+}
+
+func mustOpen(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) imagestore.Store {
+		return mustOpen(t, tempPath(t))
+	})
+}
+
+func TestFileMode(t *testing.T) {
+	path := tempPath(t)
+	s := mustOpen(t, path)
+	defer s.Close()
+	// A write makes SQLite create the -wal and -shm files, which must not
+	// be more open than the database.
+	if _, err := s.CreateTenant(t.Context(), imagestore.Tenant{Name: "a"}, imagestore.HashSecret("a")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := fi.Mode().Perm(); m != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", filepath.Base(p), m)
+		}
+	}
+}
+
+func TestPathWithQueryCharacters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a?b#c%d e.db")
+	s := mustOpen(t, path)
+	defer s.Close()
+	if _, err := s.CreateTenant(t.Context(), imagestore.Tenant{Name: "a"}, imagestore.HashSecret("a")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() == 0 {
+		t.Errorf("%s is empty: the data went elsewhere", path)
+	}
+}
+
+func TestOpenMissingDirectory(t *testing.T) {
+	_, err := Open(t.Context(), filepath.Join(t.TempDir(), "no", "such", "dir", "x.db"))
+	if err == nil {
+		t.Fatal("Open in a missing directory succeeded")
+	}
+}
+
+func TestPragmas(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	ctx := t.Context()
+	// Several connections at once, so that the pool has to open more than
+	// one: every connection must carry the settings.
+	var conns []*sql.Conn
+	for range 3 {
+		c, err := s.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for i, c := range conns {
+		for _, p := range []struct {
+			pragma string
+			want   string
+		}{
+			{"journal_mode", "wal"},
+			{"foreign_keys", "1"},
+			{"synchronous", "2"}, // FULL
+			{"busy_timeout", "10000"},
+		} {
+			var got string
+			if err := c.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(&got); err != nil {
+				t.Fatalf("conn %d: PRAGMA %s: %v", i, p.pragma, err)
+			}
+			if got != p.want {
+				t.Errorf("conn %d: %s = %s, want %s", i, p.pragma, got, p.want)
+			}
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+func userVersion(t *testing.T, s *Store) int {
+	t.Helper()
+	var v int
+	if err := s.db.QueryRowContext(t.Context(), "PRAGMA user_version").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestReopen(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	s := mustOpen(t, path)
+	if got, want := userVersion(t, s), len(schema()); got != want {
+		t.Errorf("user_version = %d, want %d", got, want)
+	}
+	a, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "alpha", StripeAccount: "acct"}, imagestore.HashSecret("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = mustOpen(t, path)
+	got, err := s.TenantByToken(ctx, imagestore.HashSecret("tok"))
+	if err != nil {
+		t.Fatalf("after reopen: %v", err)
+	}
+	if got != a {
+		t.Errorf("after reopen: %+v, want %+v", got, a)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Applied steps are not run again: the first one is replaced by SQL that
+	// would fail, and the open still succeeds. A new step is applied once.
+	steps := append([]string{"this is not SQL"}, schema()[1:]...)
+	steps = append(steps, "CREATE TABLE extra (x INTEGER) STRICT")
+	for i := range 2 {
+		s, err := open(ctx, path, steps)
+		if err != nil {
+			t.Fatalf("open %d with a new step: %v", i, err)
+		}
+		if got := userVersion(t, s); got != len(steps) {
+			t.Errorf("open %d: user_version = %d, want %d", i, got, len(steps))
+		}
+		if _, err := s.db.ExecContext(ctx, "INSERT INTO extra VALUES (1)"); err != nil {
+			t.Errorf("open %d: new step not applied: %v", i, err)
+		}
+		if _, err := s.Tenant(ctx, "alpha"); err != nil {
+			t.Errorf("open %d: %v", i, err)
+		}
+		s.Close()
+	}
+}
+
+func TestFailedMigrationRollsBack(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	steps := append(schema(), "CREATE TABLE half (x INTEGER); this is not SQL")
+	if _, err := open(ctx, path, steps); err == nil {
+		t.Fatal("open with a broken step succeeded")
+	}
+	s := mustOpen(t, path) // the good steps stayed applied
+	defer s.Close()
+	if got, want := userVersion(t, s), len(schema()); got != want {
+		t.Errorf("user_version = %d, want %d", got, want)
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE name = 'half'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Error("the broken step left its table behind")
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	path := tempPath(t)
+	s := mustOpen(t, path)
+	future := len(schema()) + 1
+	if _, err := s.db.ExecContext(t.Context(), "PRAGMA user_version = "+strconv.Itoa(future)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	_, err := Open(t.Context(), path)
+	if err == nil {
+		t.Fatal("Open of a newer database succeeded")
+	}
+	if !strings.Contains(err.Error(), "newer") {
+		t.Errorf("error %q does not say the database is newer", err)
+	}
+}
+
+// TestTwoHandles stands in for `vmshelf tenant` running beside `serve`: two
+// independent Opens of one file, each with its own pool, writing at once.
+func TestTwoHandles(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	s1 := mustOpen(t, path)
+	defer s1.Close()
+	s2 := mustOpen(t, path)
+	defer s2.Close()
+
+	t.Run("blocked writer waits", func(t *testing.T) {
+		// s1 holds the write lock; s2's write must wait for it, not fail.
+		tx, err := s1.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `
+INSERT INTO tenants (name, token_hash, in_mesh, sharing, hosts_vms, appliance, stripe_account, created_at)
+VALUES ('holder', x'00', 0, 0, 0, '', '', 0)`); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := s2.CreateTenant(ctx, imagestore.Tenant{Name: "waiter"}, imagestore.HashSecret("waiter"))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("second handle finished while the first held the write lock: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("second handle: %v", err)
+		}
+		for _, s := range []*Store{s1, s2} {
+			for _, name := range []string{"holder", "waiter"} {
+				if _, err := s.Tenant(ctx, name); err != nil {
+					t.Errorf("Tenant %s: %v", name, err)
+				}
+			}
+		}
+	})
+
+	t.Run("concurrent writers", func(t *testing.T) {
+		const perHandle = 20
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*perHandle)
+		for h, s := range []*Store{s1, s2} {
+			for i := range perHandle {
+				wg.Go(func() {
+					name := fmt.Sprintf("w%d-%d", h, i)
+					tn, err := s.CreateTenant(ctx, imagestore.Tenant{Name: name}, imagestore.HashSecret(name))
+					if err != nil {
+						errs <- err
+						return
+					}
+					// AddImage reads before it writes: with a deferred BEGIN
+					// the read lock's upgrade would fail at once with
+					// SQLITE_BUSY instead of waiting.
+					errs <- s.AddImage(ctx, imagestore.Image{UploadID: imagestore.NewUploadID(), TenantID: tn.ID, CreatedAt: time.Now()}, 1)
+				})
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		ts, err := s1.Tenants(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ts) != 2+2*perHandle {
+			t.Errorf("%d tenants, want %d", len(ts), 2+2*perHandle)
+		}
+	})
+
+	t.Run("ticket consumed once across handles", func(t *testing.T) {
+		a, err := s1.Tenant(ctx, "holder")
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+		tk := imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: a.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if err := s1.CreateTicket(ctx, tk, imagestore.HashSecret("x"), 0); err != nil {
+			t.Fatal(err)
+		}
+		const n = 8
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			s := []*Store{s1, s2}[i%2]
+			wg.Go(func() { _, errs[i] = s.ConsumeTicket(ctx, imagestore.HashSecret("x"), now) })
+		}
+		wg.Wait()
+		ok := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case !errors.Is(err, imagestore.ErrTicketUsed):
+				t.Errorf("ConsumeTicket: %v", err)
+			}
+		}
+		if ok != 1 {
+			t.Errorf("%d successes, want 1", ok)
+		}
+	})
+}
+
+func TestErrorsCarryNoSecrets(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	ctx := t.Context()
+	h := imagestore.HashSecret("secret")
+	hexed := hex.EncodeToString(h[:])
+	_, err1 := s.TenantByToken(ctx, h)
+	_, err2 := s.ConsumeTicket(ctx, h, time.Now())
+	_, err3 := s.ImageForToken(ctx, h, time.Now())
+	for _, err := range []error{err1, err2, err3} {
+		if err == nil {
+			t.Fatal("lookup of an unknown hash succeeded")
+		}
+		if strings.Contains(strings.ToLower(err.Error()), hexed[:16]) {
+			t.Errorf("error %q contains the hash", err)
+		}
+	}
+}
+
+func TestCanceledContext(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "a"}, imagestore.HashSecret("a")); !errors.Is(err, context.Canceled) {
+		t.Errorf("CreateTenant with a canceled context: %v, want context.Canceled", err)
+	}
+}

@@ -1,0 +1,824 @@
+// Package storetest is the one behavioural test suite every
+// imagestore.Store implementation passes, in the manner of distribution's
+// storage driver suite: an implementation's own test calls Run with a
+// function that opens an empty store, and gets the whole contract checked.
+//
+// The suite never sleeps: every time-dependent method is driven by explicit
+// `now` values around a fixed instant, so boundaries are exact. It only
+// passes quotas > 0 where it expects a limit; quota <= 0 means no limit.
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// Run runs the suite. open is called once per subtest and must return an
+// empty store of its own; Run closes it when the subtest ends.
+func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s imagestore.Store)
+	}{
+		{"Ping", testPing},
+		{"CreateTenant", testCreateTenant},
+		{"TenantErrors", testTenantErrors},
+		{"Tenants", testTenants},
+		{"UpdateTenant", testUpdateTenant},
+		{"SetTenantToken", testSetTenantToken},
+		{"CreateTicket", testCreateTicket},
+		{"ConsumeTicket", testConsumeTicket},
+		{"ConsumeTicketConcurrent", testConsumeTicketConcurrent},
+		{"Quota", testQuota},
+		{"Images", testImages},
+		{"RemoveImage", testRemoveImage},
+		{"FetchTokens", testFetchTokens},
+		{"SweepTickets", testSweepTickets},
+		{"TimeRoundTrip", testTimeRoundTrip},
+		{"Stats", testStats},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tc.fn(t, s)
+		})
+	}
+}
+
+// t0 is the suite's fixed "now": nanoseconds set so that any rounding in
+// storage shows, far enough from the real clock that a store consulting it
+// instead of the given now is caught.
+var t0 = time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC)
+
+func hash(secret string) imagestore.Hash { return imagestore.HashSecret(secret) }
+
+// uploadID returns a valid, distinct upload id for n.
+func uploadID(n int) string { return fmt.Sprintf("%024x", n) }
+
+func must(t *testing.T, op string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", op, err)
+	}
+}
+
+func wantErr(t *testing.T, op string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("%s: err = %v, want %v", op, err, want)
+	}
+}
+
+func newTenant(t *testing.T, s imagestore.Store, name string) imagestore.Tenant {
+	t.Helper()
+	tn, err := s.CreateTenant(t.Context(), imagestore.Tenant{Name: name, Appliance: "vmshelf-1"}, hash("token-"+name))
+	must(t, "CreateTenant "+name, err)
+	return tn
+}
+
+func newImage(t *testing.T, s imagestore.Store, tenantID int64, id string, created time.Time, size int64) imagestore.Image {
+	t.Helper()
+	img := imagestore.Image{
+		UploadID:    id,
+		TenantID:    tenantID,
+		Name:        "image " + id,
+		EFI:         true,
+		Size:        size,
+		VirtualSize: size * 4,
+		SHA256:      fmt.Sprintf("%064x", size),
+		CreatedAt:   created,
+	}
+	must(t, "AddImage "+id, s.AddImage(t.Context(), img, 0))
+	return img
+}
+
+func newTicket(t *testing.T, s imagestore.Store, tenantID int64, secret, id string, expires time.Time) imagestore.Ticket {
+	t.Helper()
+	tk := imagestore.Ticket{
+		UploadID:  id,
+		TenantID:  tenantID,
+		Name:      "ticket " + secret,
+		EFI:       false,
+		CreatedAt: t0,
+		ExpiresAt: expires,
+	}
+	must(t, "CreateTicket "+secret, s.CreateTicket(t.Context(), tk, hash(secret), 0))
+	return tk
+}
+
+// timeDiff reports how got differs from want: another instant, or a
+// location other than UTC (stores return UTC).
+func timeDiff(field string, got, want time.Time) string {
+	switch {
+	case !got.Equal(want):
+		return fmt.Sprintf("%s = %v, want %v", field, got, want)
+	case got.Location() != time.UTC:
+		return fmt.Sprintf("%s location = %v, want UTC", field, got.Location())
+	}
+	return ""
+}
+
+func checkTenant(t *testing.T, op string, got, want imagestore.Tenant) {
+	t.Helper()
+	if d := timeDiff("CreatedAt", got.CreatedAt, want.CreatedAt); d != "" {
+		t.Errorf("%s: %s", op, d)
+	}
+	got.CreatedAt, want.CreatedAt = time.Time{}, time.Time{}
+	if got != want {
+		t.Errorf("%s: got %+v, want %+v", op, got, want)
+	}
+}
+
+func checkTicket(t *testing.T, op string, got, want imagestore.Ticket) {
+	t.Helper()
+	for _, d := range []string{
+		timeDiff("CreatedAt", got.CreatedAt, want.CreatedAt),
+		timeDiff("ExpiresAt", got.ExpiresAt, want.ExpiresAt),
+		timeDiff("UsedAt", got.UsedAt, want.UsedAt),
+	} {
+		if d != "" {
+			t.Errorf("%s: %s", op, d)
+		}
+	}
+	got.CreatedAt, want.CreatedAt = time.Time{}, time.Time{}
+	got.ExpiresAt, want.ExpiresAt = time.Time{}, time.Time{}
+	got.UsedAt, want.UsedAt = time.Time{}, time.Time{}
+	if got != want {
+		t.Errorf("%s: got %+v, want %+v", op, got, want)
+	}
+}
+
+func checkImage(t *testing.T, op string, got, want imagestore.Image) {
+	t.Helper()
+	if d := timeDiff("CreatedAt", got.CreatedAt, want.CreatedAt); d != "" {
+		t.Errorf("%s: %s", op, d)
+	}
+	got.CreatedAt, want.CreatedAt = time.Time{}, time.Time{}
+	if got != want {
+		t.Errorf("%s: got %+v, want %+v", op, got, want)
+	}
+}
+
+func testPing(t *testing.T, s imagestore.Store) {
+	must(t, "Ping", s.Ping(t.Context()))
+}
+
+func testCreateTenant(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	in := imagestore.Tenant{
+		Name:          "alpha",
+		InMesh:        true,
+		Sharing:       true,
+		HostsVMs:      true,
+		Appliance:     "vmshelf-2",
+		StripeAccount: "acct_1",
+	}
+	a, err := s.CreateTenant(ctx, in, hash("token-alpha"))
+	must(t, "CreateTenant", err)
+	if a.ID == 0 {
+		t.Error("CreateTenant: ID not set")
+	}
+	if a.CreatedAt.IsZero() {
+		t.Error("CreateTenant: CreatedAt not set")
+	}
+	want := in
+	want.ID, want.CreatedAt = a.ID, a.CreatedAt
+	checkTenant(t, "CreateTenant", a, want)
+
+	got, err := s.Tenant(ctx, "alpha")
+	must(t, "Tenant", err)
+	checkTenant(t, "Tenant", got, a)
+
+	got, err = s.TenantByToken(ctx, hash("token-alpha"))
+	must(t, "TenantByToken", err)
+	checkTenant(t, "TenantByToken", got, a)
+
+	// Booleans must round-trip as false too, not only as true.
+	b := newTenant(t, s, "beta")
+	if b.ID == a.ID {
+		t.Errorf("two tenants share ID %d", a.ID)
+	}
+	got, err = s.Tenant(ctx, "beta")
+	must(t, "Tenant beta", err)
+	checkTenant(t, "Tenant beta", got, b)
+}
+
+func testTenantErrors(t *testing.T, s imagestore.Store) {
+	newTenant(t, s, "alpha")
+	tests := []struct {
+		name string
+		call func(t *testing.T) error
+		want error
+	}{
+		{"CreateTenant duplicate name", func(t *testing.T) error {
+			_, err := s.CreateTenant(t.Context(), imagestore.Tenant{Name: "alpha"}, hash("other"))
+			return err
+		}, imagestore.ErrExists},
+		{"CreateTenant duplicate token", func(t *testing.T) error {
+			_, err := s.CreateTenant(t.Context(), imagestore.Tenant{Name: "beta"}, hash("token-alpha"))
+			return err
+		}, imagestore.ErrExists},
+		{"Tenant unknown", func(t *testing.T) error {
+			_, err := s.Tenant(t.Context(), "nobody")
+			return err
+		}, imagestore.ErrNotFound},
+		{"TenantByToken unknown", func(t *testing.T) error {
+			_, err := s.TenantByToken(t.Context(), hash("nobody"))
+			return err
+		}, imagestore.ErrNotFound},
+		{"UpdateTenant unknown", func(t *testing.T) error {
+			return s.UpdateTenant(t.Context(), imagestore.Tenant{Name: "nobody"})
+		}, imagestore.ErrNotFound},
+		{"SetTenantToken unknown", func(t *testing.T) error {
+			return s.SetTenantToken(t.Context(), "nobody", hash("new"))
+		}, imagestore.ErrNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			wantErr(t, tc.name, tc.call(t), tc.want)
+		})
+	}
+	// The failed calls changed nothing.
+	ts, err := s.Tenants(t.Context())
+	must(t, "Tenants", err)
+	if len(ts) != 1 || ts[0].Name != "alpha" {
+		t.Errorf("Tenants = %+v, want only alpha", ts)
+	}
+}
+
+func testTenants(t *testing.T, s imagestore.Store) {
+	ts, err := s.Tenants(t.Context())
+	must(t, "Tenants empty", err)
+	if len(ts) != 0 {
+		t.Fatalf("Tenants on an empty store = %+v", ts)
+	}
+	byName := map[string]imagestore.Tenant{}
+	for _, n := range []string{"charlie", "alpha", "bravo"} {
+		byName[n] = newTenant(t, s, n)
+	}
+	ts, err = s.Tenants(t.Context())
+	must(t, "Tenants", err)
+	var names []string
+	for _, tn := range ts {
+		names = append(names, tn.Name)
+		checkTenant(t, "Tenants "+tn.Name, tn, byName[tn.Name])
+	}
+	if want := []string{"alpha", "bravo", "charlie"}; !slices.Equal(names, want) {
+		t.Errorf("Tenants order = %v, want %v", names, want)
+	}
+}
+
+func testUpdateTenant(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	upd := imagestore.Tenant{
+		Name:          "alpha",
+		InMesh:        true,
+		Sharing:       true,
+		HostsVMs:      true,
+		Appliance:     "vmshelf-9",
+		StripeAccount: "acct_9",
+	}
+	must(t, "UpdateTenant", s.UpdateTenant(ctx, upd))
+	got, err := s.Tenant(ctx, "alpha")
+	must(t, "Tenant", err)
+	// Identity, creation time and token are not attributes.
+	want := upd
+	want.ID, want.CreatedAt = a.ID, a.CreatedAt
+	checkTenant(t, "after UpdateTenant", got, want)
+	got, err = s.TenantByToken(ctx, hash("token-alpha"))
+	must(t, "TenantByToken after UpdateTenant", err)
+	checkTenant(t, "TenantByToken after UpdateTenant", got, want)
+
+	// Back to false, and the other tenant untouched.
+	upd.InMesh, upd.Sharing, upd.HostsVMs = false, false, false
+	must(t, "UpdateTenant false", s.UpdateTenant(ctx, upd))
+	got, err = s.Tenant(ctx, "alpha")
+	must(t, "Tenant", err)
+	want = upd
+	want.ID, want.CreatedAt = a.ID, a.CreatedAt
+	checkTenant(t, "after UpdateTenant false", got, want)
+	got, err = s.Tenant(ctx, "bravo")
+	must(t, "Tenant bravo", err)
+	checkTenant(t, "bravo after UpdateTenant alpha", got, b)
+}
+
+func testSetTenantToken(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	newTenant(t, s, "bravo")
+	must(t, "SetTenantToken", s.SetTenantToken(ctx, "alpha", hash("rotated")))
+
+	_, err := s.TenantByToken(ctx, hash("token-alpha"))
+	wantErr(t, "TenantByToken old token", err, imagestore.ErrNotFound)
+	got, err := s.TenantByToken(ctx, hash("rotated"))
+	must(t, "TenantByToken new token", err)
+	checkTenant(t, "TenantByToken new token", got, a)
+
+	err = s.SetTenantToken(ctx, "alpha", hash("token-bravo"))
+	wantErr(t, "SetTenantToken to another tenant's token", err, imagestore.ErrExists)
+	got, err = s.TenantByToken(ctx, hash("token-bravo"))
+	must(t, "TenantByToken bravo", err)
+	if got.Name != "bravo" {
+		t.Errorf("bravo's token now names %q", got.Name)
+	}
+}
+
+func testCreateTicket(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	tk := newTicket(t, s, a.ID, "t1", uploadID(1), t0.Add(time.Hour))
+	got, err := s.Ticket(ctx, hash("t1"))
+	must(t, "Ticket", err)
+	checkTicket(t, "Ticket", got, tk)
+
+	efi := imagestore.Ticket{UploadID: uploadID(2), TenantID: a.ID, Name: "efi", EFI: true, CreatedAt: t0, ExpiresAt: t0.Add(time.Minute)}
+	must(t, "CreateTicket efi", s.CreateTicket(ctx, efi, hash("t2"), 0))
+	got, err = s.Ticket(ctx, hash("t2"))
+	must(t, "Ticket efi", err)
+	checkTicket(t, "Ticket efi", got, efi)
+
+	tests := []struct {
+		name   string
+		tk     imagestore.Ticket
+		secret string
+		want   error
+	}{
+		{"duplicate hash", imagestore.Ticket{UploadID: uploadID(3), TenantID: a.ID, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}, "t1", imagestore.ErrExists},
+		{"duplicate upload id", imagestore.Ticket{UploadID: uploadID(1), TenantID: a.ID, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}, "t3", imagestore.ErrExists},
+		{"unknown tenant", imagestore.Ticket{UploadID: uploadID(4), TenantID: a.ID + 1000, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}, "t4", imagestore.ErrNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			wantErr(t, "CreateTicket", s.CreateTicket(t.Context(), tc.tk, hash(tc.secret), 0), tc.want)
+		})
+	}
+	// The refused tickets left nothing behind, and the original is intact.
+	for _, secret := range []string{"t3", "t4"} {
+		_, err := s.Ticket(ctx, hash(secret))
+		wantErr(t, "Ticket "+secret, err, imagestore.ErrNotFound)
+	}
+	got, err = s.Ticket(ctx, hash("t1"))
+	must(t, "Ticket t1", err)
+	checkTicket(t, "Ticket t1 after refused duplicates", got, tk)
+
+	_, err = s.Ticket(ctx, hash("unknown"))
+	wantErr(t, "Ticket unknown", err, imagestore.ErrNotFound)
+}
+
+func testConsumeTicket(t *testing.T, s imagestore.Store) {
+	a := newTenant(t, s, "alpha")
+	exp := t0.Add(time.Hour)
+	tests := []struct {
+		name string
+		now  time.Time
+		want error // nil: consumed
+	}{
+		{"well before expiry", t0, nil},
+		{"one nanosecond before expiry", exp.Add(-time.Nanosecond), nil},
+		{"at expiry", exp, imagestore.ErrTicketExpired},
+		{"after expiry", exp.Add(time.Hour), imagestore.ErrTicketExpired},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			secret := fmt.Sprintf("ticket-%d", i)
+			tk := newTicket(t, s, a.ID, secret, uploadID(i), exp)
+
+			got, err := s.ConsumeTicket(ctx, hash(secret), tc.now)
+			if tc.want != nil {
+				wantErr(t, "ConsumeTicket", err, tc.want)
+				// A refused ticket stays unused and keeps being refused.
+				stored, err := s.Ticket(ctx, hash(secret))
+				must(t, "Ticket", err)
+				checkTicket(t, "Ticket after refusal", stored, tk)
+				_, err = s.ConsumeTicket(ctx, hash(secret), tc.now)
+				wantErr(t, "ConsumeTicket again", err, tc.want)
+				return
+			}
+			must(t, "ConsumeTicket", err)
+			want := tk
+			want.UsedAt = tc.now
+			checkTicket(t, "ConsumeTicket", got, want)
+			stored, err := s.Ticket(ctx, hash(secret))
+			must(t, "Ticket", err)
+			checkTicket(t, "Ticket after ConsumeTicket", stored, want)
+
+			_, err = s.ConsumeTicket(ctx, hash(secret), tc.now)
+			wantErr(t, "ConsumeTicket again", err, imagestore.ErrTicketUsed)
+			// Used wins over expired: the ticket did its job.
+			_, err = s.ConsumeTicket(ctx, hash(secret), exp.Add(time.Hour))
+			wantErr(t, "ConsumeTicket used, after expiry", err, imagestore.ErrTicketUsed)
+			stored, err = s.Ticket(ctx, hash(secret))
+			must(t, "Ticket", err)
+			checkTicket(t, "Ticket after refused reuse", stored, want)
+		})
+	}
+	t.Run("unknown", func(t *testing.T) {
+		_, err := s.ConsumeTicket(t.Context(), hash("unknown"), t0)
+		wantErr(t, "ConsumeTicket unknown", err, imagestore.ErrNotFound)
+	})
+}
+
+func testConsumeTicketConcurrent(t *testing.T, s imagestore.Store) {
+	const n = 8
+	a := newTenant(t, s, "alpha")
+	newTicket(t, s, a.ID, "race", uploadID(1), t0.Add(time.Hour))
+
+	start := make(chan struct{})
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			// Distinct nows, so the winner's UsedAt identifies it.
+			_, errs[i] = s.ConsumeTicket(t.Context(), hash("race"), t0.Add(time.Duration(i)*time.Second))
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	winner, used := -1, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			if winner >= 0 {
+				t.Errorf("callers %d and %d both consumed the ticket", winner, i)
+			}
+			winner = i
+		case errors.Is(err, imagestore.ErrTicketUsed):
+			used++
+		default:
+			t.Errorf("caller %d: %v, want nil or ErrTicketUsed", i, err)
+		}
+	}
+	if winner < 0 || used != n-1 {
+		t.Fatalf("%d winners and %d ErrTicketUsed, want 1 and %d", n-used, used, n-1)
+	}
+	tk, err := s.Ticket(t.Context(), hash("race"))
+	must(t, "Ticket", err)
+	if want := t0.Add(time.Duration(winner) * time.Second); !tk.UsedAt.Equal(want) {
+		t.Errorf("UsedAt = %v, want the winner's %v", tk.UsedAt, want)
+	}
+}
+
+func testQuota(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	ticket := func(tenant imagestore.Tenant, secret string, id int) imagestore.Ticket {
+		return imagestore.Ticket{UploadID: uploadID(id), TenantID: tenant.ID, Name: secret, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	}
+	image := func(tenant imagestore.Tenant, id int) imagestore.Image {
+		return imagestore.Image{UploadID: uploadID(id), TenantID: tenant.ID, Name: "img", Size: 1, VirtualSize: 1, SHA256: "00", CreatedAt: t0}
+	}
+	steps := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"ticket under quota", func() error { return s.CreateTicket(ctx, ticket(a, "q1", 101), hash("q1"), 2) }, nil},
+		{"image 1 of 2", func() error { return s.AddImage(ctx, image(a, 1), 2) }, nil},
+		{"ticket with 1 of 2", func() error { return s.CreateTicket(ctx, ticket(a, "q2", 102), hash("q2"), 2) }, nil},
+		{"image 2 of 2", func() error { return s.AddImage(ctx, image(a, 2), 2) }, nil},
+		{"ticket at quota", func() error { return s.CreateTicket(ctx, ticket(a, "q3", 103), hash("q3"), 2) }, imagestore.ErrQuota},
+		{"ticket over smaller quota", func() error { return s.CreateTicket(ctx, ticket(a, "q4", 104), hash("q4"), 1) }, imagestore.ErrQuota},
+		{"ticket under larger quota", func() error { return s.CreateTicket(ctx, ticket(a, "q5", 105), hash("q5"), 3) }, nil},
+		{"ticket with quota 0 (no limit)", func() error { return s.CreateTicket(ctx, ticket(a, "q6", 106), hash("q6"), 0) }, nil},
+		{"ticket with negative quota (no limit)", func() error { return s.CreateTicket(ctx, ticket(a, "q7", 107), hash("q7"), -1) }, nil},
+		// The ticket was issued under the quota, but the tenant filled it
+		// meanwhile: AddImage re-checks.
+		{"image at quota", func() error { return s.AddImage(ctx, image(a, 3), 2) }, imagestore.ErrQuota},
+		{"image with quota 0 (no limit)", func() error { return s.AddImage(ctx, image(a, 4), 0) }, nil},
+		// Quotas are per tenant.
+		{"other tenant ticket", func() error { return s.CreateTicket(ctx, ticket(b, "q8", 108), hash("q8"), 1) }, nil},
+		{"other tenant image", func() error { return s.AddImage(ctx, image(b, 5), 1) }, nil},
+		{"other tenant ticket at quota", func() error { return s.CreateTicket(ctx, ticket(b, "q9", 109), hash("q9"), 1) }, imagestore.ErrQuota},
+		// Removing an image frees its slot.
+		{"remove", func() error { return s.RemoveImage(ctx, a.ID, uploadID(1)) }, nil},
+		{"ticket after remove", func() error { return s.CreateTicket(ctx, ticket(a, "q10", 110), hash("q10"), 3) }, nil},
+		{"ticket at quota after remove", func() error { return s.CreateTicket(ctx, ticket(a, "q11", 111), hash("q11"), 2) }, imagestore.ErrQuota},
+	}
+	for _, st := range steps {
+		err := st.call()
+		if st.want == nil {
+			must(t, st.name, err)
+		} else {
+			wantErr(t, st.name, err, st.want)
+		}
+	}
+	// Refusals stored nothing.
+	for _, secret := range []string{"q3", "q4", "q9", "q11"} {
+		_, err := s.Ticket(ctx, hash(secret))
+		wantErr(t, "Ticket "+secret+" refused for quota", err, imagestore.ErrNotFound)
+	}
+	_, err := s.Image(ctx, uploadID(3))
+	wantErr(t, "Image refused for quota", err, imagestore.ErrNotFound)
+	st, err := s.Stats(ctx)
+	must(t, "Stats", err)
+	if st.Images != 3 {
+		t.Errorf("Stats.Images = %d, want 3", st.Images)
+	}
+}
+
+func testImages(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	c := newTenant(t, s, "charlie")
+
+	// Inserted out of order; two share a creation time.
+	a3 := newImage(t, s, a.ID, uploadID(3), t0.Add(2*time.Second), 30)
+	a5 := newImage(t, s, a.ID, uploadID(5), t0.Add(time.Second), 50)
+	a2 := newImage(t, s, a.ID, uploadID(2), t0.Add(time.Second), 20)
+	a1 := newImage(t, s, a.ID, uploadID(1), t0.Add(time.Nanosecond), 10)
+	b4 := newImage(t, s, b.ID, uploadID(4), t0, 40)
+
+	got, err := s.Image(ctx, uploadID(2))
+	must(t, "Image", err)
+	checkImage(t, "Image", got, a2)
+
+	imgs, err := s.Images(ctx, a.ID)
+	must(t, "Images", err)
+	want := []imagestore.Image{a1, a2, a5, a3}
+	if len(imgs) != len(want) {
+		t.Fatalf("Images(alpha) = %d images, want %d", len(imgs), len(want))
+	}
+	for i := range want {
+		checkImage(t, fmt.Sprintf("Images(alpha)[%d]", i), imgs[i], want[i])
+	}
+	imgs, err = s.Images(ctx, b.ID)
+	must(t, "Images bravo", err)
+	if len(imgs) != 1 {
+		t.Fatalf("Images(bravo) = %d images, want 1", len(imgs))
+	}
+	checkImage(t, "Images(bravo)[0]", imgs[0], b4)
+	imgs, err = s.Images(ctx, c.ID)
+	must(t, "Images charlie", err)
+	if len(imgs) != 0 {
+		t.Errorf("Images(charlie) = %+v, want none", imgs)
+	}
+
+	ids, err := s.ImageIDs(ctx)
+	must(t, "ImageIDs", err)
+	slices.Sort(ids)
+	if want := []string{uploadID(1), uploadID(2), uploadID(3), uploadID(4), uploadID(5)}; !slices.Equal(ids, want) {
+		t.Errorf("ImageIDs = %v, want %v", ids, want)
+	}
+
+	t.Run("errors", func(t *testing.T) {
+		dup := a2
+		dup.TenantID, dup.Size = b.ID, 999
+		wantErr(t, "AddImage duplicate", s.AddImage(ctx, dup, 0), imagestore.ErrExists)
+		got, err := s.Image(ctx, uploadID(2))
+		must(t, "Image after duplicate", err)
+		checkImage(t, "Image after duplicate", got, a2)
+
+		orphan := imagestore.Image{UploadID: uploadID(9), TenantID: c.ID + 1000, CreatedAt: t0}
+		wantErr(t, "AddImage unknown tenant", s.AddImage(ctx, orphan, 0), imagestore.ErrNotFound)
+		_, err = s.Image(ctx, uploadID(9))
+		wantErr(t, "Image unknown", err, imagestore.ErrNotFound)
+	})
+}
+
+func testRemoveImage(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	img := newImage(t, s, a.ID, uploadID(1), t0, 100)
+	keep := newImage(t, s, a.ID, uploadID(2), t0, 200)
+	exp := t0.Add(time.Hour)
+	for secret, id := range map[string]string{"f1": uploadID(1), "f2": uploadID(1), "keep": uploadID(2)} {
+		must(t, "CreateFetchToken "+secret, s.CreateFetchToken(ctx, hash(secret), imagestore.FetchToken{UploadID: id, OrderID: "order-" + secret, ExpiresAt: exp}))
+	}
+
+	tests := []struct {
+		name     string
+		tenantID int64
+		id       string
+	}{
+		{"another tenant's image", b.ID, uploadID(1)},
+		{"unknown image", a.ID, uploadID(9)},
+		{"unknown tenant", a.ID + b.ID + 1000, uploadID(1)},
+	}
+	for _, tc := range tests {
+		wantErr(t, "RemoveImage "+tc.name, s.RemoveImage(ctx, tc.tenantID, tc.id), imagestore.ErrNotFound)
+	}
+	got, err := s.ImageForToken(ctx, hash("f1"), t0)
+	must(t, "ImageForToken after refused removals", err)
+	checkImage(t, "ImageForToken after refused removals", got, img)
+
+	must(t, "RemoveImage", s.RemoveImage(ctx, a.ID, uploadID(1)))
+	_, err = s.Image(ctx, uploadID(1))
+	wantErr(t, "Image after RemoveImage", err, imagestore.ErrNotFound)
+	for _, secret := range []string{"f1", "f2"} {
+		_, err = s.ImageForToken(ctx, hash(secret), t0)
+		wantErr(t, "ImageForToken "+secret+" after RemoveImage", err, imagestore.ErrNotFound)
+	}
+	got, err = s.ImageForToken(ctx, hash("keep"), t0)
+	must(t, "ImageForToken of the other image", err)
+	checkImage(t, "ImageForToken of the other image", got, keep)
+	wantErr(t, "RemoveImage twice", s.RemoveImage(ctx, a.ID, uploadID(1)), imagestore.ErrNotFound)
+
+	// The tokens are revoked, not merely dangling: an image later stored
+	// under the same id is not reachable through them.
+	again := newImage(t, s, a.ID, uploadID(1), t0.Add(time.Minute), 300)
+	for _, secret := range []string{"f1", "f2"} {
+		_, err = s.ImageForToken(ctx, hash(secret), t0)
+		wantErr(t, "ImageForToken "+secret+" after the id is reused", err, imagestore.ErrNotFound)
+	}
+	must(t, "CreateFetchToken for the new image", s.CreateFetchToken(ctx, hash("f3"), imagestore.FetchToken{UploadID: uploadID(1), ExpiresAt: exp}))
+	got, err = s.ImageForToken(ctx, hash("f3"), t0)
+	must(t, "ImageForToken for the new image", err)
+	checkImage(t, "ImageForToken for the new image", got, again)
+}
+
+func testFetchTokens(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	img1 := newImage(t, s, a.ID, uploadID(1), t0, 100)
+	img2 := newImage(t, s, a.ID, uploadID(2), t0, 200)
+	exp := t0.Add(time.Hour)
+
+	err := s.CreateFetchToken(ctx, hash("nope"), imagestore.FetchToken{UploadID: uploadID(9), OrderID: "o", ExpiresAt: exp})
+	wantErr(t, "CreateFetchToken unknown image", err, imagestore.ErrNotFound)
+	_, err = s.ImageForToken(ctx, hash("nope"), t0)
+	wantErr(t, "ImageForToken of refused token", err, imagestore.ErrNotFound)
+
+	must(t, "CreateFetchToken order", s.CreateFetchToken(ctx, hash("order"), imagestore.FetchToken{UploadID: uploadID(1), OrderID: "order-1", ExpiresAt: exp}))
+	// An operator's token has no order.
+	must(t, "CreateFetchToken operator", s.CreateFetchToken(ctx, hash("operator"), imagestore.FetchToken{UploadID: uploadID(2), ExpiresAt: exp}))
+	err = s.CreateFetchToken(ctx, hash("order"), imagestore.FetchToken{UploadID: uploadID(2), OrderID: "order-2", ExpiresAt: exp.Add(time.Hour)})
+	wantErr(t, "CreateFetchToken duplicate", err, imagestore.ErrExists)
+
+	tests := []struct {
+		name  string
+		token string
+		now   time.Time
+		want  *imagestore.Image // nil: ErrNotFound
+	}{
+		{"valid", "order", t0, &img1},
+		{"operator", "operator", t0, &img2},
+		{"one nanosecond before expiry", "order", exp.Add(-time.Nanosecond), &img1},
+		{"at expiry", "order", exp, nil},
+		{"after expiry", "order", exp.Add(time.Hour), nil},
+		// The duplicate did not replace the original's expiry.
+		{"duplicate did not extend", "order", exp.Add(30 * time.Minute), nil},
+		{"unknown", "unknown", t0, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.ImageForToken(t.Context(), hash(tc.token), tc.now)
+			if tc.want == nil {
+				wantErr(t, "ImageForToken", err, imagestore.ErrNotFound)
+				return
+			}
+			must(t, "ImageForToken", err)
+			checkImage(t, "ImageForToken", got, *tc.want)
+		})
+	}
+}
+
+func testSweepTickets(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	const retain = 24 * time.Hour
+	h := time.Hour
+	newTicket(t, s, a.ID, "A", uploadID(1), t0.Add(1*h))  // unused
+	newTicket(t, s, a.ID, "B", uploadID(2), t0.Add(2*h))  // unused
+	newTicket(t, s, a.ID, "C", uploadID(3), t0.Add(1*h))  // used
+	newTicket(t, s, a.ID, "D", uploadID(4), t0.Add(30*h)) // unused
+	_, err := s.ConsumeTicket(ctx, hash("C"), t0)
+	must(t, "ConsumeTicket C", err)
+
+	steps := []struct {
+		name    string
+		now     time.Time
+		counted int
+		gone    []string
+		kept    []string
+	}{
+		{"nothing expired", t0, 0, nil, []string{"A", "B", "C", "D"}},
+		{"one nanosecond before A expires", t0.Add(h - time.Nanosecond), 0, nil, []string{"A", "B", "C", "D"}},
+		// Expired at expires_at; C is used, so it was never an expiry.
+		{"A expires", t0.Add(h), 1, nil, []string{"A", "B", "C", "D"}},
+		{"A is not counted twice", t0.Add(h), 0, nil, []string{"A", "B", "C", "D"}},
+		{"B expires", t0.Add(3 * h), 1, nil, []string{"A", "B", "C", "D"}},
+		// Forgotten only strictly after retain.
+		{"A and C at the retain boundary", t0.Add(h + retain), 0, nil, []string{"A", "B", "C", "D"}},
+		{"A and C past retain", t0.Add(h + retain + time.Nanosecond), 0, []string{"A", "C"}, []string{"B", "D"}},
+		{"D expires; B past retain", t0.Add(30 * h), 1, []string{"A", "B", "C"}, []string{"D"}},
+		{"nothing new", t0.Add(30 * h), 0, []string{"A", "B", "C"}, []string{"D"}},
+		{"everything past retain", t0.Add(100 * h), 0, []string{"A", "B", "C", "D"}, nil},
+	}
+	for _, st := range steps {
+		n, err := s.SweepTickets(ctx, st.now, retain)
+		must(t, "SweepTickets "+st.name, err)
+		if n != st.counted {
+			t.Errorf("SweepTickets %s: %d newly expired, want %d", st.name, n, st.counted)
+		}
+		for _, secret := range st.gone {
+			_, err := s.Ticket(ctx, hash(secret))
+			wantErr(t, st.name+": Ticket "+secret, err, imagestore.ErrNotFound)
+		}
+		for _, secret := range st.kept {
+			_, err := s.Ticket(ctx, hash(secret))
+			must(t, st.name+": Ticket "+secret, err)
+		}
+	}
+
+	// A ticket that both expires and ages out between two sweeps is still
+	// counted, once, before it is forgotten.
+	newTicket(t, s, a.ID, "E", uploadID(5), t0.Add(200*h))
+	n, err := s.SweepTickets(ctx, t0.Add(500*h), retain)
+	must(t, "SweepTickets E", err)
+	if n != 1 {
+		t.Errorf("SweepTickets E: %d newly expired, want 1", n)
+	}
+	_, err = s.Ticket(ctx, hash("E"))
+	wantErr(t, "Ticket E after sweep", err, imagestore.ErrNotFound)
+	n, err = s.SweepTickets(ctx, t0.Add(500*h), retain)
+	must(t, "SweepTickets again", err)
+	if n != 0 {
+		t.Errorf("SweepTickets again: %d newly expired, want 0", n)
+	}
+}
+
+func testTimeRoundTrip(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	// Not UTC, odd offset, every nanosecond digit set: the store must keep
+	// the instant exactly and hand it back in UTC.
+	zone := time.FixedZone("UTC+05:45", 5*3600+45*60)
+	created := time.Date(2029, 12, 31, 23, 59, 59, 987654321, zone)
+	expires := created.Add(36*time.Hour + 1)
+	used := created.Add(7*time.Hour + 3)
+	a := newTenant(t, s, "alpha")
+
+	tk := imagestore.Ticket{UploadID: uploadID(1), TenantID: a.ID, Name: "rt", CreatedAt: created, ExpiresAt: expires}
+	must(t, "CreateTicket", s.CreateTicket(ctx, tk, hash("rt"), 0))
+	got, err := s.ConsumeTicket(ctx, hash("rt"), used)
+	must(t, "ConsumeTicket", err)
+	want := tk
+	want.UsedAt = used
+	checkTicket(t, "ConsumeTicket", got, want)
+	got, err = s.Ticket(ctx, hash("rt"))
+	must(t, "Ticket", err)
+	checkTicket(t, "Ticket", got, want)
+
+	img := imagestore.Image{UploadID: uploadID(1), TenantID: a.ID, Name: "rt", Size: 1, VirtualSize: 2, SHA256: "ab", CreatedAt: created}
+	must(t, "AddImage", s.AddImage(ctx, img, 0))
+	gotImg, err := s.Image(ctx, uploadID(1))
+	must(t, "Image", err)
+	checkImage(t, "Image", gotImg, img)
+
+	// The fetch token's expiry round-trips to the nanosecond too.
+	must(t, "CreateFetchToken", s.CreateFetchToken(ctx, hash("ft"), imagestore.FetchToken{UploadID: uploadID(1), ExpiresAt: expires}))
+	_, err = s.ImageForToken(ctx, hash("ft"), expires.Add(-time.Nanosecond))
+	must(t, "ImageForToken just before expiry", err)
+	_, err = s.ImageForToken(ctx, hash("ft"), expires)
+	wantErr(t, "ImageForToken at expiry", err, imagestore.ErrNotFound)
+
+	// Whatever CreatedAt the store gives a tenant, it reads back the same.
+	tn, err := s.Tenant(ctx, "alpha")
+	must(t, "Tenant", err)
+	checkTenant(t, "Tenant", tn, a)
+}
+
+func testStats(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	check := func(when string, images, bytes int64) {
+		t.Helper()
+		st, err := s.Stats(ctx)
+		must(t, "Stats "+when, err)
+		if want := (imagestore.Stats{Images: images, ImageBytes: bytes}); st != want {
+			t.Errorf("Stats %s = %+v, want %+v", when, st, want)
+		}
+	}
+	check("empty", 0, 0)
+	ids, err := s.ImageIDs(ctx)
+	must(t, "ImageIDs empty", err)
+	if len(ids) != 0 {
+		t.Errorf("ImageIDs on an empty store = %v", ids)
+	}
+
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	newImage(t, s, a.ID, uploadID(1), t0, 1<<40) // sizes beyond 32 bits
+	newImage(t, s, a.ID, uploadID(2), t0, 5)
+	newImage(t, s, b.ID, uploadID(3), t0, 7)
+	check("after three images", 3, 1<<40+12)
+	must(t, "RemoveImage", s.RemoveImage(ctx, a.ID, uploadID(1)))
+	check("after removal", 2, 12)
+}
