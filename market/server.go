@@ -1,0 +1,152 @@
+// Package market is vmshelf's control plane (net/http): the tenants' API
+// (tickets, images, status), the public catalogue, health probes and
+// /metrics. It decides nothing about bytes on the wire of an upload; it
+// hands out the capabilities the data plane checks.
+package market
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/apierr"
+)
+
+// Config is what the control plane needs of the command line.
+type Config struct {
+	// PublicURL is the base of the upload URLs handed out, e.g.
+	// "http://127.0.0.1:8480". A trailing slash is dropped.
+	PublicURL string
+	// TicketTTL is how long an upload ticket stays usable.
+	TicketTTL time.Duration
+	// ImagesPerTenant is the image quota (SPEC: 3 by default).
+	ImagesPerTenant int
+	// VMsEnabled is --vms-enable; off, status says "notOffered".
+	VMsEnabled bool
+	// Now is the clock; nil means time.Now. Tests control it.
+	Now func() time.Time
+	// Log receives at most one line per failed request; nil discards.
+	Log *slog.Logger
+}
+
+// Server is the control plane. Build it with New; it is safe for concurrent
+// use.
+type Server struct {
+	cfg     Config
+	st      imagestore.Store
+	blobs   imagestore.Blobs
+	log     *slog.Logger
+	metrics *metrics
+	handler http.Handler
+
+	// afterSweep, when set (tests only), is called after every sweep of
+	// RunSweeper, so a test can wait for a sweep without sleeping.
+	afterSweep func(n int, err error)
+}
+
+// New checks cfg and builds the control plane over st and blobs. Its
+// metrics are registered on reg; /metrics serves gather (normally the same
+// *prometheus.Registry, which also holds the Go and process collectors the
+// caller chooses to add).
+func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus.Registerer, gather prometheus.Gatherer) (*Server, error) {
+	if st == nil || blobs == nil || reg == nil || gather == nil {
+		return nil, errors.New("market: store, blobs, registerer and gatherer are all required")
+	}
+	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	u, err := url.Parse(cfg.PublicURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("market: public URL %q is not an http(s) base URL like http://host:port", cfg.PublicURL)
+	}
+	if cfg.TicketTTL <= 0 {
+		return nil, fmt.Errorf("market: ticket TTL must be positive, not %v", cfg.TicketTTL)
+	}
+	if cfg.ImagesPerTenant < 1 {
+		return nil, fmt.Errorf("market: images per tenant must be at least 1, not %d", cfg.ImagesPerTenant)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log}
+	if s.metrics, err = newMetrics(reg, st, cfg.Log); err != nil {
+		return nil, err
+	}
+
+	rt := newRouter(s.metrics.observe, s.fail)
+	rt.handle(http.MethodGet, "/healthz", s.healthz)
+	rt.handle(http.MethodGet, "/readyz", s.readyz)
+	rt.handle(http.MethodGet, "/metrics", s.metrics.handler(reg, gather).ServeHTTP)
+	rt.handle(http.MethodGet, "/market/vm-images", s.catalogue)
+	rt.handle(http.MethodPost, "/market/vm-images/ticket", s.tenantRoute(s.ticket))
+	rt.handle(http.MethodPost, "/market/vm-images/remove", s.tenantRoute(s.remove))
+	rt.handle(http.MethodPost, "/market/vms/status", s.tenantRoute(s.status))
+	s.handler = rt
+	return s, nil
+}
+
+// Handler returns the control plane's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// writeJSON answers status with v as JSON. Every answer of the control
+// plane goes through here or fail, so headers are uniform.
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("encoding the answer: %w", err))
+		return
+	}
+	writeBody(w, status, append(b, '\n'))
+}
+
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	// Tenant answers carry tickets and private state: no cache may keep
+	// them. Probes and errors lose nothing by it either.
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body) // a client that hung up is not our error
+}
+
+// fail writes err as the SPEC error body. Errors that are not an
+// *apierr.Error become a 500 whose text stays in the log. It logs one line:
+// server faults at Error, client mistakes at Debug (they are the client's
+// business and would let anyone fill the log). Nothing logged here carries
+// a token: only method, route, status, reason and the internal cause.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := apierr.From(err)
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	level := slog.LevelDebug
+	if e.Status >= 500 {
+		level = slog.LevelError
+	}
+	attrs := []any{"method", r.Method, "route", routeLabel(r), "status", e.Status, "reason", e.Reason}
+	if e.Err != nil {
+		attrs = append(attrs, "err", e.Err.Error())
+	}
+	s.log.Log(r.Context(), level, "control request failed", attrs...)
+	writeBody(w, e.Status, append(e.JSON(), '\n'))
+}
+
+// routeLabel is the registered pattern of r, never the raw path: the path
+// of an unknown route is client-chosen text.
+func routeLabel(r *http.Request) string {
+	if r.Pattern == "" {
+		return otherRoute
+	}
+	return r.Pattern
+}

@@ -1,0 +1,95 @@
+package market
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/apierr"
+)
+
+// maxNameLen is the longest image name, in characters.
+const maxNameLen = 128
+
+type ticketRequest struct {
+	Name string `json:"name"`
+	EFI  bool   `json:"efi"`
+}
+
+type ticketAnswer struct {
+	Ticket    string    `json:"ticket"`
+	UploadID  string    `json:"upload_id"`
+	UploadURL string    `json:"upload_url"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ticket issues a single-use upload right: POST /market/vm-images/ticket.
+// The ticket is a fresh 256-bit secret; the store keeps only its hash, and
+// the answer is the one place the ticket ever appears.
+func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
+	var req ticketRequest
+	if err := decodeBody(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	name, err := cleanName(req.Name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !t.Sharing {
+		s.fail(w, r, errNotSharing)
+		return
+	}
+
+	secret := imagestore.NewSecret()
+	now := s.cfg.Now().UTC()
+	tk := imagestore.Ticket{
+		UploadID:  imagestore.NewUploadID(),
+		TenantID:  t.ID,
+		Name:      name,
+		EFI:       req.EFI,
+		CreatedAt: now,
+		ExpiresAt: now.Add(s.cfg.TicketTTL),
+	}
+	err = s.st.CreateTicket(r.Context(), tk, imagestore.HashSecret(secret), s.cfg.ImagesPerTenant)
+	switch {
+	case errors.Is(err, imagestore.ErrQuota):
+		s.fail(w, r, apierr.Wrap(err, http.StatusConflict, "imageQuota",
+			"this box already holds "+strconv.Itoa(s.cfg.ImagesPerTenant)+
+				" images, the most allowed; remove one before uploading another"))
+		return
+	case err != nil:
+		s.fail(w, r, err)
+		return
+	}
+	s.metrics.ticketsIssued.Inc()
+	s.writeJSON(w, r, http.StatusCreated, ticketAnswer{
+		Ticket:    secret,
+		UploadID:  tk.UploadID,
+		UploadURL: s.cfg.PublicURL + "/market/vm-images/upload/" + secret,
+		ExpiresAt: tk.ExpiresAt,
+	})
+}
+
+// cleanName trims name and checks it is 1..128 printable characters. Names
+// end up in the page, in logs and in VM labels' neighbourhood, so control
+// and format characters (including bidi overrides) are refused outright.
+func cleanName(name string) (string, error) {
+	name = strings.TrimSpace(name)
+	n := utf8.RuneCountInString(name)
+	if !utf8.ValidString(name) || n < 1 || n > maxNameLen {
+		return "", badRequest("name must be 1 to 128 printable characters")
+	}
+	for _, c := range name {
+		if !unicode.IsPrint(c) {
+			return "", badRequest("name must be 1 to 128 printable characters; it contains a control or format character")
+		}
+	}
+	return name, nil
+}
