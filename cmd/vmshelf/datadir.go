@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/vmshelf/vmshelf/imagestore/blobfs"
+	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+)
+
+// The layout of --data-dir.
+const (
+	dbFile      = "vmshelf.db"
+	imagesDir   = "vm-images"
+	devToken    = "dev-token"
+	serveLock   = "serve.lock"
+	defaultData = "./vmshelf-data"
+)
+
+// prepareDataDir creates dir (0700) and proves it writable, so that a bad
+// --data-dir is a one-line usage error before any port is opened.
+func prepareDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return usagef("data dir %s: %v", dir, err)
+	}
+	probe, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return usagef("data dir %s is not writable: %v", dir, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return nil
+}
+
+// openStore opens the records and the blobs under dir. The CLI commands use
+// it while serve runs: SQLite's WAL and busy timeout let them share.
+func openStore(ctx context.Context, dir string) (*sqlite.Store, *blobfs.FS, error) {
+	if err := prepareDataDir(dir); err != nil {
+		return nil, nil, err
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(dir, dbFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("open store: %w", err)
+	}
+	blobs, err := blobfs.Open(filepath.Join(dir, imagesDir))
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("open image directory: %w", err)
+	}
+	return st, blobs, nil
+}
+
+// lockDataDir keeps a second serve off the same data dir: its start-up
+// cleanup would remove the first one's uploads in progress. The lock goes
+// with the process, however it ends.
+func lockDataDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, serveLock), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, usagef("data dir %s is in use by another vmshelf serve", dir)
+	}
+	return f, nil
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// fetchURL mints a fetch capability for an image and prints its URL once:
+// the operator's way to hand an image to an importer by hand.
+func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("fetch-url")
+	dataDir := fs.String("data-dir", defaultData, "directory of the store")
+	ttl := fs.Duration("ttl", time.Hour, "how long the URL works")
+	dataAddr := fs.String("data-addr", "127.0.0.1:8480", "the data plane's address (the URL's base when --public-url is empty)")
+	publicURL := fs.String("public-url", "", "base of the URL (default http://<data-addr>)")
+	id := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if id == "" && fs.NArg() == 1 {
+		id = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return usagef("fetch-url takes one UPLOAD_ID")
+	}
+	if !imagestore.ValidUploadID(id) {
+		return usagef("fetch-url needs an UPLOAD_ID (24 hex characters), got %q", id)
+	}
+	if *ttl <= 0 {
+		return usagef("--ttl must be positive")
+	}
+	base, err := publicBase(*publicURL, *dataAddr)
+	if err != nil {
+		return err
+	}
+	st, _, err := openStore(ctx, *dataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	token := imagestore.NewSecret()
+	ft := imagestore.FetchToken{UploadID: id, ExpiresAt: time.Now().Add(*ttl).UTC()}
+	if err := st.CreateFetchToken(ctx, imagestore.HashSecret(token), ft); err != nil {
+		if errors.Is(err, imagestore.ErrNotFound) {
+			return fmt.Errorf("no image %s in %s", id, *dataDir)
+		}
+		return err
+	}
+	fmt.Fprintf(stderr, "fetch URL for %s, valid until %s (shown only this once):\n", id, ft.ExpiresAt.Format(time.RFC3339))
+	fmt.Fprintln(stdout, base+"/market/vm-images/fetch/"+token)
+	return nil
+}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/vmshelf/vmshelf/gateway"
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/market"
+)
+
+// serveFlags are SPEC's serve flags. Those later stages use (VMs, Stripe)
+// are parsed and validated now so that a unit file written today keeps
+// working.
+type serveFlags struct {
+	dataDir, dataAddr, controlAddr, publicURL string
+	uploadMaxGiB, maxVirtualGiB               float64
+	idleTimeout, ticketTTL                    time.Duration
+	maxTransfers, imagesPerTenant             int
+	vmCatalogue, kubeconfig, vmsDomain        string
+	vmsEnable, dev                            bool
+	vmCPU, vmMemoryMiB, vmDiskGiB             int
+	vmStorageClass, stripeAPIBase             string
+	checkoutReturnURL, currency               string
+}
+
+func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
+	f := &serveFlags{}
+	fs := newFlagSet("serve")
+	fs.StringVar(&f.dataDir, "data-dir", defaultData, "directory of the store and the images")
+	fs.StringVar(&f.dataAddr, "data-addr", "127.0.0.1:8480", "listen address of the data plane (uploads, fetches)")
+	fs.StringVar(&f.controlAddr, "control-addr", "127.0.0.1:8481", "listen address of the control plane (API, metrics, health)")
+	fs.StringVar(&f.publicURL, "public-url", "", "base of the upload and fetch URLs handed out (default http://<data-addr>)")
+	fs.Float64Var(&f.uploadMaxGiB, "upload-max-gib", 32, "largest image file accepted, in GiB (decimals allowed)")
+	fs.Float64Var(&f.maxVirtualGiB, "max-virtual-gib", 512, "largest virtual disk size accepted, in GiB")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "a transfer with no byte for this long is ended")
+	fs.IntVar(&f.maxTransfers, "max-transfers", 4, "uploads and fetches running at once")
+	fs.DurationVar(&f.ticketTTL, "ticket-ttl", time.Hour, "how long an upload ticket is valid")
+	fs.IntVar(&f.imagesPerTenant, "images-per-tenant", 3, "images a tenant may hold")
+	fs.StringVar(&f.vmCatalogue, "vm-catalogue", "", "catalogue file replacing the built-in one")
+	fs.BoolVar(&f.vmsEnable, "vms-enable", false, "offer VMs on the market and run the KubeVirt reconciler")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster config when empty)")
+	fs.StringVar(&f.vmsDomain, "vms-domain", "", "domain for VM ingresses (none when empty)")
+	fs.IntVar(&f.vmCPU, "vm-cpu", 1, "vCPUs per replica")
+	fs.IntVar(&f.vmMemoryMiB, "vm-memory-mib", 2048, "memory per replica in MiB")
+	fs.IntVar(&f.vmDiskGiB, "vm-disk-gib", 20, "smallest disk per replica in GiB")
+	fs.StringVar(&f.vmStorageClass, "vm-storage-class", "losos-vm-local", "storage class of replica disks")
+	fs.StringVar(&f.stripeAPIBase, "stripe-api-base", "https://api.stripe.com", "Stripe API base URL")
+	fs.StringVar(&f.checkoutReturnURL, "checkout-return-url", "", "where Stripe Checkout returns the buyer")
+	fs.StringVar(&f.currency, "currency", "eur", "currency of listings")
+	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("serve takes no arguments, got %q", fs.Arg(0))
+	}
+	return f, f.validate()
+}
+
+func (f *serveFlags) validate() error {
+	for name, addr := range map[string]string{"data-addr": f.dataAddr, "control-addr": f.controlAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return usagef("--%s %q: %v", name, addr, err)
+		}
+	}
+	if _, err := gib(f.uploadMaxGiB, "upload-max-gib"); err != nil {
+		return err
+	}
+	if _, err := gib(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
+		return err
+	}
+	switch {
+	case f.idleTimeout <= 0:
+		return usagef("--idle-timeout must be positive")
+	case f.ticketTTL <= 0:
+		return usagef("--ticket-ttl must be positive")
+	case f.maxTransfers < 1:
+		return usagef("--max-transfers must be at least 1")
+	case f.imagesPerTenant < 1:
+		return usagef("--images-per-tenant must be at least 1")
+	case f.vmCPU < 1 || f.vmMemoryMiB < 64 || f.vmDiskGiB < 1:
+		return usagef("--vm-cpu, --vm-memory-mib and --vm-disk-gib must be positive (memory at least 64 MiB)")
+	case len(f.currency) != 3:
+		return usagef("--currency must be a three-letter ISO code, got %q", f.currency)
+	}
+	if _, err := publicBase(f.publicURL, f.dataAddr); err != nil {
+		return err
+	}
+	for name, u := range map[string]string{"stripe-api-base": f.stripeAPIBase, "checkout-return-url": f.checkoutReturnURL} {
+		if u == "" {
+			continue
+		}
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return usagef("--%s %q is not an http(s) URL", name, u)
+		}
+	}
+	if f.vmCatalogue != "" {
+		b, err := os.ReadFile(f.vmCatalogue)
+		if err != nil {
+			return usagef("--vm-catalogue: %v", err)
+		}
+		if !json.Valid(b) {
+			return usagef("--vm-catalogue %s is not valid JSON", f.vmCatalogue)
+		}
+	}
+	return nil
+}
+
+// publicBase is the URL prefix of the upload and fetch URLs handed out.
+func publicBase(public, dataAddr string) (string, error) {
+	if public == "" {
+		return "http://" + dataAddr, nil
+	}
+	u, err := url.Parse(public)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+		return "", usagef("--public-url %q is not an http(s) base URL", public)
+	}
+	return strings.TrimRight(public, "/"), nil
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseServeFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if err := prepareDataDir(f.dataDir); err != nil {
+		return err
+	}
+	lock, err := lockDataDir(f.dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	st, blobs, err := openStore(ctx, f.dataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := imagestore.Reconcile(ctx, st, blobs, log); err != nil {
+		return err
+	}
+	if f.dev {
+		if err := ensureDevTenant(ctx, st, f.dataDir, stdout); err != nil {
+			return err
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	uploadMax, _ := gib(f.uploadMaxGiB, "upload-max-gib")
+	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
+	gw, err := gateway.New(gateway.Config{
+		UploadMax:       uploadMax,
+		MaxVirtualSize:  uint64(maxVirtual),
+		IdleTimeout:     f.idleTimeout,
+		MaxTransfers:    f.maxTransfers,
+		ImagesPerTenant: f.imagesPerTenant,
+		Log:             log.With("plane", "data"),
+	}, st, blobs, reg)
+	if err != nil {
+		return err
+	}
+	base, _ := publicBase(f.publicURL, f.dataAddr)
+	mk, err := market.New(market.Config{
+		PublicURL:       base,
+		TicketTTL:       f.ticketTTL,
+		ImagesPerTenant: f.imagesPerTenant,
+		VMsEnabled:      f.vmsEnable,
+		Log:             log.With("plane", "control"),
+	}, st, blobs, reg, reg)
+	if err != nil {
+		return err
+	}
+
+	dataLn, err := net.Listen("tcp", f.dataAddr)
+	if err != nil {
+		return fmt.Errorf("data plane: %w", err)
+	}
+	ctlLn, err := net.Listen("tcp", f.controlAddr)
+	if err != nil {
+		dataLn.Close()
+		return fmt.Errorf("control plane: %w", err)
+	}
+	ctl := &http.Server{Handler: mk.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLn.Addr().String(),
+		"public_url", base, "data_dir", f.dataDir)
+
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	go mk.RunSweeper(sweepCtx, time.Minute)
+
+	errs := make(chan error, 2)
+	go func() { errs <- gw.Serve(dataLn) }()
+	go func() { errs <- ctl.Serve(ctlLn) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: letting running transfers finish", "bound", shutdownBound)
+	case serveErr = <-errs:
+	}
+	stopSweep()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
+	defer cancel()
+	if err := gw.Shutdown(sctx); err != nil {
+		log.Warn("data plane shutdown", "err", err)
+	}
+	if err := ctl.Shutdown(sctx); err != nil {
+		log.Warn("control plane shutdown", "err", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+// shutdownBound is how long SIGTERM waits for running transfers.
+const shutdownBound = 30 * time.Second
+
+// ensureDevTenant gives `make run` a tenant to try the service with. The
+// token goes to a 0600 file; only its path is printed.
+func ensureDevTenant(ctx context.Context, st imagestore.Store, dataDir string, stdout io.Writer) error {
+	path := filepath.Join(dataDir, devToken)
+	_, err := st.Tenant(ctx, "dev")
+	_, statErr := os.Stat(path)
+	switch {
+	case err == nil && statErr == nil:
+		// Both there: keep the token the developer already uses.
+	case errors.Is(err, imagestore.ErrNotFound):
+		token := imagestore.NewSecret()
+		t := imagestore.Tenant{Name: "dev", InMesh: true, Sharing: true, HostsVMs: true}
+		if _, err := st.CreateTenant(ctx, t, imagestore.HashSecret(token)); err != nil {
+			return fmt.Errorf("create dev tenant: %w", err)
+		}
+		if err := writeSecretFile(path, token); err != nil {
+			return err
+		}
+	case err == nil: // the file was lost: rotate so that someone holds the token
+		token := imagestore.NewSecret()
+		if err := st.SetTenantToken(ctx, "dev", imagestore.HashSecret(token)); err != nil {
+			return fmt.Errorf("rotate dev token: %w", err)
+		}
+		if err := writeSecretFile(path, token); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("look up dev tenant: %w", err)
+	}
+	fmt.Fprintln(stdout, "dev tenant token in", path)
+	return nil
+}
+
+func writeSecretFile(path, secret string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// tenant manages the boxes the edge knows. Tokens are printed once, to
+// stdout, and stored only as hashes.
+func tenant(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("tenant needs a subcommand: add, list, set or token")
+	}
+	sub, args := args[0], args[1:]
+	fs := newFlagSet("tenant " + sub)
+	dataDir := fs.String("data-dir", defaultData, "directory of the store")
+	var attrs tenantAttrs
+	if sub == "add" || sub == "set" {
+		attrs.define(fs)
+	}
+	// NAME may come before the flags (as the usage shows) or after them.
+	name := ""
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		name, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if name == "" && fs.NArg() > 0 {
+		name = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return usagef("tenant %s: unexpected argument %q", sub, fs.Arg(0))
+	}
+	if sub != "list" && name == "" {
+		return usagef("tenant %s needs a NAME", sub)
+	}
+	if sub != "list" && !validTenantName(name) {
+		return usagef("tenant name %q: use 1-63 characters a-z, 0-9 and '-'", name)
+	}
+	st, _, err := openStore(ctx, *dataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	switch sub {
+	case "add":
+		t := imagestore.Tenant{Name: name}
+		attrs.apply(fs, &t)
+		token := imagestore.NewSecret()
+		if _, err := st.CreateTenant(ctx, t, imagestore.HashSecret(token)); err != nil {
+			if errors.Is(err, imagestore.ErrExists) {
+				return fmt.Errorf("tenant %s exists already; use 'vmshelf tenant token %s' for a new token", name, name)
+			}
+			return err
+		}
+		fmt.Fprintln(stderr, "tenant", name, "added; its token follows, shown only this once:")
+		fmt.Fprintln(stdout, token)
+	case "set":
+		t, err := st.Tenant(ctx, name)
+		if err != nil {
+			return notFound(err, name)
+		}
+		attrs.apply(fs, &t)
+		if err := st.UpdateTenant(ctx, t); err != nil {
+			return err
+		}
+		printTenants(stdout, []imagestore.Tenant{t})
+	case "token":
+		token := imagestore.NewSecret()
+		if err := st.SetTenantToken(ctx, name, imagestore.HashSecret(token)); err != nil {
+			return notFound(err, name)
+		}
+		fmt.Fprintln(stderr, "tenant", name, "has a new token (the old one no longer works); shown only this once:")
+		fmt.Fprintln(stdout, token)
+	case "list":
+		ts, err := st.Tenants(ctx)
+		if err != nil {
+			return err
+		}
+		printTenants(stdout, ts)
+	default:
+		return usagef("unknown tenant subcommand %q: use add, list, set or token", sub)
+	}
+	return nil
+}
+
+func notFound(err error, name string) error {
+	if errors.Is(err, imagestore.ErrNotFound) {
+		return fmt.Errorf("no tenant named %s ('vmshelf tenant list' shows them)", name)
+	}
+	return err
+}
+
+// tenantAttrs are the flags of add and set; set changes only those given.
+type tenantAttrs struct {
+	sharing, inMesh, hostsVMs *bool
+	appliance, stripeAccount  *string
+}
+
+func (a *tenantAttrs) define(fs *flag.FlagSet) {
+	a.sharing = fs.Bool("sharing", false, "the box shares its disk")
+	a.inMesh = fs.Bool("in-mesh", false, "the box is a member of the mesh")
+	a.hostsVMs = fs.Bool("hosts-vms", false, "the box hosts VMs (joined with host-vms on)")
+	a.appliance = fs.String("appliance", "", "the box's Kubernetes node label value")
+	a.stripeAccount = fs.String("stripe-account", "", "the box's Stripe Connect account id")
+}
+
+func (a *tenantAttrs) apply(fs *flag.FlagSet, t *imagestore.Tenant) {
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "sharing":
+			t.Sharing = *a.sharing
+		case "in-mesh":
+			t.InMesh = *a.inMesh
+		case "hosts-vms":
+			t.HostsVMs = *a.hostsVMs
+		case "appliance":
+			t.Appliance = *a.appliance
+		case "stripe-account":
+			t.StripeAccount = *a.stripeAccount
+		}
+	})
+}
+
+func printTenants(w io.Writer, ts []imagestore.Tenant) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tIN_MESH\tSHARING\tHOSTS_VMS\tAPPLIANCE\tSTRIPE_ACCOUNT\tCREATED")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%t\t%t\t%t\t%s\t%s\t%s\n", t.Name, t.InMesh, t.Sharing, t.HostsVMs,
+			dash(t.Appliance), dash(t.StripeAccount), t.CreatedAt.Format("2006-01-02 15:04"))
+	}
+	tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// validTenantName keeps names DNS-label shaped: they become namespace parts.
+func validTenantName(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,316 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/apierr"
+)
+
+// handleFetch is GET|HEAD /market/vm-images/fetch/{token}, what CDI's
+// importer (nbdkit curl, qemu-img's http driver) reads images with: it needs
+// Content-Length, Accept-Ranges and exact 206 answers to its range reads.
+func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
+	start := g.cfg.Now()
+	img, blob, aerr := g.openForToken(ctx, token)
+	if aerr != nil {
+		g.reject(dirFetch, aerr)
+		g.metrics.transfers.WithLabelValues(dirFetch, outcomeOf(aerr)).Inc()
+		writeError(ctx, aerr)
+		return
+	}
+	size := blob.Size()
+	etag := `"` + img.SHA256 + `"`
+	h := &ctx.Response.Header
+	h.Set("Accept-Ranges", "bytes")
+	h.Set("ETag", etag)
+	h.Set("Last-Modified", img.CreatedAt.UTC().Format(http.TimeFormat))
+	h.Set("Cache-Control", "private, no-transform")
+	h.SetContentType("application/octet-stream")
+
+	if inm := string(ctx.Request.Header.Peek("If-None-Match")); inm != "" && etagMatches(inm, etag) {
+		blob.Close()
+		ctx.SetStatusCode(fasthttp.StatusNotModified)
+		return
+	}
+	off, n, status := int64(0), size, fasthttp.StatusOK
+	if rng := string(ctx.Request.Header.Peek("Range")); rng != "" && g.ifRange(ctx, etag, img.CreatedAt) {
+		var ok, satisfiable bool
+		off, n, ok, satisfiable = parseRange(rng, size)
+		switch {
+		case ok && !satisfiable:
+			blob.Close()
+			h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
+			aerr := apierr.New(fasthttp.StatusRequestedRangeNotSatisfiable, "rangeNotSatisfiable", "the range lies outside the image")
+			g.reject(dirFetch, aerr)
+			g.metrics.transfers.WithLabelValues(dirFetch, outcomeRejected).Inc()
+			writeError(ctx, aerr)
+			return
+		case ok:
+			status = fasthttp.StatusPartialContent
+			h.Set("Content-Range", "bytes "+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10)+"/"+strconv.FormatInt(size, 10))
+		default: // a form we do not serve (several ranges): the whole image, as RFC 9110 allows
+			off, n = 0, size
+		}
+	}
+
+	// HEAD holds no slot: it moves no image bytes. fasthttp writes the
+	// headers of a body stream for HEAD and closes it without reading.
+	var release func()
+	if !ctx.IsHead() {
+		if !g.slots.tryAcquire() {
+			blob.Close()
+			aerr := g.busy(ctx)
+			g.reject(dirFetch, aerr)
+			g.metrics.transfers.WithLabelValues(dirFetch, outcomeRejected).Inc()
+			writeError(ctx, aerr)
+			return
+		}
+		release = func() { g.releaseSlot(dirFetch) }
+		g.metrics.inFlight.WithLabelValues(dirFetch).Inc()
+	}
+	src, err := blob.Section(off, n)
+	if err != nil {
+		blob.Close()
+		if release != nil {
+			release()
+			g.metrics.inFlight.WithLabelValues(dirFetch).Dec()
+		}
+		writeError(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the image"))
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetBodyStream(&fetchStream{
+		g: g, ctx: ctx, src: src, size: n, blob: blob, release: release,
+		start: start, uploadID: img.UploadID, remote: remoteAddr(ctx),
+	}, int(n))
+}
+
+// openForToken resolves a fetch token to its image and opens the bytes.
+func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, token string) (imagestore.Image, imagestore.Blob, *apierr.Error) {
+	now := g.cfg.Now()
+	addr := remoteAddr(ctx)
+	if g.misses.blocked(addr, now) {
+		return imagestore.Image{}, nil, g.tooManyMisses(ctx)
+	}
+	unknown := apierr.New(fasthttp.StatusNotFound, "tokenUnknown", "no such fetch token, or it was revoked or has expired")
+	if !isSecretShape(token) {
+		g.misses.miss(addr, now)
+		return imagestore.Image{}, nil, unknown
+	}
+	octx, cancel := op()
+	defer cancel()
+	img, err := g.store.ImageForToken(octx, imagestore.HashSecret(token), now)
+	if errors.Is(err, imagestore.ErrNotFound) {
+		g.misses.miss(addr, now)
+		return imagestore.Image{}, nil, unknown
+	}
+	if err != nil {
+		return imagestore.Image{}, nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the token up")
+	}
+	blob, err := g.blobs.Open(octx, img.UploadID)
+	if err != nil {
+		// A record without its file is our fault, never the client's.
+		return imagestore.Image{}, nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not open the image")
+	}
+	return img, blob, nil
+}
+
+// ifRange reports whether a Range header is to be honoured: always without
+// If-Range, else only if If-Range names the current image (strong ETag or
+// the exact Last-Modified date).
+func (g *Gateway) ifRange(ctx *fasthttp.RequestCtx, etag string, modified time.Time) bool {
+	ir := string(ctx.Request.Header.Peek("If-Range"))
+	if ir == "" {
+		return true
+	}
+	if strings.HasPrefix(ir, `"`) {
+		return ir == etag
+	}
+	t, err := http.ParseTime(ir)
+	return err == nil && t.Equal(modified.UTC().Truncate(time.Second)) && modified.Equal(modified.Truncate(time.Second))
+}
+
+// etagMatches checks an If-None-Match list (weak comparison, RFC 9110 13.1.2).
+func etagMatches(list, etag string) bool {
+	for _, t := range strings.Split(list, ",") {
+		t = strings.TrimPrefix(strings.TrimSpace(t), "W/")
+		if t == "*" || t == etag {
+			return true
+		}
+	}
+	return false
+}
+
+// parseRange reads a single "bytes=" range against size. ok is false for a
+// header to be ignored (not bytes, malformed, several ranges); satisfiable
+// is false for a well-formed range that lies outside the image.
+func parseRange(h string, size int64) (off, n int64, ok, satisfiable bool) {
+	spec, found := strings.CutPrefix(h, "bytes=")
+	if !found || strings.Contains(spec, ",") {
+		return 0, 0, false, false
+	}
+	first, last, found := strings.Cut(strings.TrimSpace(spec), "-")
+	if !found {
+		return 0, 0, false, false
+	}
+	if first == "" { // suffix: the last N bytes
+		sfx, err := strconv.ParseInt(last, 10, 64)
+		if err != nil || sfx < 0 {
+			return 0, 0, false, false
+		}
+		if sfx == 0 || size == 0 {
+			return 0, 0, true, false
+		}
+		sfx = min(sfx, size)
+		return size - sfx, sfx, true, true
+	}
+	a, err := strconv.ParseInt(first, 10, 64)
+	if err != nil || a < 0 {
+		return 0, 0, false, false
+	}
+	b := size - 1
+	if last != "" {
+		if b, err = strconv.ParseInt(last, 10, 64); err != nil || b < a {
+			return 0, 0, false, false
+		}
+		b = min(b, size-1)
+	}
+	if a >= size {
+		return 0, 0, true, false
+	}
+	return a, b - a + 1, true, true
+}
+
+// fetchStream is the body of a fetch. fasthttp calls WriteTo; it sends the
+// image in chunks with sendfile(2), moving the write deadline on before
+// each, and Close gives the slot back after the last byte (or the error).
+type fetchStream struct {
+	g        *Gateway
+	ctx      *fasthttp.RequestCtx
+	src      io.Reader
+	size     int64
+	blob     imagestore.Blob
+	release  func() // nil for HEAD
+	start    time.Time
+	uploadID string
+	remote   string
+	sent     int64
+	once     sync.Once
+}
+
+const (
+	minChunk = 256 << 10
+	maxChunk = 64 << 20
+)
+
+// WriteTo sends the section. A chunk is sized to take about a quarter of
+// the idle timeout at the rate the last one went, so a slow reader that is
+// still reading never times out and a fast one costs few deadline moves.
+func (s *fetchStream) WriteTo(w io.Writer) (int64, error) {
+	lr, ok := s.src.(*io.LimitedReader)
+	if !ok {
+		return s.copyByReads(w)
+	}
+	chunk := int64(minChunk)
+	var total int64
+	sent := s.g.metrics.bytes.WithLabelValues(dirFetch)
+	for lr.N > 0 {
+		c := min(chunk, lr.N)
+		t0 := s.g.cfg.Now()
+		if err := s.ctx.SetWriteDeadline(t0.Add(s.g.cfg.IdleTimeout)); err != nil {
+			return total, err
+		}
+		// A LimitedReader straight around the *os.File is what fasthttp
+		// and net.TCPConn unwrap to use sendfile.
+		n, err := io.Copy(w, &io.LimitedReader{R: lr.R, N: c})
+		lr.N -= n
+		total += n
+		s.sent += n
+		sent.Add(float64(n))
+		if err != nil {
+			return total, err
+		}
+		if n < c {
+			return total, io.ErrUnexpectedEOF
+		}
+		if el := s.g.cfg.Now().Sub(t0); el > 0 {
+			chunk = min(max(int64(float64(n)/el.Seconds()*(s.g.cfg.IdleTimeout/4).Seconds()), minChunk), maxChunk)
+		} else {
+			chunk = min(chunk*2, maxChunk)
+		}
+	}
+	return total, nil
+}
+
+// copyByReads serves a Blobs whose sections are not files.
+func (s *fetchStream) copyByReads(w io.Writer) (int64, error) {
+	var total int64
+	buf := make([]byte, 256<<10)
+	for {
+		if err := s.ctx.SetWriteDeadline(s.g.cfg.Now().Add(s.g.cfg.IdleTimeout)); err != nil {
+			return total, err
+		}
+		m, rerr := s.src.Read(buf)
+		if m > 0 {
+			n, werr := w.Write(buf[:m])
+			total += int64(n)
+			s.sent += int64(n)
+			s.g.metrics.bytes.WithLabelValues(dirFetch).Add(float64(n))
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
+}
+
+// Read lets fasthttp fall back to plain reads; WriteTo is the fast path.
+func (s *fetchStream) Read(p []byte) (int, error) {
+	if err := s.ctx.SetWriteDeadline(s.g.cfg.Now().Add(s.g.cfg.IdleTimeout)); err != nil {
+		return 0, err
+	}
+	n, err := s.src.Read(p)
+	s.sent += int64(n)
+	s.g.metrics.bytes.WithLabelValues(dirFetch).Add(float64(n))
+	return n, err
+}
+
+// CloseWithError is called by fasthttp once the body is written or has
+// failed; the handler returned long before.
+func (s *fetchStream) CloseWithError(err error) error {
+	s.once.Do(func() {
+		s.blob.Close()
+		if s.release == nil { // HEAD
+			s.g.metrics.transfers.WithLabelValues(dirFetch, outcomeOK).Inc()
+			return
+		}
+		// The slot goes back last, when everything about this fetch is
+		// counted.
+		defer s.release()
+		s.g.metrics.inFlight.WithLabelValues(dirFetch).Dec()
+		secs := s.g.cfg.Now().Sub(s.start).Seconds()
+		s.g.metrics.duration.WithLabelValues(dirFetch).Observe(secs)
+		outcome := outcomeOK
+		if err != nil || s.sent != s.size {
+			outcome = outcomeAborted
+		}
+		s.g.metrics.transfers.WithLabelValues(dirFetch, outcome).Inc()
+		s.g.log.Info("fetch", "upload_id", s.uploadID, "outcome", outcome, "bytes", s.sent,
+			"of", s.size, "seconds", secs, "remote", s.remote, "err", err)
+	})
+	return nil
+}

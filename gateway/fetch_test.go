@@ -1,0 +1,289 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// stored uploads a fresh image and returns its id and bytes.
+func (e *env) stored(img string) (string, []byte) {
+	e.t.Helper()
+	url, id := e.ticket()
+	if code, b := curlPut(e.t, url, img); code != 201 {
+		e.t.Fatalf("upload: %d %v", code, b)
+	}
+	data, err := os.ReadFile(img)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return id, data
+}
+
+func get(t *testing.T, method, url string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+func TestFetch(t *testing.T) {
+	e := newEnv(t, nil)
+	id, data := e.stored(makeImage(t, "64M"))
+	img, _ := e.st.Image(context.Background(), id)
+	url := e.fetchURL(id, time.Hour)
+	size := int64(len(data))
+	etag := `"` + img.SHA256 + `"`
+
+	t.Run("GET whole, three times with one token", func(t *testing.T) {
+		for i := 0; i < 3; i++ {
+			resp, b := get(t, "GET", url)
+			if resp.StatusCode != 200 || !bytes.Equal(b, data) {
+				t.Fatalf("GET %d: status %d, %d bytes (want %d)", i, resp.StatusCode, len(b), size)
+			}
+			for k, want := range map[string]string{
+				"Content-Length": strconv.FormatInt(size, 10), "Accept-Ranges": "bytes", "ETag": etag,
+				"Content-Type": "application/octet-stream", "Last-Modified": img.CreatedAt.UTC().Format(http.TimeFormat),
+			} {
+				if got := resp.Header.Get(k); got != want {
+					t.Errorf("%s: %q, want %q", k, got, want)
+				}
+			}
+		}
+	})
+	t.Run("HEAD", func(t *testing.T) {
+		resp, b := get(t, "HEAD", url)
+		if resp.StatusCode != 200 || resp.ContentLength != size || len(b) != 0 || resp.Header.Get("Accept-Ranges") != "bytes" {
+			t.Fatalf("HEAD: %d length %d body %d", resp.StatusCode, resp.ContentLength, len(b))
+		}
+	})
+	ranges := []struct {
+		hdr       []string
+		status    int
+		off, n    int64
+		wantRange string
+	}{
+		{[]string{"Range", "bytes=0-65536"}, 206, 0, 65537, fmt.Sprintf("bytes 0-65536/%d", size)},
+		{[]string{"Range", "bytes=1000-"}, 206, 1000, size - 1000, fmt.Sprintf("bytes 1000-%d/%d", size-1, size)},
+		{[]string{"Range", "bytes=-100"}, 206, size - 100, 100, fmt.Sprintf("bytes %d-%d/%d", size-100, size-1, size)},
+		{[]string{"Range", fmt.Sprintf("bytes=%d-%d", size-10, size+1000)}, 206, size - 10, 10, fmt.Sprintf("bytes %d-%d/%d", size-10, size-1, size)},
+		{[]string{"Range", fmt.Sprintf("bytes=%d-", size)}, 416, 0, 0, fmt.Sprintf("bytes */%d", size)},
+		{[]string{"Range", "bytes=0-1,5-6"}, 200, 0, size, ""},
+		{[]string{"Range", "bytes=5-1"}, 200, 0, size, ""},
+		{[]string{"Range", "bytes=10-19", "If-Range", etag}, 206, 10, 10, fmt.Sprintf("bytes 10-19/%d", size)},
+		{[]string{"Range", "bytes=10-19", "If-Range", `"other"`}, 200, 0, size, ""},
+		{[]string{"Range", "bytes=10-19", "If-Range", img.CreatedAt.UTC().Add(-time.Hour).Format(http.TimeFormat)}, 200, 0, size, ""},
+	}
+	for _, rc := range ranges {
+		t.Run(strings.Join(rc.hdr, " "), func(t *testing.T) {
+			resp, b := get(t, "GET", url, rc.hdr...)
+			if resp.StatusCode != rc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, rc.status)
+			}
+			if got := resp.Header.Get("Content-Range"); got != rc.wantRange {
+				t.Errorf("Content-Range %q, want %q", got, rc.wantRange)
+			}
+			if rc.status == 416 {
+				if errorOf(t, bytes.NewReader(b)).Reason != "rangeNotSatisfiable" {
+					t.Errorf("416 reason")
+				}
+				return
+			}
+			if !bytes.Equal(b, data[rc.off:rc.off+rc.n]) {
+				t.Errorf("body: %d bytes, not bytes %d..+%d of the image", len(b), rc.off, rc.n)
+			}
+		})
+	}
+	t.Run("If-None-Match", func(t *testing.T) {
+		resp, b := get(t, "GET", url, "If-None-Match", etag)
+		if resp.StatusCode != 304 || len(b) != 0 {
+			t.Fatalf("status %d, %d bytes; want 304", resp.StatusCode, len(b))
+		}
+	})
+	for i := 0; i < 12; i++ { // every GET above gave its slot back
+		e.waitSlotFreed(dirFetch)
+	}
+	if n := len(e.g.slots); n != 0 {
+		t.Errorf("%d slots held after the fetches", n)
+	}
+}
+
+func TestFetchUnknownTokens(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MissBurst = 3; c.MissEvery = time.Hour })
+	id, _ := e.stored(makeImage(t, "64M"))
+	expired := e.fetchURL(id, time.Minute)
+	revoked := e.fetchURL(id, time.Hour)
+	good := e.fetchURL(id, time.Hour)
+	e.clock.advance(2 * time.Minute)
+	if err := e.st.RemoveImage(context.Background(), e.tenant.ID, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{expired, revoked, e.base + fetchPrefix + "nothex"} {
+		resp, b := get(t, "GET", u)
+		if resp.StatusCode != 404 || errorOf(t, bytes.NewReader(b)).Reason != "tokenUnknown" {
+			t.Fatalf("%s: %d %s, want 404 tokenUnknown", u[len(e.base):][:30], resp.StatusCode, b)
+		}
+	}
+	// Three misses spent the budget: the address is slowed, even with a
+	// well-formed token.
+	resp, b := get(t, "GET", good)
+	if resp.StatusCode != 429 || errorOf(t, bytes.NewReader(b)).Reason != "rateLimited" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("fourth miss: %d %s, want 429 rateLimited with Retry-After", resp.StatusCode, b)
+	}
+	// Uploads with unknown tickets share the budget.
+	resp, b = get(t, "PUT", e.base+uploadPrefix+strings.Repeat("a", 64))
+	if resp.StatusCode != 429 {
+		t.Fatalf("upload after misses: %d %s, want 429", resp.StatusCode, b)
+	}
+	e.clock.advance(2 * time.Hour)
+	if resp, _ := get(t, "GET", good); resp.StatusCode != 404 {
+		t.Fatalf("after the budget refilled: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestFetchHoldsSlotUntilLastByte: a fetch keeps its slot while its body is
+// being read, HEAD needs none, and the slot comes back after the last byte.
+func TestFetchHoldsSlotUntilLastByte(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxTransfers = 1 })
+	img := filepath.Join(t.TempDir(), "big.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", img, "1G")
+	qemuIO(t, img, "write -q -P 0x42 0 48M")
+	id, data := e.stored(img)
+	e.waitSlotFreed(dirUpload)
+	url := e.fetchURL(id, time.Hour)
+
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 1<<20)
+	if _, err := io.ReadFull(resp.Body, head); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads no further: the server is blocked on a full socket.
+	if r, b := get(t, "GET", url); r.StatusCode != 503 || errorOf(t, bytes.NewReader(b)).Reason != "busy" {
+		t.Fatalf("second GET while the first is read: %d, want 503 busy", r.StatusCode)
+	}
+	if r, _ := get(t, "HEAD", url); r.StatusCode != 200 {
+		t.Fatalf("HEAD while the slot is held: %d, want 200", r.StatusCode)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Equal(append(head, rest...), data) {
+		t.Fatalf("first GET: %v, %d bytes", err, len(head)+len(rest))
+	}
+	e.waitSlotFreed(dirFetch)
+	if r, _ := get(t, "GET", url); r.StatusCode != 200 {
+		t.Fatalf("GET after the first finished: %d", r.StatusCode)
+	}
+	if got := testutil.ToFloat64(e.g.metrics.bytes.WithLabelValues(dirFetch)); got < float64(2*len(data)) {
+		t.Errorf("fetch bytes metric %v, want >= %d", got, 2*len(data))
+	}
+}
+
+// TestFetchStalledReader: a client that stops reading is cut off after the
+// idle timeout and its slot comes back.
+func TestFetchStalledReader(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxTransfers = 1; c.IdleTimeout = 300 * time.Millisecond })
+	img := filepath.Join(t.TempDir(), "big.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", img, "1G")
+	qemuIO(t, img, "write -q -P 0x42 0 48M")
+	id, _ := e.stored(img)
+	e.waitSlotFreed(dirUpload)
+	url := e.fetchURL(id, time.Hour)
+	conn := dial(t, e.base)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", strings.TrimPrefix(url, e.base))
+	conn.Read(make([]byte, 4096)) // the answer started; now stop reading
+	e.waitSlotFreed(dirFetch)
+	if got := testutil.ToFloat64(e.g.metrics.transfers.WithLabelValues(dirFetch, outcomeAborted)); got != 1 {
+		t.Errorf("aborted fetches = %v, want 1", got)
+	}
+}
+
+// TestFetchWithCDITools converts an image through a fetch URL the way CDI's
+// importer does (nbdkit's curl plugin under qemu-img), and with qemu-img's
+// own http driver, and compares the result with the original.
+func TestFetchWithCDITools(t *testing.T) {
+	needTool(t, "nbdkit")
+	e := newEnv(t, nil)
+	src := makeImage(t, "64M")
+	id, _ := e.stored(src)
+	url := e.fetchURL(id, time.Hour)
+	dir := t.TempDir()
+
+	t.Run("nbdkit curl + qemu-img convert", func(t *testing.T) {
+		sock := filepath.Join(dir, "nbd.sock")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		nbd := exec.CommandContext(ctx, "nbdkit", "--foreground", "--readonly", "--exit-with-parent", "-U", sock, "curl", "url="+url)
+		var nbdErr bytes.Buffer
+		nbd.Stderr = &nbdErr
+		if err := nbd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { nbd.Process.Kill(); nbd.Wait() }()
+		waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+		out := filepath.Join(dir, "nbd.raw")
+		convert := exec.CommandContext(ctx, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", "nbd+unix:///?socket="+sock, out)
+		if b, err := convert.CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img convert over nbdkit: %v\n%s\nnbdkit: %s", err, b, nbdErr.String())
+		}
+		compareWithSource(t, src, out)
+	})
+	t.Run("qemu-img http driver", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		out := filepath.Join(dir, "http.raw")
+		// -m 1: qemu-img's http driver can hang in parallel mode.
+		spec := fmt.Sprintf(`json:{"file.driver":"http","file.url":%q}`, url)
+		convert := exec.CommandContext(ctx, "qemu-img", "convert", "-m", "1", "-f", "qcow2", "-O", "raw", spec, out)
+		if b, err := convert.CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img convert over http: %v\n%s", err, b)
+		}
+		compareWithSource(t, src, out)
+	})
+}
+
+// compareWithSource checks the converted disk against the source with
+// qemu-img compare, and that it is not all zeros (what a server that
+// ignores ranges makes nbdkit produce).
+func compareWithSource(t *testing.T, src, raw string) {
+	t.Helper()
+	if b, err := exec.Command("qemu-img", "compare", "-f", "qcow2", "-F", "raw", src, raw).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img compare: %v\n%s", err, b)
+	}
+	f, err := os.Open(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 16)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, bytes.Repeat([]byte{0xab}, 16)) {
+		t.Fatalf("converted disk starts with % x, want the 0xab pattern", b)
+	}
+}

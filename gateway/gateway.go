@@ -1,0 +1,243 @@
+// Package gateway is the data plane: the fasthttp server that streams QCOW2
+// uploads into the image store and serves images to CDI importers. It is
+// authorised only by capabilities (an upload ticket, a fetch token) and
+// never holds a whole image in memory.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/apierr"
+)
+
+const (
+	uploadPrefix = "/market/vm-images/upload/"
+	fetchPrefix  = "/market/vm-images/fetch/"
+
+	// DefaultHeadroom is the free space an upload must leave on the disk.
+	DefaultHeadroom = 1 << 30
+)
+
+// Config is what the data plane needs to know; cmd/vmshelf fills it from
+// flags.
+type Config struct {
+	UploadMax       int64         // largest image in bytes (413 above)
+	MaxVirtualSize  uint64        // largest virtual disk size in bytes (422 above)
+	IdleTimeout     time.Duration // no byte for this long ends a transfer
+	MaxTransfers    int           // uploads + fetches running at once (503 above)
+	ImagesPerTenant int           // quota re-checked at commit (409 above)
+	Headroom        int64         // free bytes an upload must leave; DefaultHeadroom if 0
+	// Unknown tickets and tokens an address may present: MissBurst at once,
+	// then one per MissEvery. Defaults: 20 and 1s.
+	MissBurst int
+	MissEvery time.Duration
+	Now       func() time.Time // clock; time.Now if nil
+	Log       *slog.Logger
+}
+
+// Gateway is the data plane server.
+type Gateway struct {
+	cfg     Config
+	store   imagestore.Store
+	blobs   imagestore.Blobs
+	log     *slog.Logger
+	metrics *metrics
+	slots   slots
+	misses  *missLimiter
+	bufs    sync.Pool
+	srv     *fasthttp.Server
+
+	// onSlotFreed, if set, is told the direction of every transfer that
+	// gave its slot back; tests wait on it instead of sleeping.
+	onSlotFreed func(direction string)
+}
+
+// storeTimeout bounds one store or blob call made for a request.
+const storeTimeout = 30 * time.Second
+
+// op returns the context for one store or blob call. A *fasthttp.RequestCtx
+// is never used as a context.Context: fasthttp reuses it once the handler
+// returns, while database/sql may still hold it.
+func op() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), storeTimeout)
+}
+
+// releaseSlot gives a transfer slot back.
+func (g *Gateway) releaseSlot(direction string) {
+	g.slots.release()
+	if g.onSlotFreed != nil {
+		g.onSlotFreed(direction)
+	}
+}
+
+// New returns a gateway over st and blobs whose metrics are registered on reg.
+func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus.Registerer) (*Gateway, error) {
+	if cfg.UploadMax <= 0 || cfg.MaxVirtualSize == 0 || cfg.IdleTimeout <= 0 || cfg.MaxTransfers <= 0 {
+		return nil, fmt.Errorf("gateway: upload max, max virtual size, idle timeout and max transfers must be positive")
+	}
+	if cfg.Headroom == 0 {
+		cfg.Headroom = DefaultHeadroom
+	}
+	if cfg.MissBurst == 0 {
+		cfg.MissBurst = 20
+	}
+	if cfg.MissEvery == 0 {
+		cfg.MissEvery = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: register metrics: %w", err)
+	}
+	g := &Gateway{
+		cfg:     cfg,
+		store:   st,
+		blobs:   blobs,
+		log:     cfg.Log,
+		metrics: m,
+		slots:   newSlots(cfg.MaxTransfers),
+		misses:  newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
+		bufs:    sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
+	}
+	g.srv = &fasthttp.Server{
+		Handler:       g.route,
+		ExpectHandler: g.expect,
+		Name:          "vmshelf",
+		// Bodies are read by the handler as they arrive; only the first
+		// 8 KiB may be read ahead by fasthttp. MaxRequestBodySize is not
+		// enforced in this mode: the upload handler counts bytes itself.
+		StreamRequestBody: true,
+		// Deadlines for the phase before a handler runs. While a transfer
+		// runs, the handler moves the read or write deadline on with every
+		// chunk, so a slow transfer that moves never times out.
+		ReadTimeout:       cfg.IdleTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		ReduceMemoryUsage: true, // idle keep-alive connections give back their buffers
+		CloseOnShutdown:   true,
+		Logger:            redactingLogger{g.log},
+		// Errors fasthttp answers itself (bad request line, header too
+		// large) still get our JSON shape.
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			writeError(ctx, apierr.Wrap(err, fasthttp.StatusBadRequest, "badRequest", "the request could not be read as HTTP/1.1"))
+		},
+	}
+	return g, nil
+}
+
+// Serve answers connections from ln until Shutdown.
+func (g *Gateway) Serve(ln net.Listener) error { return g.srv.Serve(ln) }
+
+// Shutdown stops accepting connections and waits until the running
+// transfers end or ctx is done, then closes what is left.
+func (g *Gateway) Shutdown(ctx context.Context) error { return g.srv.ShutdownWithContext(ctx) }
+
+// route dispatches on exact path shapes: a capability is the last path
+// segment and nothing else is accepted.
+func (g *Gateway) route(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	switch {
+	case strings.HasPrefix(path, uploadPrefix) && !strings.Contains(path[len(uploadPrefix):], "/"):
+		switch string(ctx.Method()) {
+		case fasthttp.MethodPut:
+			g.handleUpload(ctx, path[len(uploadPrefix):])
+		default:
+			methodNotAllowed(ctx, "PUT")
+		}
+	case strings.HasPrefix(path, fetchPrefix) && !strings.Contains(path[len(fetchPrefix):], "/"):
+		switch string(ctx.Method()) {
+		case fasthttp.MethodGet, fasthttp.MethodHead:
+			g.handleFetch(ctx, path[len(fetchPrefix):])
+		default:
+			methodNotAllowed(ctx, "GET, HEAD")
+		}
+	default:
+		writeError(ctx, apierr.New(fasthttp.StatusNotFound, "notFound", "no such route on the data plane"))
+	}
+}
+
+// expect answers "Expect: 100-continue" with the early refusals, so that a
+// client that asked first sends no body byte to be refused.
+func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
+	path := string(ctx.Path())
+	var aerr *apierr.Error
+	switch {
+	case strings.HasPrefix(path, uploadPrefix) && !strings.Contains(path[len(uploadPrefix):], "/"):
+		if !ctx.IsPut() {
+			return fasthttp.StatusContinue // route answers 405 without reading
+		}
+		if aerr = g.admit(ctx, path[len(uploadPrefix):]); aerr != nil {
+			g.reject(dirUpload, aerr)
+		}
+	case strings.HasPrefix(path, fetchPrefix) && !strings.Contains(path[len(fetchPrefix):], "/"):
+		return fasthttp.StatusContinue
+	default:
+		aerr = apierr.New(fasthttp.StatusNotFound, "notFound", "no such route on the data plane")
+	}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return aerr.Status
+	}
+	return fasthttp.StatusContinue
+}
+
+func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
+	ctx.Response.Header.Set("Allow", allow)
+	writeError(ctx, apierr.New(fasthttp.StatusMethodNotAllowed, "methodNotAllowed", "method not allowed here; allowed: "+allow))
+}
+
+// writeError answers with SPEC's JSON error shape.
+func writeError(ctx *fasthttp.RequestCtx, e *apierr.Error) {
+	ctx.Response.SetStatusCode(e.Status)
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.Response.SetBody(e.JSON())
+}
+
+// reject counts a refusal by its reason.
+func (g *Gateway) reject(dir string, e *apierr.Error) {
+	g.metrics.rejections.WithLabelValues(dir, e.Reason).Inc()
+}
+
+// remoteAddr is the key of the miss limiter: the peer's IP, never its port.
+func remoteAddr(ctx *fasthttp.RequestCtx) string { return ctx.RemoteIP().String() }
+
+// tooManyMisses is the 429 for an address that guessed too often.
+func (g *Gateway) tooManyMisses(ctx *fasthttp.RequestCtx) *apierr.Error {
+	ctx.Response.Header.Set("Retry-After", strconv.Itoa(int(max(g.cfg.MissEvery/time.Second, 1))))
+	return apierr.New(fasthttp.StatusTooManyRequests, "rateLimited", "too many unknown tickets or tokens from this address; wait and retry")
+}
+
+// secretShape is a 64-hex capability in any text fasthttp may log.
+var secretShape = regexp.MustCompile(`[0-9a-fA-F]{64}`)
+
+// redactingLogger keeps capabilities out of fasthttp's own log lines (they
+// can quote a request URI, and URIs carry tickets and tokens).
+type redactingLogger struct{ log *slog.Logger }
+
+func (l redactingLogger) Printf(format string, args ...any) {
+	l.log.Warn(secretShape.ReplaceAllString(fmt.Sprintf(format, args...), "[redacted]"), "component", "fasthttp")
+}
+
+// isTimeout reports whether err is a deadline that passed: the idle timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
