@@ -84,7 +84,7 @@ func newStatsCollector(st imagestore.Store) *statsCollector {
 		st: st,
 		images: prometheus.NewDesc("vmshelf_images_stored",
 			"Images stored, over all tenants.", nil, nil),
-		bytes: prometheus.NewDesc("vmshelf_image_bytes_stored",
+		bytes: prometheus.NewDesc("vmshelf_images_stored_bytes",
 			"Bytes of the images stored, over all tenants.", nil, nil),
 	}
 }

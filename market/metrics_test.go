@@ -45,7 +45,7 @@ func TestMetrics(t *testing.T) {
 		"vmshelf_tickets_issued_total 1",
 		"vmshelf_tickets_expired_total 0",
 		"vmshelf_images_stored 1",
-		"vmshelf_image_bytes_stored 5",
+		"vmshelf_images_stored_bytes 5",
 		`vmshelf_control_requests_total{code="201",route="/market/vm-images/ticket"} 1`,
 		`vmshelf_control_requests_total{code="405",route="/market/vm-images/ticket"} 1`,
 		`vmshelf_control_requests_total{code="404",route="other"} 1`,
