@@ -309,8 +309,11 @@ func (s *fetchStream) CloseWithError(err error) error {
 			outcome = outcomeAborted
 		}
 		s.g.metrics.transfers.WithLabelValues(dirFetch, outcome).Inc()
-		s.g.log.Info("fetch", "upload_id", s.uploadID, "outcome", outcome, "bytes", s.sent,
-			"of", s.size, "seconds", secs, "remote", s.remote, "err", err)
+		attrs := []any{"upload_id", s.uploadID, "outcome", outcome, "bytes", s.sent, "of", s.size, "seconds", secs, "remote", s.remote}
+		if err != nil {
+			attrs = append(attrs, "err", err)
+		}
+		s.g.log.Info("fetch", attrs...)
 	})
 	return nil
 }

@@ -123,8 +123,12 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	img, n, aerr := g.receive(ctx, tk)
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, tk.UploadID)
-		g.log.Info("upload", "upload_id", tk.UploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason,
-			"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", remoteAddr(ctx), "err", aerr.Err)
+		attrs := []any{"upload_id", tk.UploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason,
+			"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", remoteAddr(ctx)}
+		if aerr.Err != nil {
+			attrs = append(attrs, "err", aerr.Err)
+		}
+		g.log.Info("upload", attrs...)
 		return
 	}
 	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()

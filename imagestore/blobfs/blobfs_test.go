@@ -519,6 +519,9 @@ func TestWritebackErrors(t *testing.T) {
 	if _, err := w.Write(big); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Write with failing writeback: %v, want EIO", err)
 	}
+	if err := w.Commit(ctx); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Commit after failed writeback: %v, want EIO", err)
+	}
 }
 
 // TestENOSPC fills a 2 MiB tmpfs and checks that the full disk surfaces as
@@ -561,6 +564,13 @@ func TestENOSPC(t *testing.T) {
 	}
 	if !errors.Is(werr, syscall.ENOSPC) {
 		t.Fatalf("writing past a full disk: %v, want ENOSPC", werr)
+	}
+	// The blob is incomplete: it can never be committed.
+	if _, err := w.Write([]byte("x")); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("Write after ENOSPC: %v", err)
+	}
+	if err := w.Commit(ctx); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("Commit after ENOSPC: %v", err)
 	}
 	if err := w.Abort(); err != nil {
 		t.Fatal(err)

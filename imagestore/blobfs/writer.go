@@ -47,6 +47,9 @@ type writer struct {
 	// leftover is a committed path that a failed Commit could not take
 	// back; Abort removes it.
 	leftover string
+	// werr is the first write error: the file has a hole or a short tail
+	// from then on, so later writes and Commit refuse.
+	werr error
 }
 
 var _ imagestore.BlobWriter = (*writer)(nil)
@@ -56,19 +59,29 @@ func newWriter(f *FS, id string, file *os.File) *writer {
 }
 
 // Write appends p. Errors wrap the underlying *fs.PathError, so
-// errors.Is(err, syscall.ENOSPC) holds on a full disk.
+// errors.Is(err, syscall.ENOSPC) holds on a full disk. A failed write is
+// final: the file may now end short, so later Writes and Commit return
+// the same error and only Abort is left.
 func (w *writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.state != stateWriting {
 		return 0, fmt.Errorf("blobfs: write %s: %w", w.id, os.ErrClosed)
 	}
+	if w.werr != nil {
+		return 0, w.werr
+	}
 	n, err := w.file.Write(p)
 	w.written += int64(n)
 	if err != nil {
-		return n, fmt.Errorf("blobfs: write %s: %w", w.id, err)
+		w.werr = fmt.Errorf("blobfs: write %s: %w", w.id, err)
+		return n, w.werr
 	}
-	return n, w.writeback()
+	if err := w.writeback(); err != nil {
+		w.werr = err
+		return n, err
+	}
+	return n, nil
 }
 
 // writeback starts writeout of every full window written since the last
@@ -148,6 +161,10 @@ func (w *writer) Commit(ctx context.Context) error {
 }
 
 func (w *writer) commit(ctx context.Context) error {
+	if w.werr != nil {
+		w.closeFile()
+		return fmt.Errorf("earlier write failed: %w", w.werr)
+	}
 	if err := ctx.Err(); err != nil {
 		w.closeFile()
 		return err
