@@ -184,7 +184,7 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 		if !ctx.IsPut() {
 			return fasthttp.StatusContinue // route answers 405 without reading
 		}
-		if aerr = g.admit(ctx, path[len(uploadPrefix):]); aerr != nil {
+		if aerr = g.admit(ctx, path[len(uploadPrefix):]); aerr != nil && outcomeOf(aerr) == outcomeRejected {
 			g.reject(dirUpload, aerr)
 		}
 	case strings.HasPrefix(path, fetchPrefix) && !strings.Contains(path[len(fetchPrefix):], "/"):
@@ -193,6 +193,7 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 		aerr = apierr.New(fasthttp.StatusNotFound, "notFound", "no such route on the data plane")
 	}
 	if aerr != nil {
+		g.metrics.transfers.WithLabelValues(dirUpload, outcomeOf(aerr)).Inc()
 		writeError(ctx, aerr)
 		return aerr.Status
 	}

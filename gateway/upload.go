@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"strconv"
 	"syscall"
 	"time"
@@ -152,10 +153,58 @@ func (g *Gateway) refuseUpload(ctx *fasthttp.RequestCtx, aerr *apierr.Error, sta
 	if uploadID != "" {
 		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 	}
-	ctx.SetConnectionClose()
 	// The answer must not wait on a client that stopped reading.
 	_ = ctx.SetWriteDeadline(g.cfg.Now().Add(g.cfg.IdleTimeout))
 	writeError(ctx, aerr)
+	// The connection ends after the answer, by lingerClose. (fasthttp
+	// skips the hijack when the answer says "Connection: close", so it
+	// does not; the client learns from the FIN.)
+	ctx.Hijack(lingerClose)
+}
+
+// Lingering close bounds (nginx's lingering_time and lingering_timeout).
+const (
+	lingerTotal = 30 * time.Second
+	lingerIdle  = 5 * time.Second
+)
+
+// lingerClose runs after a refusal was sent on a connection whose client
+// may still be sending the body. Closing at once would make the kernel
+// answer the unread bytes with a reset, and the client (curl among them)
+// would report a send failure instead of our answer. So: send FIN, read
+// and drop what still arrives until the client closes, stalls or the
+// bound passes, then close.
+func lingerClose(c net.Conn) {
+	if tc, ok := underlyingTCP(c); ok {
+		_ = tc.CloseWrite()
+	}
+	end := time.Now().Add(lingerTotal)
+	buf := make([]byte, 32<<10)
+	for time.Now().Before(end) {
+		d := time.Now().Add(lingerIdle)
+		if d.After(end) {
+			d = end
+		}
+		_ = c.SetReadDeadline(d)
+		if _, err := c.Read(buf); err != nil {
+			return
+		}
+	}
+}
+
+// underlyingTCP finds the *net.TCPConn under fasthttp's hijacked wrapper.
+func underlyingTCP(c net.Conn) (*net.TCPConn, bool) {
+	for range 4 {
+		if tc, ok := c.(*net.TCPConn); ok {
+			return tc, true
+		}
+		u, ok := c.(interface{ UnsafeConn() net.Conn })
+		if !ok {
+			return nil, false
+		}
+		c = u.UnsafeConn()
+	}
+	return nil, false
 }
 
 // outcomeOf sorts an error into the transfers_total outcomes.

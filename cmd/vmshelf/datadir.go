@@ -35,9 +35,16 @@ func prepareDataDir(dir string) error {
 	return nil
 }
 
-// openStore opens the records and the blobs under dir. The CLI commands use
-// it while serve runs: SQLite's WAL and busy timeout let them share.
-func openStore(ctx context.Context, dir string) (*sqlite.Store, *blobfs.FS, error) {
+// openStore opens the records and the blobs under dir, creating them if
+// create is set. The CLI commands use it while serve runs: SQLite's WAL and
+// busy timeout let them share. Only serve and 'tenant add' create a store,
+// so a mistyped --data-dir is an error instead of a new, empty store.
+func openStore(ctx context.Context, dir string, create bool) (*sqlite.Store, *blobfs.FS, error) {
+	if !create {
+		if _, err := os.Stat(filepath.Join(dir, dbFile)); err != nil {
+			return nil, nil, usagef("no vmshelf store in %s (check --data-dir)", dir)
+		}
+	}
 	if err := prepareDataDir(dir); err != nil {
 		return nil, nil, err
 	}

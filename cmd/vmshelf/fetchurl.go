@@ -41,7 +41,7 @@ func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st, _, err := openStore(ctx, *dataDir)
+	st, _, err := openStore(ctx, *dataDir, false)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return usageError{"help requested"}
+			return errHelp
 		}
 		return usageError{err.Error()}
 	}
@@ -38,6 +38,9 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	})
 	return err
 }
+
+// errHelp ends a command after its -h output, with exit code 0.
+var errHelp = errors.New("help shown")
 
 // gib converts a size in GiB (decimals allowed) to bytes.
 func gib(v float64, flagName string) (int64, error) {

@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func exitCode(err error, stderr io.Writer) int {
-	if err == nil {
+	if err == nil || errors.Is(err, errHelp) {
 		return 0
 	}
 	fmt.Fprintln(stderr, "vmshelf:", err)

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,7 +75,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 
 func (f *serveFlags) validate() error {
 	for name, addr := range map[string]string{"data-addr": f.dataAddr, "control-addr": f.controlAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
+		if err := checkListenAddr(addr); err != nil {
 			return usagef("--%s %q: %v", name, addr, err)
 		}
 	}
@@ -121,14 +122,29 @@ func (f *serveFlags) validate() error {
 	return nil
 }
 
-// publicBase is the URL prefix of the upload and fetch URLs handed out.
+// checkListenAddr accepts host:port with a port 0..65535.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+// publicBase is the URL prefix of the upload and fetch URLs handed out: an
+// http(s) URL with a host and nothing after the path (no user info, query
+// or fragment, which would end up inside every capability URL).
 func publicBase(public, dataAddr string) (string, error) {
 	if public == "" {
 		return "http://" + dataAddr, nil
 	}
 	u, err := url.Parse(public)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
-		return "", usagef("--public-url %q is not an http(s) base URL", public)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.Contains(public, "#") {
+		return "", usagef("--public-url %q is not an http(s) base URL (scheme, host, optional path)", public)
 	}
 	return strings.TrimRight(public, "/"), nil
 }
@@ -147,7 +163,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer lock.Close()
-	st, blobs, err := openStore(ctx, f.dataDir)
+	st, blobs, err := openStore(ctx, f.dataDir, true)
 	if err != nil {
 		return err
 	}
@@ -237,10 +253,9 @@ const shutdownBound = 30 * time.Second
 func ensureDevTenant(ctx context.Context, st imagestore.Store, dataDir string, stdout io.Writer) error {
 	path := filepath.Join(dataDir, devToken)
 	_, err := st.Tenant(ctx, "dev")
-	_, statErr := os.Stat(path)
 	switch {
-	case err == nil && statErr == nil:
-		// Both there: keep the token the developer already uses.
+	case err == nil && devTokenValid(ctx, st, path):
+		// Keep the token the developer already uses.
 	case errors.Is(err, imagestore.ErrNotFound):
 		token := imagestore.NewSecret()
 		t := imagestore.Tenant{Name: "dev", InMesh: true, Sharing: true, HostsVMs: true}
@@ -250,7 +265,7 @@ func ensureDevTenant(ctx context.Context, st imagestore.Store, dataDir string, s
 		if err := writeSecretFile(path, token); err != nil {
 			return err
 		}
-	case err == nil: // the file was lost: rotate so that someone holds the token
+	case err == nil: // the file is lost or stale (rotated by 'tenant token dev'): rotate and write it
 		token := imagestore.NewSecret()
 		if err := st.SetTenantToken(ctx, "dev", imagestore.HashSecret(token)); err != nil {
 			return fmt.Errorf("rotate dev token: %w", err)
@@ -263,6 +278,16 @@ func ensureDevTenant(ctx context.Context, st imagestore.Store, dataDir string, s
 	}
 	fmt.Fprintln(stdout, "dev tenant token in", path)
 	return nil
+}
+
+// devTokenValid reports whether the dev-token file holds dev's current token.
+func devTokenValid(ctx context.Context, st imagestore.Store, path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	t, err := st.TenantByToken(ctx, imagestore.HashSecret(strings.TrimSpace(string(b))))
+	return err == nil && t.Name == "dev"
 }
 
 func writeSecretFile(path, secret string) error {

@@ -43,7 +43,7 @@ func tenant(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if sub != "list" && !validTenantName(name) {
 		return usagef("tenant name %q: use 1-63 characters a-z, 0-9 and '-'", name)
 	}
-	st, _, err := openStore(ctx, *dataDir)
+	st, _, err := openStore(ctx, *dataDir, sub == "add")
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,1206 @@
+package main
+
+// End-to-end tests: the real binary, driven as an operator and a user would
+// drive it (curl, qemu-img, the tenant and fetch-url commands), over
+// loopback only.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// binPath is the vmshelf binary TestMain builds once.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vmshelf-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: temp dir:", err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "vmshelf")
+	build := exec.Command("go", "build", "-o", binPath, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: go build:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var (
+	hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	hex24 = regexp.MustCompile(`^[0-9a-f]{24}$`)
+	// anySecret finds a capability-shaped string anywhere in a text.
+	anySecret = regexp.MustCompile(`[0-9a-f]{64}`)
+)
+
+// needTool skips the test when a tool is missing, except in CI, where a
+// missing tool is a broken runner and fails the test.
+func needTool(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is required in CI: %v", name, err)
+		}
+		t.Skipf("%s not installed: %v", name, err)
+	}
+}
+
+// cleanEnv is the environment of every child: no VMSHELF_* settings of the
+// developer's shell and no proxy between us and loopback.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "VMSHELF_") || strings.HasSuffix(strings.ToLower(k), "_proxy") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "no_proxy=*", "NO_PROXY=*")
+	return append(env, extra...)
+}
+
+// freeAddr returns a loopback address nobody listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// assertFree checks that nothing listens on addr.
+func assertFree(t *testing.T, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Errorf("%s is taken after a refused start: %v", addr, err)
+		return
+	}
+	ln.Close()
+}
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// httpClient talks to loopback directly, never through a proxy.
+var httpClient = &http.Client{
+	Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+	Timeout:   10 * time.Second,
+}
+
+// server is one `vmshelf serve --dev` child.
+type server struct {
+	stopped           bool // stop ran; the cleanup does not run it again
+	t                 *testing.T
+	cmd               *exec.Cmd
+	dataDir           string
+	dataAddr, ctlAddr string
+	stdout, stderr    *syncBuffer
+	done              chan struct{} // closed when the process has exited
+	waitErr           error
+	killed            bool
+	token             string // the dev tenant's token
+	mu                sync.Mutex
+	secrets           []string // must never appear in the logs
+	dataBase, ctlBase string
+}
+
+// startServe starts serve --dev on dataDir with fresh loopback ports and
+// returns once /healthz answers 200. Cleanup sends SIGTERM and expects a
+// clean exit, then checks that no secret the test saw reached the log.
+// A port taken between freeAddr and serve's bind (by another test process)
+// is retried with fresh ports, at most three times.
+func startServe(t *testing.T, dataDir string, args []string, env ...string) *server {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		s, early := launch(t, dataDir, freeAddr(t), freeAddr(t), args, env)
+		if s != nil {
+			return s
+		}
+		if attempt == 3 || !strings.Contains(early, "address already in use") {
+			t.Fatalf("serve exited before it was ready; stderr:\n%s", early)
+		}
+	}
+}
+
+// startServeAt is startServe on given addresses (a restart keeps them, so
+// that URLs handed out before still point at it).
+func startServeAt(t *testing.T, dataDir, dataAddr, ctlAddr string, args []string, env ...string) *server {
+	t.Helper()
+	s, early := launch(t, dataDir, dataAddr, ctlAddr, args, env)
+	if s == nil {
+		t.Fatalf("serve exited before it was ready; stderr:\n%s", early)
+	}
+	return s
+}
+
+// launch starts serve and waits for /healthz (400 polls, 25 ms apart). If
+// serve exits first, it returns nil and serve's stderr.
+func launch(t *testing.T, dataDir, dataAddr, ctlAddr string, args, env []string) (*server, string) {
+	t.Helper()
+	s := &server{
+		t: t, dataDir: dataDir, dataAddr: dataAddr, ctlAddr: ctlAddr,
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
+	}
+	s.dataBase, s.ctlBase = "http://"+s.dataAddr, "http://"+s.ctlAddr
+	full := append([]string{"serve", "--dev", "--data-dir", dataDir, "--data-addr", s.dataAddr,
+		"--control-addr", s.ctlAddr, "--idle-timeout", "10s"}, args...)
+	s.cmd = exec.Command(binPath, full...)
+	s.cmd.Env = cleanEnv(env...)
+	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
+	// If the test binary dies (a timeout panic skips cleanups), so does serve.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("start serve: %v", err)
+	}
+	go func() { s.waitErr = s.cmd.Wait(); close(s.done) }()
+
+	ready := false
+	for range 400 {
+		select {
+		case <-s.done:
+			return nil, fmt.Sprintf("(%v)\n%s", s.waitErr, s.stderr)
+		default:
+		}
+		resp, err := httpClient.Get(s.ctlBase + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ready = true
+				break
+			}
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Cleanup(s.stop)
+	if !ready {
+		t.Fatalf("serve not ready after 400 polls of /healthz; stderr:\n%s", s.stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, "dev-token"))
+	if err != nil {
+		t.Fatalf("dev token: %v", err)
+	}
+	s.token = strings.TrimSpace(string(b))
+	if !hex64.MatchString(s.token) {
+		t.Fatalf("dev-token holds %q, not a 64-hex token", s.token)
+	}
+	s.secret(s.token)
+	return s, ""
+}
+
+// secret notes a capability that must never appear in serve's output.
+func (s *server) secret(v string) {
+	s.mu.Lock()
+	s.secrets = append(s.secrets, v)
+	s.mu.Unlock()
+}
+
+func (s *server) logs() string { return s.stdout.String() + s.stderr.String() }
+
+// assertNoSecrets checks serve's stdout and stderr for every noted secret.
+func (s *server) assertNoSecrets() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	logs := s.logs()
+	for _, v := range s.secrets {
+		if strings.Contains(logs, v) {
+			s.t.Errorf("serve's output contains a secret (%.8s…):\n%s", v, logs)
+		}
+	}
+}
+
+// kill sends SIGKILL and waits for the process.
+func (s *server) kill() {
+	s.t.Helper()
+	s.killed = true
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		s.t.Fatalf("SIGKILL: %v", err)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.t.Fatal("serve did not die within 10s of SIGKILL")
+	}
+}
+
+// stop is the cleanup: SIGTERM, a bounded wait, exit status 0 expected.
+func (s *server) stop() {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	s.assertNoSecrets()
+	select {
+	case <-s.done:
+		if !s.killed {
+			s.t.Errorf("serve exited on its own (%v); stderr:\n%s", s.waitErr, s.stderr)
+		}
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		if s.waitErr != nil {
+			s.t.Errorf("serve exited with %v after SIGTERM; stderr:\n%s", s.waitErr, s.stderr)
+		}
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		s.t.Errorf("serve did not stop within 15s of SIGTERM; stderr:\n%s", s.stderr)
+	}
+}
+
+// result is what a child process left.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCmd runs a command to completion within 30 s.
+func runCmd(t *testing.T, env []string, name string, args ...string) result {
+	t.Helper()
+	return runWithin(t, 30*time.Second, env, name, args...)
+}
+
+// runWithin runs a command to completion within d; a command still running
+// then is killed and fails the test.
+func runWithin(t *testing.T, d time.Duration, env []string, name string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = cleanEnv(env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %q did not finish within %v; stderr:\n%s", name, args, d, stderr.String())
+	}
+	code := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("%s: %v", name, err)
+		}
+		code = ee.ExitCode()
+	}
+	return result{stdout.String(), stderr.String(), code}
+}
+
+// vmshelf runs the binary with args.
+func vmshelf(t *testing.T, args ...string) result {
+	t.Helper()
+	return runCmd(t, nil, binPath, args...)
+}
+
+// curl runs curl with args, the body going to a file; it returns the HTTP
+// status and the body.
+func curl(t *testing.T, args ...string) (int, []byte) {
+	t.Helper()
+	return curlTo(t, filepath.Join(t.TempDir(), "body"), args...)
+}
+
+// curlTo is curl with the body going to out (curl -o out).
+func curlTo(t *testing.T, out string, args ...string) (int, []byte) {
+	t.Helper()
+	needTool(t, "curl")
+	r := runCmd(t, nil, "curl", append([]string{"-sS", "--max-time", "20", "-o", out, "-w", "%{http_code}"}, args...)...)
+	if r.code != 0 {
+		t.Fatalf("curl %q: exit %d: %s", args, r.code, r.stderr)
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(r.stdout))
+	if err != nil {
+		t.Fatalf("curl %q: status %q: %v", args, r.stdout, err)
+	}
+	body, err := os.ReadFile(out)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return code, body
+}
+
+// makeImage writes a 64 MiB QCOW2 whose first MiB is 0xab; it returns the
+// path and the file's bytes.
+func makeImage(t *testing.T, dir, name string) (string, []byte) {
+	t.Helper()
+	needTool(t, "qemu-img")
+	needTool(t, "qemu-io")
+	p := filepath.Join(dir, name)
+	if r := runCmd(t, nil, "qemu-img", "create", "-f", "qcow2", p, "64M"); r.code != 0 {
+		t.Fatalf("qemu-img create: %s", r.stderr)
+	}
+	if r := runCmd(t, nil, "qemu-io", "-f", "qcow2", "-c", "write -P 0xab 0 1M", p); r.code != 0 {
+		t.Fatalf("qemu-io: %s%s", r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
+func sha256hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+type ticketAnswer struct {
+	Ticket    string    `json:"ticket"`
+	UploadID  string    `json:"upload_id"`
+	UploadURL string    `json:"upload_url"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+type imageAnswer struct {
+	UploadID    string    `json:"upload_id"`
+	Name        string    `json:"name"`
+	EFI         bool      `json:"efi"`
+	Size        int64     `json:"size"`
+	VirtualSize int64     `json:"virtual_size"`
+	SHA256      string    `json:"sha256"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+type statusAnswer struct {
+	Available bool          `json:"available"`
+	Reason    string        `json:"reason"`
+	Images    []imageAnswer `json:"images"`
+	Account   struct {
+		Name    string `json:"name"`
+		InMesh  bool   `json:"in_mesh"`
+		Sharing bool   `json:"sharing"`
+	} `json:"account"`
+}
+
+func decode(t *testing.T, body []byte, v any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("decoding %s: %v", body, err)
+	}
+}
+
+// wantError checks SPEC's error shape, status and reason.
+func wantError(t *testing.T, what string, code int, body []byte, wantCode int, wantReason string) {
+	t.Helper()
+	var e struct {
+		Error  string `json:"error"`
+		Reason string `json:"reason"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Errorf("%s: %d with a body that is not the JSON error shape: %q", what, code, body)
+		return
+	}
+	if code != wantCode || e.Reason != wantReason || e.Error == "" {
+		t.Errorf("%s: got %d %q (%q), want %d %q", what, code, e.Reason, e.Error, wantCode, wantReason)
+	}
+}
+
+// ctl calls a control-plane route with a bearer token and a JSON body.
+func (s *server) ctl(t *testing.T, path, token, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.ctlBase+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return resp.StatusCode, b
+}
+
+// ticket gets an upload ticket for the dev tenant.
+func (s *server) ticket(t *testing.T, name string) ticketAnswer {
+	t.Helper()
+	code, body := s.ctl(t, "/market/vm-images/ticket", s.token, `{"name":`+strconv.Quote(name)+`,"efi":false}`)
+	if code != http.StatusCreated {
+		t.Fatalf("ticket: %d %s", code, body)
+	}
+	var tk ticketAnswer
+	decode(t, body, &tk)
+	s.secret(tk.Ticket)
+	return tk
+}
+
+// status is POST /market/vms/status with token.
+func (s *server) status(t *testing.T, token string) statusAnswer {
+	t.Helper()
+	code, body := s.ctl(t, "/market/vms/status", token, "")
+	if code != http.StatusOK {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	var st statusAnswer
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("status %s: %v", body, err)
+	}
+	return st
+}
+
+// upload puts file with curl -T and wants 201 with the file's digest.
+func (s *server) upload(t *testing.T, tk ticketAnswer, file string, data []byte, curlArgs ...string) imageAnswer {
+	t.Helper()
+	code, body := curl(t, append(curlArgs, "-T", file, tk.UploadURL)...)
+	if code != http.StatusCreated {
+		t.Fatalf("upload: %d %s", code, body)
+	}
+	var img imageAnswer
+	decode(t, body, &img)
+	if img.UploadID != tk.UploadID || img.SHA256 != sha256hex(data) || img.Size != int64(len(data)) {
+		t.Fatalf("upload answered %+v; want id %s, size %d, sha256 %s", img, tk.UploadID, len(data), sha256hex(data))
+	}
+	return img
+}
+
+// fetchURL runs the fetch-url command and returns the one URL it printed.
+func (s *server) fetchURL(t *testing.T, uploadID string) string {
+	t.Helper()
+	r := vmshelf(t, "fetch-url", uploadID, "--ttl", "1h", "--data-dir", s.dataDir, "--data-addr", s.dataAddr)
+	if r.code != 0 {
+		t.Fatalf("fetch-url: exit %d: %s", r.code, r.stderr)
+	}
+	if strings.Count(r.stdout, "\n") != 1 || !strings.HasSuffix(r.stdout, "\n") {
+		t.Fatalf("fetch-url printed %q, want exactly one line", r.stdout)
+	}
+	u := strings.TrimSuffix(r.stdout, "\n")
+	token, ok := strings.CutPrefix(u, s.dataBase+"/market/vm-images/fetch/")
+	if !ok || !hex64.MatchString(token) {
+		t.Fatalf("fetch-url printed %q, want %s/market/vm-images/fetch/<64 hex>", u, s.dataBase)
+	}
+	if strings.Contains(r.stderr, token) {
+		t.Errorf("fetch-url printed its token twice (stderr too): %q", r.stderr)
+	}
+	s.secret(token)
+	return u
+}
+
+func fileMode(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestE2EReadmeWalkthrough follows README's "Walk-through with curl"
+// literally, then removes the image.
+func TestE2EReadmeWalkthrough(t *testing.T) {
+	needTool(t, "curl")
+	needTool(t, "cmp")
+	needTool(t, "qemu-img")
+	work := t.TempDir()
+	data := filepath.Join(work, "vmshelf-data")
+	s := startServe(t, data, nil)
+	token := s.token
+
+	// --dev: the token is in a 0600 file; serve prints the path, not the token.
+	if m := fileMode(t, filepath.Join(data, "dev-token")); m != 0o600 {
+		t.Errorf("dev-token has mode %o, want 600", m)
+	}
+	if !strings.Contains(s.stdout.String(), filepath.Join(data, "dev-token")) {
+		t.Errorf("serve's stdout does not say where the dev token is: %q", s.stdout)
+	}
+	if strings.Contains(s.logs(), token) {
+		t.Fatalf("serve printed the dev token:\n%s", s.logs())
+	}
+
+	// 1. an image to upload
+	disk, diskBytes := makeImage(t, work, "disk.qcow2")
+
+	// 2. a single-use upload ticket
+	code, body := curl(t, "-H", "Authorization: Bearer "+token, "-d", `{"name":"my disk","efi":false}`,
+		s.ctlBase+"/market/vm-images/ticket")
+	if code != http.StatusCreated {
+		t.Fatalf("ticket: %d %s", code, body)
+	}
+	var tk ticketAnswer
+	decode(t, body, &tk)
+	s.secret(tk.Ticket)
+	if !hex64.MatchString(tk.Ticket) || !hex24.MatchString(tk.UploadID) {
+		t.Fatalf("ticket answer %s: want a 64-hex ticket and a 24-hex upload_id", body)
+	}
+	if want := "http://" + s.dataAddr + "/market/vm-images/upload/"; tk.UploadURL != want+tk.Ticket {
+		t.Fatalf("upload_url %q, want %s<ticket>", tk.UploadURL, want)
+	}
+	if d := time.Until(tk.ExpiresAt); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("expires_at %v is %v away, want about 1h (--ticket-ttl default)", tk.ExpiresAt, d)
+	}
+
+	// 3. upload
+	code, body = curl(t, "-T", disk, tk.UploadURL)
+	if code != http.StatusCreated {
+		t.Fatalf("upload: %d %s", code, body)
+	}
+	var img imageAnswer
+	decode(t, body, &img)
+	if img.UploadID != tk.UploadID || img.Name != "my disk" || img.EFI ||
+		img.Size != int64(len(diskBytes)) || img.VirtualSize != 64<<20 || img.SHA256 != sha256hex(diskBytes) ||
+		time.Since(img.CreatedAt) > time.Minute {
+		t.Fatalf("image %+v; want id %s, name \"my disk\", size %d, virtual_size %d, sha256 %s",
+			img, tk.UploadID, len(diskBytes), 64<<20, sha256hex(diskBytes))
+	}
+	stored := filepath.Join(data, "vm-images", img.UploadID+".qcow2")
+	if m := fileMode(t, stored); m != 0o600 {
+		t.Errorf("%s has mode %o, want 600", stored, m)
+	}
+	for _, d := range []string{filepath.Join(data, "vm-images"), filepath.Join(data, "vm-images", ".partial")} {
+		if m := fileMode(t, d); m != 0o700 {
+			t.Errorf("%s has mode %o, want 700", d, m)
+		}
+	}
+	if got, err := os.ReadFile(stored); err != nil || !bytes.Equal(got, diskBytes) {
+		t.Errorf("the stored file differs from the upload (err %v)", err)
+	}
+
+	// 4. a fetch URL
+	fetch := s.fetchURL(t, tk.UploadID)
+
+	// 5. fetch it back, as CDI would
+	back := filepath.Join(work, "back.qcow2")
+	if code, body := curlTo(t, back, fetch); code != http.StatusOK {
+		t.Fatalf("fetch: %d %s", code, body)
+	}
+	if r := runCmd(t, nil, "cmp", disk, back); r.code != 0 {
+		t.Fatalf("cmp disk.qcow2 back.qcow2: %s%s", r.stdout, r.stderr)
+	}
+	raw := filepath.Join(work, "disk.raw")
+	r := runCmd(t, nil, "qemu-img", "convert", "-m", "1", "-f", "qcow2", "-O", "raw",
+		`json:{"file.driver":"http","file.url":"`+fetch+`"}`, raw)
+	if r.code != 0 {
+		if strings.Contains(r.stderr, "Unknown driver") || strings.Contains(r.stderr, "Unknown protocol") {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("qemu-img has no http driver (qemu-block-extra): %s", r.stderr)
+			}
+			t.Skipf("qemu-img has no http driver (install qemu-block-extra): %s", r.stderr)
+		}
+		t.Fatalf("qemu-img convert over http: exit %d: %s", r.code, r.stderr)
+	}
+	if r := runCmd(t, nil, "qemu-img", "compare", "-f", "qcow2", "-F", "raw", disk, raw); r.code != 0 ||
+		!strings.Contains(r.stdout, "Images are identical") {
+		t.Fatalf("qemu-img compare: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	rawBytes, err := os.ReadFile(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rawBytes) != 64<<20 || !bytes.Equal(rawBytes[:1<<20], bytes.Repeat([]byte{0xab}, 1<<20)) ||
+		!bytes.Equal(rawBytes[1<<20:], make([]byte, 63<<20)) {
+		t.Errorf("disk.raw is not 1 MiB of 0xab followed by zeros up to 64 MiB (len %d)", len(rawBytes))
+	}
+
+	// Remove: the record goes, the fetch URL dies, the file is deleted.
+	code, body = s.ctl(t, "/market/vm-images/remove", token, `{"upload_id":"`+tk.UploadID+`"}`)
+	if code != http.StatusOK {
+		t.Fatalf("remove: %d %s", code, body)
+	}
+	code, body = curl(t, fetch)
+	wantError(t, "fetch after remove", code, body, http.StatusNotFound, "tokenUnknown")
+	if _, err := os.Stat(stored); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there after remove (stat: %v)", stored, err)
+	}
+	if st := s.status(t, token); len(st.Images) != 0 {
+		t.Errorf("status lists %d images after remove: %+v", len(st.Images), st.Images)
+	}
+
+	logs := s.logs()
+	for what, v := range map[string]string{"ticket": tk.Ticket, "fetch token": fetch[strings.LastIndex(fetch, "/")+1:], "dev token": token} {
+		if strings.Contains(logs, v) {
+			t.Errorf("serve's log contains the %s:\n%s", what, logs)
+		}
+	}
+}
+
+// scrape reads /metrics as Prometheus text.
+func (s *server) scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := httpClient.Get(s.ctlBase + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d", resp.StatusCode)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics is not Prometheus text: %v", err)
+	}
+	return mfs
+}
+
+// metricValue is the value of the series of name with exactly labels, and
+// whether it exists.
+func metricValue(mfs map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	mf := mfs[name]
+	if mf == nil {
+		return 0, false
+	}
+	for _, m := range mf.GetMetric() {
+		if len(m.GetLabel()) != len(labels) {
+			continue
+		}
+		match := true
+		for _, l := range m.GetLabel() {
+			if labels[l.GetName()] != l.GetValue() {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Untyped != nil:
+			return m.GetUntyped().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// TestE2EMetricsAfterTransfers checks /metrics after an upload, a fetch and
+// a refused upload.
+func TestE2EMetricsAfterTransfers(t *testing.T) {
+	work := t.TempDir()
+	s := startServe(t, filepath.Join(work, "data"), nil)
+	disk, diskBytes := makeImage(t, work, "disk.qcow2")
+
+	tk := s.ticket(t, "metrics disk")
+	img := s.upload(t, tk, disk, diskBytes)
+	fetch := s.fetchURL(t, img.UploadID)
+	back := filepath.Join(work, "back.qcow2")
+	if code, body := curlTo(t, back, fetch); code != http.StatusOK {
+		t.Fatalf("fetch: %d %s", code, body)
+	}
+
+	// Random bytes (a zero first byte: never the QCOW2 magic).
+	junk := make([]byte, 512)
+	if _, err := rand.Read(junk); err != nil {
+		t.Fatal(err)
+	}
+	junk[0] = 0
+	junkPath := filepath.Join(work, "junk.bin")
+	if err := os.WriteFile(junkPath, junk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tk2 := s.ticket(t, "junk")
+	code, body := curl(t, "-T", junkPath, tk2.UploadURL)
+	wantError(t, "random bytes", code, body, http.StatusUnsupportedMediaType, "notQcow2")
+	if es := dirEntries(t, filepath.Join(s.dataDir, "vm-images", ".partial")); len(es) != 0 {
+		t.Errorf("a refused upload left %v in .partial", es)
+	}
+
+	// A fetch is counted when its last byte has left, which may be just
+	// after curl has it: wait (bounded) for the fetch to be counted.
+	var mfs map[string]*dto.MetricFamily
+	fetchOK := map[string]string{"direction": "fetch", "outcome": "ok"}
+	for range 200 {
+		mfs = s.scrape(t)
+		if v, _ := metricValue(mfs, "vmshelf_transfers_total", fetchOK); v >= 1 {
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+
+	type want struct {
+		name   string
+		labels map[string]string
+		check  func(float64) bool
+		desc   string
+	}
+	eq := func(x float64) func(float64) bool { return func(v float64) bool { return v == x } }
+	atLeast := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+	size := float64(len(diskBytes))
+	for _, w := range []want{
+		{"vmshelf_transfers_in_flight", map[string]string{"direction": "upload"}, eq(0), "0"},
+		{"vmshelf_transfers_in_flight", map[string]string{"direction": "fetch"}, eq(0), "0"},
+		{"vmshelf_transfer_bytes_total", map[string]string{"direction": "upload"}, atLeast(size), "≥ the image size"},
+		{"vmshelf_transfer_bytes_total", map[string]string{"direction": "fetch"}, atLeast(size), "≥ the image size"},
+		{"vmshelf_transfers_total", map[string]string{"direction": "upload", "outcome": "ok"}, eq(1), "1"},
+		{"vmshelf_transfers_total", map[string]string{"direction": "upload", "outcome": "rejected"}, eq(1), "1"},
+		{"vmshelf_transfers_total", fetchOK, eq(1), "1"},
+		{"vmshelf_transfer_rejections_total", map[string]string{"direction": "upload", "reason": "notQcow2"}, eq(1), "1"},
+		{"vmshelf_tickets_issued_total", nil, eq(2), "2"},
+		{"vmshelf_tickets_consumed_total", nil, eq(2), "2"},
+		{"vmshelf_images_stored", nil, eq(1), "1"},
+		{"vmshelf_images_stored_bytes", nil, eq(size), "the image size"},
+		{"go_goroutines", nil, atLeast(1), "> 0"},
+		{"process_resident_memory_bytes", nil, atLeast(1), "> 0"},
+	} {
+		v, ok := metricValue(mfs, w.name, w.labels)
+		if !ok {
+			t.Errorf("/metrics has no %s%v", w.name, w.labels)
+			continue
+		}
+		if !w.check(v) {
+			t.Errorf("%s%v = %v, want %s", w.name, w.labels, v, w.desc)
+		}
+	}
+}
+
+// rawUpload opens a connection to the data plane and sends the head of a
+// PUT; extra are more header lines.
+func rawUpload(t *testing.T, s *server, tk ticketAnswer, contentLength int64, extra ...string) net.Conn {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", s.dataAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	path := strings.TrimPrefix(tk.UploadURL, s.dataBase)
+	head := "PUT " + path + " HTTP/1.1\r\nHost: " + s.dataAddr + "\r\nContent-Type: application/octet-stream\r\n" +
+		"Content-Length: " + strconv.FormatInt(contentLength, 10) + "\r\n"
+	for _, h := range extra {
+		head += h + "\r\n"
+	}
+	if _, err := io.WriteString(conn, head+"\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// TestE2EKillMidUploadThenRestart kills serve with SIGKILL while an upload
+// streams and checks what the restart cleans up and what it keeps refusing.
+func TestE2EKillMidUploadThenRestart(t *testing.T) {
+	needTool(t, "curl")
+	work := t.TempDir()
+	data := filepath.Join(work, "data")
+	s := startServe(t, data, nil)
+	disk, diskBytes := makeImage(t, work, "disk.qcow2")
+	partial := filepath.Join(data, "vm-images", ".partial")
+
+	tk := s.ticket(t, "doomed")
+	conn := rawUpload(t, s, tk, int64(len(diskBytes)))
+	if _, err := conn.Write(diskBytes[:len(diskBytes)/2]); err != nil {
+		t.Fatal(err)
+	}
+	var inFlight []string
+	for range 200 {
+		if inFlight = dirEntries(t, partial); len(inFlight) > 0 {
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if len(inFlight) != 1 || inFlight[0] != tk.UploadID {
+		t.Fatalf(".partial holds %v while the upload streams, want [%s]", inFlight, tk.UploadID)
+	}
+	s.kill()
+	conn.Close()
+	if es := dirEntries(t, partial); len(es) != 1 {
+		t.Fatalf("after SIGKILL .partial holds %v, want the crashed upload's file", es)
+	}
+
+	// An orphan: a committed-looking file no record names.
+	orphan := filepath.Join(data, "vm-images", "0123456789abcdef01234567.qcow2")
+	if err := os.WriteFile(orphan, diskBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := startServeAt(t, data, s.dataAddr, s.ctlAddr, nil)
+	if s2.token != s.token {
+		t.Errorf("the restart changed the dev token although dev-token was there")
+	}
+	s2.secret(tk.Ticket)
+	if es := dirEntries(t, partial); len(es) != 0 {
+		t.Errorf("after restart .partial holds %v, want nothing", es)
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the orphan file survived the restart (stat: %v)", err)
+	}
+	if st := s2.status(t, s2.token); len(st.Images) != 0 {
+		t.Errorf("status lists images after the crash: %+v", st.Images)
+	}
+	code, body := curl(t, "-T", disk, tk.UploadURL)
+	wantError(t, "the killed upload's ticket", code, body, http.StatusGone, "ticketUsed")
+
+	s2.upload(t, s2.ticket(t, "after the crash"), disk, diskBytes)
+	if st := s2.status(t, s2.token); len(st.Images) != 1 {
+		t.Errorf("status lists %d images after one upload, want 1", len(st.Images))
+	}
+}
+
+// refusal checks a refused command: exit wantCode, nothing on stdout, and
+// a stderr whose last line is the only one starting "vmshelf:" (usage text
+// of the flag package may come before it). It returns that line.
+func refusal(t *testing.T, r result, wantCode int) string {
+	t.Helper()
+	if r.code != wantCode {
+		t.Errorf("exit %d, want %d; stderr:\n%s", r.code, wantCode, r.stderr)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout %q, want nothing", r.stdout)
+	}
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	last := lines[len(lines)-1]
+	n := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "vmshelf:") {
+			n++
+		}
+	}
+	if n != 1 || !strings.HasPrefix(last, "vmshelf:") {
+		t.Errorf("stderr should end with one line starting \"vmshelf:\", got:\n%s", r.stderr)
+	}
+	return last
+}
+
+// TestE2ESecondServeSameDataDir checks that a second serve on a data dir in
+// use refuses to start and leaves the first one working.
+func TestE2ESecondServeSameDataDir(t *testing.T) {
+	work := t.TempDir()
+	data := filepath.Join(work, "data")
+	s := startServe(t, data, nil)
+	disk, diskBytes := makeImage(t, work, "disk.qcow2")
+
+	da, ca := freeAddr(t), freeAddr(t)
+	// A second serve that wrongly started would run until killed: bound it.
+	r := runWithin(t, 10*time.Second, nil, binPath, "serve", "--dev", "--data-dir", data, "--data-addr", da, "--control-addr", ca)
+	line := refusal(t, r, 2)
+	if strings.Count(strings.TrimRight(r.stderr, "\n"), "\n") != 0 {
+		t.Errorf("stderr has more than one line:\n%s", r.stderr)
+	}
+	if !strings.Contains(line, data) {
+		t.Errorf("the error %q does not name the data dir %s", line, data)
+	}
+	assertFree(t, da)
+	assertFree(t, ca)
+
+	// The first one still serves, uploads included.
+	s.upload(t, s.ticket(t, "still here"), disk, diskBytes)
+	if es := dirEntries(t, filepath.Join(data, "vm-images")); len(es) != 2 { // .partial and the image
+		t.Errorf("vm-images holds %v, want .partial and one image", es)
+	}
+}
+
+// TestE2EBadCommandLines: every bad command line is a one-line error, exit
+// 2, before any port is opened.
+func TestE2EBadCommandLines(t *testing.T) {
+	work := t.TempDir()
+	badCatalogue := filepath.Join(work, "catalogue.json")
+	if err := os.WriteFile(badCatalogue, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string // after serve's good flags; nil: not a serve command line
+		cmdline []string // the whole command line when args is nil
+		env     []string
+		mention string
+	}{
+		{name: "upload-max-gib zero", args: []string{"--upload-max-gib", "0"}, mention: "upload-max-gib"},
+		{name: "upload-max-gib not a number", args: []string{"--upload-max-gib", "abc"}, mention: "upload-max-gib"},
+		{name: "negative idle-timeout", args: []string{"--idle-timeout", "-1s"}, mention: "idle-timeout"},
+		{name: "ftp public-url", args: []string{"--public-url", "ftp://x"}, mention: "public-url"},
+		{name: "missing catalogue", args: []string{"--vm-catalogue", "/nonexistent"}, mention: "/nonexistent"},
+		{name: "catalogue not JSON", args: []string{"--vm-catalogue", badCatalogue}, mention: badCatalogue},
+		{name: "unwritable data dir", args: []string{"--data-dir", "/proc/forbidden"}, mention: "/proc/forbidden"},
+		{name: "unknown flag", args: []string{"--bogus"}, mention: "bogus"},
+		{name: "argument", args: []string{"extra"}, mention: "extra"},
+		{name: "env not a number", args: []string{}, env: []string{"VMSHELF_MAX_TRANSFERS=zero"}, mention: "VMSHELF_MAX_TRANSFERS"},
+		{name: "unknown command", cmdline: []string{"frobnicate"}, mention: "frobnicate"},
+		{name: "public-url with user info", args: []string{"--public-url", "http://u@127.0.0.1:1"}, mention: "public-url"},
+		{name: "public-url with fragment", args: []string{"--public-url", "http://x#frag"}, mention: "public-url"},
+		{name: "port out of range", args: []string{"--control-addr", "127.0.0.1:99999"}, mention: "control-addr"},
+		{name: "tenant list on a missing store", cmdline: []string{"tenant", "list", "--data-dir", "/nonexistent-vmshelf"}, mention: "/nonexistent-vmshelf"},
+		{name: "no command", cmdline: []string{}, mention: "command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dataDir := filepath.Join(t.TempDir(), "data")
+			da, ca := freeAddr(t), freeAddr(t)
+			cmdline := tc.cmdline
+			if tc.args != nil {
+				cmdline = append([]string{"serve", "--dev", "--data-dir", dataDir, "--data-addr", da, "--control-addr", ca}, tc.args...)
+			}
+			// A serve that wrongly started would run until killed: bound it.
+			r := runWithin(t, 10*time.Second, tc.env, binPath, cmdline...)
+			line := refusal(t, r, 2)
+			if !strings.Contains(line, tc.mention) {
+				t.Errorf("the error %q does not mention %q", line, tc.mention)
+			}
+			if tc.args != nil {
+				assertFree(t, da)
+				assertFree(t, ca)
+			}
+		})
+	}
+
+	// Decimals from the environment: 0.25 GiB is accepted, and a declared
+	// length above it is refused in answer to Expect, before any body byte.
+	t.Run("upload-max-gib 0.25 from env", func(t *testing.T) {
+		s := startServe(t, filepath.Join(t.TempDir(), "data"), nil, "VMSHELF_UPLOAD_MAX_GIB=0.25")
+		tk := s.ticket(t, "too large")
+		conn := rawUpload(t, s, tk, 300_000_000, "Expect: 100-continue")
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer to the Expect request: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		wantError(t, "Content-Length 300000000 over 0.25 GiB", resp.StatusCode, body, http.StatusRequestEntityTooLarge, "tooLarge")
+		if es := dirEntries(t, filepath.Join(s.dataDir, "vm-images", ".partial")); len(es) != 0 {
+			t.Errorf("a refused upload left %v in .partial", es)
+		}
+		mfs := s.scrape(t)
+		if v, _ := metricValue(mfs, "vmshelf_transfer_rejections_total", map[string]string{"direction": "upload", "reason": "tooLarge"}); v != 1 {
+			t.Errorf("vmshelf_transfer_rejections_total{upload,tooLarge} = %v, want 1", v)
+		}
+		// Refused through the Expect path, counted like any other refusal.
+		if v, _ := metricValue(mfs, "vmshelf_transfers_total", map[string]string{"direction": "upload", "outcome": "rejected"}); v != 1 {
+			t.Errorf("vmshelf_transfers_total{upload,rejected} = %v, want 1", v)
+		}
+		// Refused before the body: the transfer never started, so the
+		// ticket is still good for an image under the limit.
+		if v, _ := metricValue(mfs, "vmshelf_tickets_consumed_total", nil); v != 0 {
+			t.Errorf("vmshelf_tickets_consumed_total = %v after a refusal before the body, want 0", v)
+		}
+		disk, diskBytes := makeImage(t, t.TempDir(), "disk.qcow2")
+		s.upload(t, tk, disk, diskBytes)
+	})
+}
+
+// TestE2ETenantCLI manages tenants with the binary while serve runs.
+func TestE2ETenantCLI(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	s := startServe(t, data, nil)
+
+	r := vmshelf(t, "tenant", "add", "box1", "--sharing", "--in-mesh", "--data-dir", data)
+	if r.code != 0 {
+		t.Fatalf("tenant add: exit %d: %s", r.code, r.stderr)
+	}
+	tok1 := strings.TrimSuffix(r.stdout, "\n")
+	if !hex64.MatchString(tok1) || strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("tenant add printed %q, want one line with a 64-hex token", r.stdout)
+	}
+	if strings.Contains(r.stderr, tok1) {
+		t.Errorf("tenant add printed the token on stderr too: %q", r.stderr)
+	}
+	s.secret(tok1)
+
+	st := s.status(t, tok1)
+	if st.Available || st.Reason != "notOffered" || st.Account.Name != "box1" || !st.Account.Sharing || !st.Account.InMesh {
+		t.Errorf("box1's status %+v; want available=false reason notOffered, sharing, in mesh", st)
+	}
+
+	r = vmshelf(t, "tenant", "list", "--data-dir", data)
+	if r.code != 0 {
+		t.Fatalf("tenant list: exit %d: %s", r.code, r.stderr)
+	}
+	if !regexp.MustCompile(`(?m)^box1\s+true\s+true\s`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^dev\s`).MatchString(r.stdout) {
+		t.Errorf("tenant list does not show box1 (in mesh, sharing) and dev:\n%s", r.stdout)
+	}
+	if anySecret.MatchString(r.stdout + r.stderr) {
+		t.Errorf("tenant list shows something token-shaped:\n%s%s", r.stdout, r.stderr)
+	}
+
+	r = vmshelf(t, "tenant", "set", "box1", "--sharing=false", "--data-dir", data)
+	if r.code != 0 {
+		t.Fatalf("tenant set: exit %d: %s", r.code, r.stderr)
+	}
+	if st := s.status(t, tok1); st.Available || st.Reason != "notSharing" || st.Account.Sharing || !st.Account.InMesh {
+		t.Errorf("after set --sharing=false box1's status is %+v; want notSharing, still in mesh", st)
+	}
+	code, body := s.ctl(t, "/market/vm-images/ticket", tok1, `{"name":"x","efi":false}`)
+	wantError(t, "ticket for a tenant that does not share", code, body, http.StatusConflict, "notSharing")
+
+	r = vmshelf(t, "tenant", "token", "box1", "--data-dir", data)
+	tok2 := strings.TrimSuffix(r.stdout, "\n")
+	if r.code != 0 || !hex64.MatchString(tok2) || strings.Count(r.stdout, "\n") != 1 || tok2 == tok1 {
+		t.Fatalf("tenant token: exit %d, stdout %q; want one new 64-hex token", r.code, r.stdout)
+	}
+	s.secret(tok2)
+	code, body = s.ctl(t, "/market/vms/status", tok1, "")
+	wantError(t, "the rotated-out token", code, body, http.StatusUnauthorized, "unauthorized")
+	if code, body := s.ctl(t, "/market/vms/status", tok2, ""); code != http.StatusOK {
+		t.Errorf("the new token: %d %s, want 200", code, body)
+	}
+
+	r = vmshelf(t, "tenant", "add", "box1", "--data-dir", data)
+	if line := refusal(t, r, 1); !strings.Contains(line, "box1") {
+		t.Errorf("tenant add of an existing name says %q; want it to name box1", line)
+	}
+	if code, _ := s.ctl(t, "/market/vms/status", tok2, ""); code != http.StatusOK {
+		t.Errorf("a refused second add changed box1's token")
+	}
+	r = vmshelf(t, "tenant", "add", "Bad Name", "--data-dir", data)
+	refusal(t, r, 2)
+	r = vmshelf(t, "tenant", "set", "nobody", "--sharing", "--data-dir", data)
+	refusal(t, r, 1)
+
+	r = vmshelf(t, "fetch-url", "0123456789abcdef01234567", "--data-dir", data, "--data-addr", s.dataAddr)
+	if line := refusal(t, r, 1); !strings.Contains(line, "0123456789abcdef01234567") {
+		t.Errorf("fetch-url of an unknown image says %q; want it to name the id", line)
+	}
+	r = vmshelf(t, "fetch-url", "../etc/passwd", "--data-dir", data, "--data-addr", s.dataAddr)
+	refusal(t, r, 2)
+}
+
+// TestE2ECurlUploadVariants uploads with curl without Expect and chunked
+// from stdin.
+func TestE2ECurlUploadVariants(t *testing.T) {
+	work := t.TempDir()
+	s := startServe(t, filepath.Join(work, "data"), []string{"--images-per-tenant", "10"})
+	disk, diskBytes := makeImage(t, work, "disk.qcow2")
+
+	for _, tc := range []struct {
+		name          string
+		args          []string // curl arguments before the URL
+		stdin         bool
+		want, wantNot string // in curl's -v request headers
+	}{
+		{"no Expect", []string{"-H", "Expect:", "-T", disk}, false,
+			"> Content-Length: " + strconv.Itoa(len(diskBytes)), "> Expect:"},
+		{"chunked from stdin", []string{"-H", "Transfer-Encoding: chunked", "-T", "-"}, true,
+			"> Transfer-Encoding: chunked", "> Content-Length:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			needTool(t, "curl")
+			tk := s.ticket(t, tc.name)
+			out := filepath.Join(t.TempDir(), "body")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			args := append([]string{"-v", "-sS", "--max-time", "20", "-o", out, "-w", "%{http_code}"}, tc.args...)
+			cmd := exec.CommandContext(ctx, "curl", append(args, tk.UploadURL)...)
+			cmd.Env = cleanEnv()
+			if tc.stdin {
+				f, err := os.Open(disk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				cmd.Stdin = f
+			}
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("curl: %v\n%s", err, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), tc.wantNot) {
+				t.Fatalf("curl's request headers should have %q and not %q:\n%s", tc.want, tc.wantNot, stderr.String())
+			}
+			body, _ := os.ReadFile(out)
+			if stdout.String() != "201" {
+				t.Fatalf("upload: %s %s", stdout.String(), body)
+			}
+			var img imageAnswer
+			decode(t, body, &img)
+			if img.UploadID != tk.UploadID || img.Size != int64(len(diskBytes)) || img.SHA256 != sha256hex(diskBytes) || img.VirtualSize != 64<<20 {
+				t.Errorf("image %+v; want size %d, sha256 %s", img, len(diskBytes), sha256hex(diskBytes))
+			}
+			stored, err := os.ReadFile(filepath.Join(s.dataDir, "vm-images", img.UploadID+".qcow2"))
+			if err != nil || !bytes.Equal(stored, diskBytes) {
+				t.Errorf("the stored file differs from the upload (err %v)", err)
+			}
+		})
+	}
+	if st := s.status(t, s.token); len(st.Images) != 2 {
+		t.Errorf("status lists %d images, want 2", len(st.Images))
+	}
+}
+
+// TestE2EHelp: -h shows a command's flags and is no error.
+func TestE2EHelp(t *testing.T) {
+	r := vmshelf(t, "serve", "-h")
+	if r.code != 0 || !strings.Contains(r.stderr, "-upload-max-gib") {
+		t.Fatalf("serve -h: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if r := vmshelf(t, "help"); r.code != 0 || !strings.Contains(r.stdout, "vmshelf serve") {
+		t.Fatalf("help: exit %d", r.code)
+	}
+}
+
+// TestE2EStaleDevToken: after 'tenant token dev' the dev-token file is
+// stale; the next serve --dev notices and writes a working one.
+func TestE2EStaleDevToken(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	s := startServe(t, dataDir, nil)
+	old := s.token
+	if r := vmshelf(t, "tenant", "token", "dev", "--data-dir", dataDir); r.code != 0 {
+		t.Fatalf("tenant token dev: %d %s", r.code, r.stderr)
+	}
+	s.stop()
+	s2 := startServe(t, dataDir, nil)
+	if s2.token == old {
+		t.Fatal("serve --dev kept a dev-token that no longer works")
+	}
+	if st := s2.status(t, s2.token); st.Account.Name != "dev" {
+		t.Fatalf("the new dev token does not work: %+v", st)
+	}
+}
