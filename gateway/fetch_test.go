@@ -163,14 +163,21 @@ func TestFetchUnknownTokens(t *testing.T) {
 	}
 }
 
+// makeBigImage makes an image whose fetch outlasts socket buffers: 48 MiB
+// of data.
+func makeBigImage(t *testing.T) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "big.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", img, "1G")
+	qemuIO(t, img, "write -q -P 0x42 0 48M")
+	return img
+}
+
 // TestFetchHoldsSlotUntilLastByte: a fetch keeps its slot while its body is
 // being read, HEAD needs none, and the slot comes back after the last byte.
 func TestFetchHoldsSlotUntilLastByte(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.MaxTransfers = 1 })
-	img := filepath.Join(t.TempDir(), "big.qcow2")
-	qemuImg(t, "create", "-q", "-f", "qcow2", img, "1G")
-	qemuIO(t, img, "write -q -P 0x42 0 48M")
-	id, data := e.stored(img)
+	id, data := e.stored(makeBigImage(t))
 	e.waitSlotFreed(dirUpload)
 	url := e.fetchURL(id, time.Hour)
 
@@ -207,10 +214,7 @@ func TestFetchHoldsSlotUntilLastByte(t *testing.T) {
 // idle timeout and its slot comes back.
 func TestFetchStalledReader(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.MaxTransfers = 1; c.IdleTimeout = 300 * time.Millisecond })
-	img := filepath.Join(t.TempDir(), "big.qcow2")
-	qemuImg(t, "create", "-q", "-f", "qcow2", img, "1G")
-	qemuIO(t, img, "write -q -P 0x42 0 48M")
-	id, _ := e.stored(img)
+	id, _ := e.stored(makeBigImage(t))
 	e.waitSlotFreed(dirUpload)
 	url := e.fetchURL(id, time.Hour)
 	conn := dial(t, e.base)

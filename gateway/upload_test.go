@@ -28,11 +28,25 @@ import (
 // curlPut uploads file with curl and returns the status and JSON body.
 func curlPut(t *testing.T, url, file string, extra ...string) (int, map[string]any) {
 	t.Helper()
+	return runCurlPut(t, url, file, nil, extra...)
+}
+
+// curlPutStdin uploads what in holds with `curl -T -`: a chunked body of
+// unknown length.
+func curlPutStdin(t *testing.T, url string, in io.Reader) (int, map[string]any) {
+	t.Helper()
+	return runCurlPut(t, url, "-", in)
+}
+
+func runCurlPut(t *testing.T, url, file string, stdin io.Reader, extra ...string) (int, map[string]any) {
+	t.Helper()
 	needTool(t, "curl")
 	args := append([]string{"-sS", "-o", "-", "-w", "\n%{http_code}", "-T", file}, extra...)
-	out, err := exec.Command("curl", append(args, url)...).Output()
+	cmd := exec.Command("curl", append(args, url)...)
+	cmd.Stdin = stdin
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("curl %v: %v (%s)", extra, err, out)
+		t.Fatalf("curl -T %s %v: %v (%s)", file, extra, err, out)
 	}
 	i := bytes.LastIndexByte(out, '\n')
 	code, _ := strconv.Atoi(string(out[i+1:]))
@@ -76,24 +90,6 @@ func TestUploadWithCurl(t *testing.T) {
 			checkStored(t, e, code, body, id, want, info.Size())
 		})
 	}
-}
-
-func curlPutStdin(t *testing.T, url string, in io.Reader) (int, map[string]any) {
-	t.Helper()
-	needTool(t, "curl")
-	cmd := exec.Command("curl", "-sS", "-o", "-", "-w", "\n%{http_code}", "-T", "-", url)
-	cmd.Stdin = in
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("curl -T -: %v (%s)", err, out)
-	}
-	i := bytes.LastIndexByte(out, '\n')
-	code, _ := strconv.Atoi(string(out[i+1:]))
-	var body map[string]any
-	if err := json.Unmarshal(out[:i], &body); err != nil {
-		t.Fatalf("answer %d is not JSON: %q", code, out[:i])
-	}
-	return code, body
 }
 
 func checkStored(t *testing.T, e *env, code int, body map[string]any, id, sha string, size int64) {

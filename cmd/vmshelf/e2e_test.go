@@ -1204,3 +1204,54 @@ func TestE2EStaleDevToken(t *testing.T) {
 		t.Fatalf("the new dev token does not work: %+v", st)
 	}
 }
+
+// TestE2ESigtermLetsUploadFinish: SIGTERM stops serve taking new work but
+// an upload already streaming completes, and serve exits 0 after it.
+func TestE2ESigtermLetsUploadFinish(t *testing.T) {
+	work := t.TempDir()
+	s := startServe(t, filepath.Join(work, "data"), nil)
+	_, diskBytes := makeImage(t, work, "disk.qcow2")
+	tk := s.ticket(t, "during shutdown")
+	conn := rawUpload(t, s, tk, int64(len(diskBytes)))
+	half := len(diskBytes) / 2
+	if _, err := conn.Write(diskBytes[:half]); err != nil {
+		t.Fatal(err)
+	}
+	// The upload has its slot once its first bytes are in .partial.
+	partial := filepath.Join(s.dataDir, "vm-images", ".partial")
+	for i := 0; len(dirEntries(t, partial)) == 0; i++ {
+		if i == 400 {
+			t.Fatal("the upload never reached .partial")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(diskBytes[half:]); err != nil {
+		t.Fatalf("rest of the body after SIGTERM: %v", err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer after SIGTERM: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("upload across SIGTERM: %d %s", resp.StatusCode, body)
+	}
+	select {
+	case <-s.done:
+		if s.waitErr != nil {
+			t.Fatalf("serve exited with %v after SIGTERM", s.waitErr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not exit after the last transfer")
+	}
+	s.stopped = true
+	s.assertNoSecrets()
+	if got, err := os.ReadFile(filepath.Join(s.dataDir, "vm-images", tk.UploadID+".qcow2")); err != nil || !bytes.Equal(got, diskBytes) {
+		t.Fatalf("stored image after SIGTERM: %v (%d bytes, want %d)", err, len(got), len(diskBytes))
+	}
+}

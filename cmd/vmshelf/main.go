@@ -22,6 +22,7 @@ usage:
   vmshelf tenant set NAME [--sharing=BOOL] [--in-mesh=BOOL] [--hosts-vms=BOOL] [--appliance NODE] [--stripe-account ID]
   vmshelf tenant token NAME                 rotate the tenant's token and print the new one once
   vmshelf fetch-url UPLOAD_ID [--ttl 1h]    mint a fetch capability and print its URL once
+  vmshelf check FILE [--max-virtual-gib N]  the gateway's QCOW2 checks, offline (exit 0 good, 1 bad, 2 unreadable)
 
 Every flag can also come from the environment as VMSHELF_<FLAG> (upper case,
 "-" as "_"). "vmshelf COMMAND -h" lists a command's flags.
