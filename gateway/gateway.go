@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +48,17 @@ type Config struct {
 	MissEvery time.Duration
 	Now       func() time.Time // clock; time.Now if nil
 	Log       *slog.Logger
+	// PublicURL is the base of the upload-session URLs handed out (no
+	// trailing slash); empty gives relative URLs.
+	PublicURL string
+	// CORSOrigin lets a page on that origin ("*" for any) use the data
+	// plane from a browser; empty: no CORS headers.
+	CORSOrigin string
+	// A running PATCH makes its progress durable every CheckpointBytes
+	// (default 256 MiB) or CheckpointInterval (default 15 s): what a crash
+	// can cost a resumable upload, against an fsync and a store write.
+	CheckpointBytes    int64
+	CheckpointInterval time.Duration
 }
 
 // Gateway is the data plane server.
@@ -58,6 +70,8 @@ type Gateway struct {
 	metrics *metrics
 	slots   slots
 	misses  *missLimiter
+	locks   *patchLocks
+	closing atomic.Bool // Shutdown began
 	bufs    sync.Pool
 	srv     *fasthttp.Server
 
@@ -101,6 +115,12 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.CheckpointBytes <= 0 {
+		cfg.CheckpointBytes = 256 << 20
+	}
+	if cfg.CheckpointInterval <= 0 {
+		cfg.CheckpointInterval = 15 * time.Second
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -116,6 +136,7 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		metrics: m,
 		slots:   newSlots(cfg.MaxTransfers),
 		misses:  newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
+		locks:   newPatchLocks(),
 		bufs:    sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
 	}
 	g.srv = &fasthttp.Server{
@@ -147,25 +168,52 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 func (g *Gateway) Serve(ln net.Listener) error { return g.srv.Serve(ln) }
 
 // Shutdown stops accepting connections and waits until the running
-// transfers end or ctx is done, then closes what is left.
-func (g *Gateway) Shutdown(ctx context.Context) error { return g.srv.ShutdownWithContext(ctx) }
+// transfers end or ctx is done, then closes what is left. Resumable
+// uploads do not make it wait: their PATCHes stop at once, save their
+// progress and answer 503, and the clients resume after the restart.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.closing.Store(true)
+	g.locks.stopAll()
+	return g.srv.ShutdownWithContext(ctx)
+}
 
 // route dispatches on exact path shapes: a capability is the last path
 // segment and nothing else is accepted.
 func (g *Gateway) route(ctx *fasthttp.RequestCtx) {
-	path := string(ctx.Path())
-	switch {
-	case strings.HasPrefix(path, uploadPrefix) && !strings.Contains(path[len(uploadPrefix):], "/"):
-		switch string(ctx.Method()) {
+	if g.cors(ctx) { // a preflight, answered
+		return
+	}
+	kind, capability := classify(string(ctx.Path()))
+	method := string(ctx.Method())
+	switch kind {
+	case routeUpload:
+		switch method {
 		case fasthttp.MethodPut:
-			g.handleUpload(ctx, path[len(uploadPrefix):])
+			g.handleUpload(ctx, capability)
+		case fasthttp.MethodPost:
+			g.handleCreate(ctx, capability)
+		case fasthttp.MethodOptions:
+			g.handleOptions(ctx)
 		default:
-			methodNotAllowed(ctx, "PUT")
+			methodNotAllowed(ctx, "PUT, POST, OPTIONS")
 		}
-	case strings.HasPrefix(path, fetchPrefix) && !strings.Contains(path[len(fetchPrefix):], "/"):
-		switch string(ctx.Method()) {
+	case routeSession:
+		switch method {
+		case fasthttp.MethodHead:
+			g.handleHead(ctx, capability)
+		case fasthttp.MethodPatch:
+			g.handlePatch(ctx, capability)
+		case fasthttp.MethodDelete:
+			g.handleTerminate(ctx, capability)
+		case fasthttp.MethodOptions:
+			g.handleOptions(ctx)
+		default:
+			methodNotAllowed(ctx, "HEAD, PATCH, DELETE, OPTIONS")
+		}
+	case routeFetch:
+		switch method {
 		case fasthttp.MethodGet, fasthttp.MethodHead:
-			g.handleFetch(ctx, path[len(fetchPrefix):])
+			g.handleFetch(ctx, capability)
 		default:
 			methodNotAllowed(ctx, "GET, HEAD")
 		}
@@ -174,30 +222,60 @@ func (g *Gateway) route(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+type routeKind int
+
+const (
+	routeNone routeKind = iota
+	routeUpload
+	routeSession
+	routeFetch
+)
+
+// classify splits a data-plane path into its route and capability.
+func classify(path string) (routeKind, string) {
+	for _, r := range []struct {
+		prefix string
+		kind   routeKind
+	}{{uploadPrefix, routeUpload}, {sessionPrefix, routeSession}, {fetchPrefix, routeFetch}} {
+		if rest, ok := strings.CutPrefix(path, r.prefix); ok && !strings.Contains(rest, "/") {
+			return r.kind, rest
+		}
+	}
+	return routeNone, ""
+}
+
 // expect answers "Expect: 100-continue" with the early refusals, so that a
 // client that asked first sends no body byte to be refused.
 func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
-	path := string(ctx.Path())
+	g.cors(ctx) // a refusal here must be readable by a browser too
+	kind, capability := classify(string(ctx.Path()))
 	var aerr *apierr.Error
 	switch {
-	case strings.HasPrefix(path, uploadPrefix) && !strings.Contains(path[len(uploadPrefix):], "/"):
-		if !ctx.IsPut() {
-			return fasthttp.StatusContinue // route answers 405 without reading
+	case kind == routeUpload && ctx.IsPut():
+		aerr = g.admit(ctx, capability, int64(ctx.Request.Header.ContentLength()))
+	case kind == routeUpload && ctx.IsPost():
+		if aerr = tusRequest(ctx); aerr == nil {
+			var length int64
+			if length, aerr = uploadLength(ctx); aerr == nil {
+				aerr = g.admit(ctx, capability, length)
+			}
 		}
-		if aerr = g.admit(ctx, path[len(uploadPrefix):]); aerr != nil && outcomeOf(aerr) == outcomeRejected {
-			g.reject(dirUpload, aerr)
-		}
-	case strings.HasPrefix(path, fetchPrefix) && !strings.Contains(path[len(fetchPrefix):], "/"):
-		return fasthttp.StatusContinue
-	default:
+	case kind == routeSession && ctx.IsPatch():
+		_, _, aerr = g.admitPatch(ctx, capability)
+	case kind == routeNone:
 		aerr = apierr.New(fasthttp.StatusNotFound, "notFound", "no such route on the data plane")
 	}
-	if aerr != nil {
-		g.metrics.transfers.WithLabelValues(dirUpload, outcomeOf(aerr)).Inc()
-		writeError(ctx, aerr)
-		return aerr.Status
+	if aerr == nil {
+		return fasthttp.StatusContinue // the route answers the rest without reading
 	}
-	return fasthttp.StatusContinue
+	if kind != routeNone {
+		if outcomeOf(aerr) == outcomeRejected {
+			g.reject(dirUpload, aerr)
+		}
+		g.metrics.transfers.WithLabelValues(dirUpload, outcomeOf(aerr)).Inc()
+	}
+	writeError(ctx, aerr)
+	return aerr.Status
 }
 
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,6 +40,8 @@ type env struct {
 	tenant  imagestore.Tenant
 	mu      sync.Mutex
 	endings chan string // direction of every transfer that gave its slot back
+	stop    func()      // shuts the gateway down and closes the store; idempotent
+	db      string      // the store's path
 }
 
 // clock is a settable time source; it starts at the real time so that
@@ -67,8 +70,15 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 
 func newEnvAt(t *testing.T, dataDir string, mod func(*Config)) *env {
 	t.Helper()
+	return newEnvFull(t, dataDir, filepath.Join(t.TempDir(), "vmshelf.db"), mod)
+}
+
+// newEnvFull opens the store at dbPath and the images under dataDir; a
+// second env on the same paths is the gateway after a restart.
+func newEnvFull(t *testing.T, dataDir, dbPath string, mod func(*Config)) *env {
+	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "vmshelf.db"))
+	st, err := sqlite.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +88,7 @@ func newEnvAt(t *testing.T, dataDir string, mod func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, st: st, blobs: blobs, dir: dir, reg: prometheus.NewRegistry(), clock: &clock{}, endings: make(chan string, 64)}
+	e := &env{t: t, st: st, blobs: blobs, dir: dir, db: dbPath, reg: prometheus.NewRegistry(), clock: &clock{}, endings: make(chan string, 64)}
 	cfg := Config{
 		UploadMax:       1 << 30,
 		MaxVirtualSize:  512 << 30,
@@ -87,7 +97,7 @@ func newEnvAt(t *testing.T, dataDir string, mod func(*Config)) *env {
 		ImagesPerTenant: 3,
 		Headroom:        1 << 20,
 		Now:             e.clock.now,
-		Log:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Log:             slog.New(slog.NewTextHandler(testLogOut(), nil)),
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -104,13 +114,21 @@ func newEnvAt(t *testing.T, dataDir string, mod func(*Config)) *env {
 	e.base = "http://" + ln.Addr().String()
 	done := make(chan error, 1)
 	go func() { done <- e.g.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		e.g.Shutdown(ctx)
-		<-done
-	})
-	e.tenant, err = st.CreateTenant(ctx, imagestore.Tenant{Name: "box", Sharing: true, InMesh: true}, imagestore.HashSecret(imagestore.NewSecret()))
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			e.g.Shutdown(ctx)
+			<-done
+			st.Close()
+		})
+	}
+	t.Cleanup(e.stop)
+	e.tenant, err = st.Tenant(ctx, "box")
+	if errors.Is(err, imagestore.ErrNotFound) {
+		e.tenant, err = st.CreateTenant(ctx, imagestore.Tenant{Name: "box", Sharing: true, InMesh: true}, imagestore.HashSecret(imagestore.NewSecret()))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,4 +299,13 @@ func rawRequest(t *testing.T, base, head string, body io.Reader) (*http.Response
 		t.Fatalf("reading response: %v", err)
 	}
 	return resp, conn
+}
+
+// testLogOut is where the gateway under test logs: nowhere, unless
+// VMSHELF_TEST_LOG=1.
+func testLogOut() io.Writer {
+	if os.Getenv("VMSHELF_TEST_LOG") == "1" {
+		return os.Stderr
+	}
+	return io.Discard
 }

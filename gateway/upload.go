@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"bufio"
 	"encoding/json"
 	"errors"
 	"io"
@@ -30,7 +28,9 @@ const commitTimeout = 5 * time.Minute
 
 // admit runs SPEC's checks that come before the body, in SPEC's order. It
 // takes nothing: the handler acquires the slot and consumes the ticket.
-func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string) *apierr.Error {
+// size is the image size the client announced (Content-Length of a PUT,
+// Upload-Length of a tus creation), -1 when unknown (chunked).
+func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) *apierr.Error {
 	now := g.cfg.Now()
 	addr := remoteAddr(ctx)
 	if g.misses.blocked(addr, now) {
@@ -52,8 +52,7 @@ func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string) *apierr.Error {
 	if !g.slots.free() {
 		return g.busy(ctx)
 	}
-	cl := int64(ctx.Request.Header.ContentLength()) // -1: chunked
-	if cl > g.cfg.UploadMax {
+	if size > g.cfg.UploadMax {
 		return apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
 			"the image is larger than this edge accepts ("+strconv.FormatInt(g.cfg.UploadMax, 10)+" bytes)")
 	}
@@ -63,7 +62,7 @@ func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string) *apierr.Error {
 	if err != nil {
 		return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the free disk space")
 	}
-	if avail < max(cl, 0)+g.cfg.Headroom {
+	if avail < max(size, 0)+g.cfg.Headroom {
 		return apierr.New(fasthttp.StatusInsufficientStorage, "noSpace", "the edge has not enough free disk space for this image; try again later")
 	}
 	return nil
@@ -99,7 +98,7 @@ func ticketError(err error) *apierr.Error {
 // QCOW2 file. See DESIGN "An upload, as data flowing through".
 func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	start := g.cfg.Now()
-	if aerr := g.admit(ctx, ticket); aerr != nil {
+	if aerr := g.admit(ctx, ticket, int64(ctx.Request.Header.ContentLength())); aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
 		return
 	}
@@ -153,13 +152,29 @@ func (g *Gateway) refuseUpload(ctx *fasthttp.RequestCtx, aerr *apierr.Error, sta
 	if uploadID != "" {
 		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 	}
-	// The answer must not wait on a client that stopped reading.
-	_ = ctx.SetWriteDeadline(g.cfg.Now().Add(g.cfg.IdleTimeout))
 	writeError(ctx, aerr)
-	// The connection ends after the answer, by lingerClose. (fasthttp
-	// skips the hijack when the answer says "Connection: close", so it
-	// does not; the client learns from the FIN.)
-	ctx.Hijack(lingerClose)
+	g.answerAndClose(ctx)
+}
+
+// answerAndClose sends the answer in ctx with "Connection: close" and ends
+// the connection with a lingering close. The request body may still be on
+// the wire, so the connection cannot serve another request. fasthttp skips
+// a hijack when the answer closes the connection, so the hijack writes the
+// answer itself.
+func (g *Gateway) answerAndClose(ctx *fasthttp.RequestCtx) {
+	resp := &fasthttp.Response{}
+	ctx.Response.CopyTo(resp)
+	resp.SetConnectionClose()
+	idle := g.cfg.IdleTimeout
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		// The answer must not wait long on a client that stopped reading.
+		_ = c.SetWriteDeadline(time.Now().Add(idle))
+		bw := bufio.NewWriter(c)
+		if err := resp.Write(bw); err == nil && bw.Flush() == nil {
+			lingerClose(c)
+		}
+	})
 }
 
 // Lingering close bounds (nginx's lingering_time and lingering_timeout).
@@ -210,7 +225,7 @@ func underlyingTCP(c net.Conn) (*net.TCPConn, bool) {
 // outcomeOf sorts an error into the transfers_total outcomes.
 func outcomeOf(e *apierr.Error) string {
 	switch {
-	case e.Reason == "idle" || e.Reason == "incompleteBody":
+	case e.Reason == "idle" || e.Reason == "incompleteBody" || e.Reason == "takenOver" || e.Reason == "shuttingDown":
 		return outcomeAborted
 	case e.Status >= 500 && e.Reason != "busy" && e.Reason != "noSpace":
 		return outcomeFailed
@@ -227,108 +242,25 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket) (image
 	if err != nil {
 		return imagestore.Image{}, 0, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not start storing the image")
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			if err := w.Abort(); err != nil {
-				g.log.Error("abort upload", "upload_id", tk.UploadID, "err", err)
-			}
-		}
-	}()
-
-	n, sum, hdr, aerr := g.stream(ctx, w)
-	if aerr != nil {
-		return imagestore.Image{}, n, aerr
-	}
-
-	// The work after the last byte must finish even if the server is
-	// shutting down, or the client's bytes are lost for nothing.
-	cctx, cancelCommit := context.WithTimeout(context.Background(), commitTimeout)
-	defer cancelCommit()
-	if err := qcow2.CheckStructure(w, n, hdr); err != nil {
-		return imagestore.Image{}, n, imageError(err)
-	}
-	if err := w.Commit(cctx); err != nil {
-		return imagestore.Image{}, n, writeFailure(err)
-	}
-	committed = true
-	img := imagestore.Image{
-		UploadID:    tk.UploadID,
-		TenantID:    tk.TenantID,
-		Name:        tk.Name,
-		EFI:         tk.EFI,
-		Size:        n,
-		VirtualSize: int64(hdr.VirtualSize),
-		SHA256:      sum,
-		CreatedAt:   g.cfg.Now().UTC(),
-	}
-	if err := g.store.AddImage(cctx, img, g.cfg.ImagesPerTenant); err != nil {
-		// The blob is committed but no record names it: remove it now (and
-		// start-up cleanup would, if this fails too).
-		if derr := g.blobs.Delete(cctx, img.UploadID); derr != nil {
-			g.log.Error("delete unrecorded image", "upload_id", img.UploadID, "err", derr)
-		}
-		if errors.Is(err, imagestore.ErrQuota) {
-			return imagestore.Image{}, n, apierr.New(fasthttp.StatusConflict, "imageQuota", "you already hold as many images as this edge allows; remove one first")
-		}
-		return imagestore.Image{}, n, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not record the image")
-	}
-	return img, n, nil
-}
-
-// stream copies the body into w, refusing it as soon as the bytes allow.
-// It returns the byte count, the hex SHA-256 and the accepted header.
-func (g *Gateway) stream(ctx *fasthttp.RequestCtx, w io.Writer) (int64, string, *qcow2.Header, *apierr.Error) {
-	var body io.Reader = ctx.RequestBodyStream()
-	if body == nil { // no Content-Length and not chunked: an empty body
-		body = eofReader{}
-	}
-	r := &idleReader{ctx: ctx, r: body, idle: g.cfg.IdleTimeout, now: g.cfg.Now}
-	bufp := g.bufs.Get().(*[]byte)
-	defer g.bufs.Put(bufp)
-	buf := *bufp
-	insp := qcow2.NewInspector(qcow2.Limits{MaxVirtualSize: g.cfg.MaxVirtualSize})
-	hash := sha256.New()
-	received := g.metrics.bytes.WithLabelValues(dirUpload)
-	var n int64
-	for {
-		m, rerr := r.Read(buf)
-		if m > 0 {
-			n += int64(m)
-			if n > g.cfg.UploadMax {
-				return n, "", nil, apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
-					"the image is larger than this edge accepts ("+strconv.FormatInt(g.cfg.UploadMax, 10)+" bytes)")
-			}
-			chunk := buf[:m]
-			if _, err := insp.Write(chunk); err != nil {
-				return n, "", nil, imageError(err)
-			}
-			hash.Write(chunk)
-			if _, err := w.Write(chunk); err != nil {
-				return n, "", nil, writeFailure(err)
-			}
-			received.Add(float64(m))
-		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			if isTimeout(rerr) {
-				return n, "", nil, apierr.Wrap(rerr, fasthttp.StatusRequestTimeout, "idle",
-					"no data arrived for "+g.cfg.IdleTimeout.String()+"; the upload was abandoned")
-			}
-			return n, "", nil, incomplete(rerr)
-		}
+	defer g.abort(w, tk.UploadID) // a no-op once committed
+	in := g.newIntake(g.cfg.UploadMax, apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
+		"the image is larger than this edge accepts ("+strconv.FormatInt(g.cfg.UploadMax, 10)+" bytes)"))
+	if aerr := g.pump(ctx, in, w, nil, nil); aerr != nil {
+		return imagestore.Image{}, in.n, aerr
 	}
 	// fasthttp ends a fixed-length body that was cut short with a clean EOF.
-	if cl := int64(ctx.Request.Header.ContentLength()); cl >= 0 && n != cl {
-		return n, "", nil, incomplete(io.ErrUnexpectedEOF)
+	if cl := int64(ctx.Request.Header.ContentLength()); cl >= 0 && in.n != cl {
+		return imagestore.Image{}, in.n, incomplete(io.ErrUnexpectedEOF)
 	}
-	hdr, err := insp.Finish()
-	if err != nil {
-		return n, "", nil, imageError(err)
+	img, aerr := g.finish(w, in, imagestore.Image{UploadID: tk.UploadID, TenantID: tk.TenantID, Name: tk.Name, EFI: tk.EFI})
+	return img, in.n, aerr
+}
+
+// abort removes what an upload that did not finish left.
+func (g *Gateway) abort(w imagestore.BlobWriter, uploadID string) {
+	if err := w.Abort(); err != nil {
+		g.log.Error("abort upload", "upload_id", uploadID, "err", err)
 	}
-	return n, hex.EncodeToString(hash.Sum(nil)), hdr, nil
 }
 
 func incomplete(err error) *apierr.Error {

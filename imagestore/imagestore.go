@@ -71,6 +71,25 @@ type FetchToken struct {
 	ExpiresAt time.Time
 }
 
+// UploadSession is a resumable (tus) upload in progress. It is created by
+// consuming a ticket, so it carries the ticket's image attributes; its id
+// is a capability stored only as a hash.
+type UploadSession struct {
+	UploadID string
+	TenantID int64
+	Name     string
+	EFI      bool
+	Length   int64 // Upload-Length: the size of the whole image
+	// Offset is how many bytes are durably written (fsynced); HashState
+	// is the SHA-256 state after exactly those bytes
+	// (encoding.BinaryMarshaler of crypto/sha256), so a restart resumes
+	// the hash without reading the image again.
+	Offset    int64
+	HashState []byte
+	CreatedAt time.Time
+	ExpiresAt time.Time // the session ends unfinished at this time
+}
+
 // Stats is what the metrics report of the store.
 type Stats struct {
 	Images     int64
@@ -160,6 +179,25 @@ type Store interface {
 	// the token is unknown, revoked or expired at now.
 	ImageForToken(ctx context.Context, token Hash, now time.Time) (Image, error)
 
+	// StartSession consumes a ticket exactly as ConsumeTicket does and, in
+	// the same transaction, creates the upload session us (UploadID,
+	// TenantID, Name and EFI are taken from the ticket) under the hash of
+	// its id. Errors: those of ConsumeTicket.
+	StartSession(ctx context.Context, ticket, session Hash, us UploadSession, now time.Time) (UploadSession, error)
+	// Session looks a session up by the hash of its id; ErrNotFound.
+	Session(ctx context.Context, session Hash) (UploadSession, error)
+	// SaveProgress records a durable offset with its hash state and moves
+	// the expiry; ErrNotFound if the session has ended.
+	SaveProgress(ctx context.Context, uploadID string, offset int64, hashState []byte, expiresAt time.Time) error
+	// EndSession forgets a session (finished, terminated); a missing one is
+	// not an error.
+	EndSession(ctx context.Context, uploadID string) error
+	// ExpireSessions forgets the sessions whose ExpiresAt <= now and returns
+	// their upload ids, so the caller can remove their partial files.
+	ExpireSessions(ctx context.Context, now time.Time) ([]string, error)
+	// SessionUploadIDs lists the upload ids of all live sessions.
+	SessionUploadIDs(ctx context.Context) ([]string, error)
+
 	Stats(ctx context.Context) (Stats, error)
 }
 
@@ -174,20 +212,35 @@ type Blobs interface {
 	Delete(ctx context.Context, id string) error
 	// List returns the ids of all committed blobs.
 	List(ctx context.Context) ([]string, error)
-	// RemovePartials removes unfinished writes left by a crash. Call it at
-	// start-up, before any Create.
-	RemovePartials(ctx context.Context) (int, error)
+	// Resume reopens the unfinished blob id to continue writing at offset,
+	// cutting off anything written past it (bytes never recorded durable).
+	// ErrNotFound if there is no such unfinished blob.
+	Resume(ctx context.Context, id string, offset int64) (BlobWriter, error)
+	// RemovePartial removes one unfinished blob that no writer holds; a
+	// missing one is not an error.
+	RemovePartial(ctx context.Context, id string) error
+	// RemovePartials removes unfinished writes left by a crash, except
+	// those keep names (live resumable sessions). Call it at start-up,
+	// before any Create.
+	RemovePartials(ctx context.Context, keep func(id string) bool) (int, error)
 	// Available returns the bytes free for new blobs.
 	Available(ctx context.Context) (int64, error)
 }
 
-// BlobWriter is a blob being written. Exactly one of Commit and Abort ends
-// it; Abort after a failed Commit is allowed and removes what is left.
+// BlobWriter is a blob being written. Exactly one of Commit, Abort and
+// Close ends it; Abort after a failed Commit removes what is left, and
+// after a successful Commit does nothing, so a deferred Abort is safe. A
+// failed Write is final: Sync and Commit then fail too.
 type BlobWriter interface {
 	io.Writer
 	// ReaderAt reads back what was written, for the structure check that
 	// runs after the last byte and before Commit.
 	io.ReaderAt
+	// Sync makes the bytes written so far durable without ending the
+	// write: a resumable upload records its offset only after Sync.
+	Sync() error
+	// Close ends this writer but keeps the unfinished blob for Resume.
+	Close() error
 	// Commit makes the bytes durable and the blob visible, atomically.
 	Commit(ctx context.Context) error
 	Abort() error

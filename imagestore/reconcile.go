@@ -7,13 +7,22 @@ import (
 )
 
 // Reconcile makes the blobs agree with the records after a crash, before
-// the service takes traffic: unfinished writes are removed, and so is every
+// the service takes traffic: unfinished writes are removed (except those of
+// live resumable sessions, which a client will continue), and so is every
 // committed blob no record names (an upload that died between rename and
 // record, or a removal that died between record and file). A record whose
 // blob is missing cannot be repaired here; it is reported, never deleted:
 // "not there" must not look like "could not ask".
 func Reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger) error {
-	partials, err := blobs.RemovePartials(ctx)
+	live, err := st.SessionUploadIDs(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: list upload sessions: %w", err)
+	}
+	resumable := make(map[string]bool, len(live))
+	for _, id := range live {
+		resumable[id] = true
+	}
+	partials, err := blobs.RemovePartials(ctx, func(id string) bool { return resumable[id] })
 	if err != nil {
 		return fmt.Errorf("reconcile: remove partial uploads: %w", err)
 	}

@@ -37,6 +37,8 @@ type serveFlags struct {
 	vmCPU, vmMemoryMiB, vmDiskGiB             int
 	vmStorageClass, stripeAPIBase             string
 	checkoutReturnURL, currency               string
+	corsOrigin                                string
+	tusCheckpointMiB                          int
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
@@ -63,6 +65,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.stripeAPIBase, "stripe-api-base", "https://api.stripe.com", "Stripe API base URL")
 	fs.StringVar(&f.checkoutReturnURL, "checkout-return-url", "", "where Stripe Checkout returns the buyer")
 	fs.StringVar(&f.currency, "currency", "eur", "currency of listings")
+	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser; off when empty")
+	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB")
 	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return nil, err
@@ -96,6 +100,10 @@ func (f *serveFlags) validate() error {
 		return usagef("--images-per-tenant must be at least 1")
 	case f.vmCPU < 1 || f.vmMemoryMiB < 64 || f.vmDiskGiB < 1:
 		return usagef("--vm-cpu, --vm-memory-mib and --vm-disk-gib must be positive (memory at least 64 MiB)")
+	case f.tusCheckpointMiB < 1:
+		return usagef("--tus-checkpoint-mib must be at least 1")
+	case f.corsOrigin != "" && f.corsOrigin != "*" && !isOrigin(f.corsOrigin):
+		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
 	case len(f.currency) != 3:
 		return usagef("--currency must be a three-letter ISO code, got %q", f.currency)
 	}
@@ -120,6 +128,13 @@ func (f *serveFlags) validate() error {
 		}
 	}
 	return nil
+}
+
+// isOrigin accepts a web origin: scheme, host, optional port, nothing else.
+func isOrigin(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" &&
+		u.Path == "" && u.RawQuery == "" && u.Fragment == "" && u.User == nil
 }
 
 // checkListenAddr accepts host:port with a port 0..65535.
@@ -181,18 +196,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	uploadMax, _ := gib(f.uploadMaxGiB, "upload-max-gib")
 	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
+	base, _ := publicBase(f.publicURL, f.dataAddr)
 	gw, err := gateway.New(gateway.Config{
 		UploadMax:       uploadMax,
 		MaxVirtualSize:  uint64(maxVirtual),
 		IdleTimeout:     f.idleTimeout,
 		MaxTransfers:    f.maxTransfers,
 		ImagesPerTenant: f.imagesPerTenant,
+		PublicURL:       base,
+		CORSOrigin:      f.corsOrigin,
+		CheckpointBytes: int64(f.tusCheckpointMiB) << 20,
 		Log:             log.With("plane", "data"),
 	}, st, blobs, reg)
 	if err != nil {
 		return err
 	}
-	base, _ := publicBase(f.publicURL, f.dataAddr)
 	mk, err := market.New(market.Config{
 		PublicURL:       base,
 		TicketTTL:       f.ticketTTL,
@@ -220,6 +238,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	go mk.RunSweeper(sweepCtx, time.Minute)
+	go gw.RunSweeper(sweepCtx, time.Minute)
 
 	errs := make(chan error, 2)
 	go func() { errs <- gw.Serve(dataLn) }()

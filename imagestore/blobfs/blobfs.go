@@ -7,7 +7,8 @@
 //
 // A blob becomes visible by one rename from .partial into place, so a
 // reader never sees a half-written image, and a crash leaves at most
-// files under .partial, which RemovePartials clears at start-up. Both
+// files under .partial, which RemovePartials clears at start-up except
+// those of live resumable uploads, which Resume reopens. Both
 // directories are 0700: the images belong to tenants, not to whoever
 // else has an account on the host.
 package blobfs
@@ -16,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -118,7 +120,80 @@ func (f *FS) Create(ctx context.Context, id string) (imagestore.BlobWriter, erro
 		}
 		return nil, fmt.Errorf("blobfs: create %s: %w", id, err)
 	}
-	return newWriter(f, id, file), nil
+	return newWriter(f, id, file, 0), nil
+}
+
+// Resume reopens .partial/<id> to continue writing at offset: the file is
+// cut to offset (bytes past it were never recorded as durable, so they may
+// be garbage after a crash), the cut is fsynced, and writing continues
+// there. The error wraps imagestore.ErrNotFound if there is no partial
+// file, and imagestore.ErrExists if id is already committed. An offset
+// below zero or past the file's size is refused and the file left alone:
+// the caller's record and the file disagree, and guessing could corrupt
+// the image.
+//
+// Resume does not lock: two writers on one id (two Resumes, or a Resume
+// beside the Create that is still writing) would interleave their bytes.
+// The caller serializes them; the gateway holds a per-session lock.
+func (f *FS) Resume(ctx context.Context, id string, offset int64) (imagestore.BlobWriter, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("blobfs: resume %s: %w", id, err)
+	}
+	if offset < 0 {
+		return nil, fmt.Errorf("blobfs: resume %s: negative offset %d", id, offset)
+	}
+	// A committed blob never has a partial file, except the second name
+	// renameNoReplace's link fallback may leave behind; writing through it
+	// would change a committed image in place.
+	if _, err := os.Lstat(f.finalPath(id)); err == nil {
+		return nil, fmt.Errorf("blobfs: resume %s: %w", id, imagestore.ErrExists)
+	}
+	file, err := os.OpenFile(f.partialPath(id), os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("blobfs: resume %s: partial file: %w", id, imagestore.ErrNotFound)
+		}
+		return nil, fmt.Errorf("blobfs: resume %s: %w", id, err)
+	}
+	if err := reposition(file, offset); err != nil {
+		file.Close()
+		return nil, fmt.Errorf("blobfs: resume %s: %w", id, err)
+	}
+	return newWriter(f, id, file, offset), nil
+}
+
+// reposition cuts file to offset, makes the cut durable and moves the file
+// offset there. It refuses, before changing anything, a file that is not
+// regular or is shorter than offset.
+func reposition(file *os.File, offset int64) error {
+	st, err := file.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return errors.New("partial is not a regular file")
+	}
+	if offset > st.Size() {
+		return fmt.Errorf("offset %d is past the %d bytes written", offset, st.Size())
+	}
+	if err := file.Truncate(offset); err != nil {
+		return err
+	}
+	// Make the cut durable before anything new is written after it:
+	// otherwise a crash before the next Sync could leave the old tail
+	// with new bytes written over part of it, a file that is neither what
+	// was recorded nor what was sent. (Resume would cut it again, but an
+	// operator or a check reading the partial would be misled.)
+	if err := file.Sync(); err != nil {
+		return fmt.Errorf("fsync: %w", err)
+	}
+	if _, err := file.Seek(offset, io.SeekStart); err != nil {
+		return err
+	}
+	return nil
 }
 
 // Open opens a committed blob; the error wraps imagestore.ErrNotFound if
@@ -185,17 +260,39 @@ func (f *FS) List(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// RemovePartials removes everything under .partial and returns how many
-// entries it removed. It must run before any Create: it would pull the
-// file from under a live writer.
-func (f *FS) RemovePartials(ctx context.Context) (int, error) {
+// RemovePartial removes .partial/<id>; a missing one is not an error. The
+// caller makes sure no writer holds it (a writer would go on writing to an
+// unlinked file and fail only at Commit).
+func (f *FS) RemovePartial(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	err := os.Remove(f.partialPath(id))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("blobfs: remove partial %s: %w", id, err)
+	}
+	// No directory fsync: a partial that comes back after a crash has no
+	// session any more, and RemovePartials clears it at start-up.
+	return nil
+}
+
+// RemovePartials removes everything under .partial except the regular
+// files named by a valid upload id for which keep returns true (a nil keep
+// keeps nothing), and returns how many entries it removed. keep is only
+// ever asked about valid ids. It must run before any Create or Resume: it
+// would pull the file from under a live writer.
+func (f *FS) RemovePartials(ctx context.Context, keep func(id string) bool) (int, error) {
 	entries, err := os.ReadDir(f.partial)
 	if err != nil {
 		return 0, fmt.Errorf("blobfs: remove partials: %w", err)
 	}
 	n := 0
 	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(f.partial, e.Name())); err != nil {
+		name := e.Name()
+		if keep != nil && e.Type().IsRegular() && imagestore.ValidUploadID(name) && keep(name) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(f.partial, name)); err != nil {
 			return n, fmt.Errorf("blobfs: remove partials: %w", err)
 		}
 		n++

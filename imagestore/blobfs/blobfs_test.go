@@ -319,7 +319,7 @@ func TestCommitCanceled(t *testing.T) {
 	if err := w.Abort(); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := f.RemovePartials(context.Background()); n != 0 {
+	if n, _ := f.RemovePartials(context.Background(), nil); n != 0 {
 		t.Errorf("Abort left %d partials", n)
 	}
 }
@@ -340,6 +340,12 @@ func TestInvalidIDs(t *testing.T) {
 		}
 		if err := f.Delete(ctx, id); err == nil {
 			t.Errorf("Delete(%q) succeeded", id)
+		}
+		if _, err := f.Resume(ctx, id, 0); err == nil || !strings.Contains(err.Error(), "invalid upload id") {
+			t.Errorf("Resume(%q) = %v", id, err)
+		}
+		if err := f.RemovePartial(ctx, id); err == nil || !strings.Contains(err.Error(), "invalid upload id") {
+			t.Errorf("RemovePartial(%q) = %v", id, err)
 		}
 	}
 }
@@ -399,7 +405,7 @@ func TestRemovePartialsAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := f2.RemovePartials(ctx)
+	n, err := f2.RemovePartials(ctx, nil)
 	if err != nil || n != 4 {
 		t.Fatalf("RemovePartials = %d, %v; want 4", n, err)
 	}
@@ -407,7 +413,7 @@ func TestRemovePartialsAfterCrash(t *testing.T) {
 	if err != nil || len(left) != 0 {
 		t.Fatalf(".partial after RemovePartials: %v, %v", left, err)
 	}
-	if n, err := f2.RemovePartials(ctx); err != nil || n != 0 {
+	if n, err := f2.RemovePartials(ctx, nil); err != nil || n != 0 {
 		t.Fatalf("second RemovePartials = %d, %v", n, err)
 	}
 	if ids, _ := f2.List(ctx); len(ids) != 1 || ids[0] != kept {

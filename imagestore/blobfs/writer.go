@@ -28,11 +28,12 @@ const (
 	stateCommitted
 	stateFailed // Commit failed; Abort cleans up
 	stateAborted
+	stateClosed // Close: the partial file stays for Resume; Abort removes it
 )
 
-// writer is a blob being written to .partial/<id>. Its methods lock, so
-// an Abort from another goroutine (say, on shutdown) is safe, but the
-// bytes of one blob come from one goroutine.
+// writer is a blob being written to .partial/<id>, from Create or Resume.
+// Its methods lock, so an Abort or Close from another goroutine (say, on
+// shutdown) is safe, but the bytes of one blob come from one goroutine.
 type writer struct {
 	mu      sync.Mutex
 	fs      *FS
@@ -47,15 +48,28 @@ type writer struct {
 	// leftover is a committed path that a failed Commit could not take
 	// back; Abort removes it.
 	leftover string
-	// werr is the first write error: the file has a hole or a short tail
-	// from then on, so later writes and Commit refuse.
+	// werr is the first write or sync error: the file has a hole or a
+	// short tail from then on, or pages the kernel may have dropped, so
+	// later Writes, Syncs and Commit refuse.
 	werr error
 }
 
 var _ imagestore.BlobWriter = (*writer)(nil)
 
-func newWriter(f *FS, id string, file *os.File) *writer {
-	return &writer{fs: f, id: id, file: file}
+// newWriter returns a writer whose file is positioned at off, the number
+// of bytes already in it (0 for Create).
+func newWriter(f *FS, id string, file *os.File, off int64) *writer {
+	return &writer{
+		fs:      f,
+		id:      id,
+		file:    file,
+		written: off,
+		// Whole windows before off were written out by the writer that
+		// wrote them (or by the fsync Resume relies on); the window off
+		// falls in is started again from its beginning, which is cheap
+		// for pages that are already clean.
+		flushed: off - off%writebackWindow,
+	}
 }
 
 // Write appends p. Errors wrap the underlying *fs.PathError, so
@@ -124,6 +138,47 @@ func startWriteback(f *os.File, off, n int64) error {
 	return serr
 }
 
+// Sync makes everything written so far durable (fsync) without ending the
+// write; a resumable upload records an offset only after Sync returns. It
+// refuses after a failed Write with that error, and a failed fsync is final
+// too: Linux may drop the dirty pages it could not write and mark them
+// clean, so a later fsync could succeed over lost bytes.
+func (w *writer) Sync() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateWriting {
+		return fmt.Errorf("blobfs: sync %s: %w", w.id, os.ErrClosed)
+	}
+	if w.werr != nil {
+		return w.werr
+	}
+	if err := w.file.Sync(); err != nil {
+		w.werr = fmt.Errorf("blobfs: sync %s: %w", w.id, err)
+		return w.werr
+	}
+	return nil
+}
+
+// Close ends the writer and releases its descriptor but keeps the partial
+// file, for Resume. It does not fsync: bytes since the last Sync may be
+// lost in a crash, which is fine because Resume cuts the file back to the
+// offset recorded after that Sync. Close is idempotent and a no-op after
+// Commit or Abort; after a failed Commit it leaves Abort's cleanup to do.
+// After Close, Write, Sync and Commit fail with os.ErrClosed, and Abort
+// still removes the partial file.
+func (w *writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateWriting {
+		return nil
+	}
+	w.state = stateClosed
+	if err := w.closeFile(); err != nil {
+		return fmt.Errorf("blobfs: close %s: %w", w.id, err)
+	}
+	return nil
+}
+
 // ReadAt reads back the partial file (for the structure check before
 // Commit). io.EOF is returned as is, as io.ReaderAt callers expect.
 func (w *writer) ReadAt(p []byte, off int64) (int, error) {
@@ -149,7 +204,7 @@ func (w *writer) Commit(ctx context.Context) error {
 	switch w.state {
 	case stateCommitted:
 		return fmt.Errorf("blobfs: commit %s: already committed", w.id)
-	case stateFailed, stateAborted:
+	case stateFailed, stateAborted, stateClosed:
 		return fmt.Errorf("blobfs: commit %s: %w", w.id, os.ErrClosed)
 	}
 	if err := w.commit(ctx); err != nil {
@@ -163,7 +218,7 @@ func (w *writer) Commit(ctx context.Context) error {
 func (w *writer) commit(ctx context.Context) error {
 	if w.werr != nil {
 		w.closeFile()
-		return fmt.Errorf("earlier write failed: %w", w.werr)
+		return fmt.Errorf("earlier write or sync failed: %w", w.werr)
 	}
 	if err := ctx.Err(); err != nil {
 		w.closeFile()
@@ -226,8 +281,9 @@ func renameNoReplace(from, to string) error {
 }
 
 // Abort ends the blob without making it visible and removes its partial
-// file (and whatever a failed Commit left). It is idempotent, and a no-op
-// after a successful Commit, so `defer w.Abort()` is safe.
+// file (and whatever a failed Commit left), also after Close. It is
+// idempotent, and a no-op after a successful Commit, so `defer w.Abort()`
+// is safe.
 func (w *writer) Abort() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	msqlite "modernc.org/sqlite"
@@ -409,41 +410,48 @@ func (s *Store) Ticket(ctx context.Context, ticket imagestore.Hash) (imagestore.
 }
 
 // ConsumeTicket marks the ticket used at now. The decision is the single
-// conditional UPDATE, so of any number of concurrent callers, in this
-// process or another, exactly one changes the row; the others only read it
-// afterwards to say why they lost. A ticket both used and expired is
-// reported as used.
+// conditional UPDATE in consumeTicket, so of any number of concurrent
+// callers, in this process or another, exactly one changes the row. A
+// ticket both used and expired is reported as used.
 func (s *Store) ConsumeTicket(ctx context.Context, ticket imagestore.Hash, now time.Time) (imagestore.Ticket, error) {
 	at, err := nanos("now", now)
 	if err != nil {
 		return imagestore.Ticket{}, fmt.Errorf("sqlite: consume ticket: %w", err)
 	}
 	var tk imagestore.Ticket
-	err = s.write(ctx, "consume ticket", func(tx *sql.Tx) error {
-		var uerr error
-		tk, uerr = scanTicket(tx.QueryRowContext(ctx, `
-UPDATE tickets SET used_at = ?1
-WHERE hash = ?2 AND used_at IS NULL AND expires_at > ?1
-RETURNING `+ticketCols,
-			at, ticket[:]))
-		if !errors.Is(uerr, sql.ErrNoRows) {
-			return uerr
-		}
-		var used sql.NullInt64
-		err := tx.QueryRowContext(ctx, `SELECT used_at FROM tickets WHERE hash = ?`, ticket[:]).Scan(&used)
-		switch {
-		case err != nil:
-			return notFound("ticket", err)
-		case used.Valid:
-			return imagestore.ErrTicketUsed
-		default:
-			return imagestore.ErrTicketExpired
-		}
+	err = s.write(ctx, "consume ticket", func(tx *sql.Tx) (err error) {
+		tk, err = consumeTicket(ctx, tx, ticket, at)
+		return err
 	})
 	if err != nil {
 		return imagestore.Ticket{}, err
 	}
 	return tk, nil
+}
+
+// consumeTicket is the one place a ticket is used, shared by ConsumeTicket
+// and StartSession so that both decide alike: the conditional UPDATE either
+// changes the row or not, and only a loser reads the row afterwards to say
+// why (ErrNotFound, ErrTicketUsed, ErrTicketExpired).
+func consumeTicket(ctx context.Context, tx *sql.Tx, ticket imagestore.Hash, at int64) (imagestore.Ticket, error) {
+	tk, err := scanTicket(tx.QueryRowContext(ctx, `
+UPDATE tickets SET used_at = ?1
+WHERE hash = ?2 AND used_at IS NULL AND expires_at > ?1
+RETURNING `+ticketCols,
+		at, ticket[:]))
+	if !errors.Is(err, sql.ErrNoRows) {
+		return tk, err
+	}
+	var used sql.NullInt64
+	err = tx.QueryRowContext(ctx, `SELECT used_at FROM tickets WHERE hash = ?`, ticket[:]).Scan(&used)
+	switch {
+	case err != nil:
+		return imagestore.Ticket{}, notFound("ticket", err)
+	case used.Valid:
+		return imagestore.Ticket{}, imagestore.ErrTicketUsed
+	default:
+		return imagestore.Ticket{}, imagestore.ErrTicketExpired
+	}
 }
 
 // SweepTickets first counts unused tickets that expired at or before now
@@ -553,20 +561,9 @@ SELECT `+imageCols+` FROM images WHERE tenant_id = ? ORDER BY created_at, upload
 // ImageIDs returns the upload ids of all images, sorted.
 func (s *Store) ImageIDs(ctx context.Context) ([]string, error) {
 	var ids []string
-	err := s.read(ctx, "image ids", func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT upload_id FROM images ORDER BY upload_id`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			ids = append(ids, id)
-		}
-		return rows.Err()
+	err := s.read(ctx, "image ids", func(tx *sql.Tx) (err error) {
+		ids, err = queryIDs(ctx, tx, `SELECT upload_id FROM images ORDER BY upload_id`)
+		return err
 	})
 	return ids, err
 }
@@ -633,6 +630,173 @@ WHERE f.hash = ? AND f.revoked_at IS NULL AND f.expires_at > ?`, token[:], at))
 		return notFound("fetch token", err)
 	})
 	return img, err
+}
+
+const sessionCols = `upload_id, tenant_id, name, efi, length, "offset", hash_state, created_at, expires_at`
+
+func scanSession(r scanner) (imagestore.UploadSession, error) {
+	var (
+		us               imagestore.UploadSession
+		created, expires int64
+	)
+	if err := r.Scan(&us.UploadID, &us.TenantID, &us.Name, &us.EFI, &us.Length, &us.Offset, &us.HashState, &created, &expires); err != nil {
+		return imagestore.UploadSession{}, err
+	}
+	us.CreatedAt = fromNanos(created)
+	us.ExpiresAt = fromNanos(expires)
+	return us, nil
+}
+
+// blob returns b for binding as a BLOB: the driver binds a nil slice as
+// NULL, which the NOT NULL column refuses, while an empty hash state is
+// merely unusual.
+func blob(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// StartSession consumes the ticket at now (see consumeTicket) and creates
+// the session under the session hash in the same transaction, so a ticket
+// yields at most one session and a refused session leaves the ticket
+// unused. UploadID, TenantID, Name and EFI come from the ticket; the rest
+// from us, where a zero CreatedAt means now. Errors: those of
+// ConsumeTicket, and ErrExists if the session hash is taken.
+func (s *Store) StartSession(ctx context.Context, ticket, session imagestore.Hash, us imagestore.UploadSession, now time.Time) (imagestore.UploadSession, error) {
+	fail := func(err error) (imagestore.UploadSession, error) {
+		return imagestore.UploadSession{}, fmt.Errorf("sqlite: start session: %w", err)
+	}
+	at, err := nanos("now", now)
+	if err != nil {
+		return fail(err)
+	}
+	created, err := createdNanos(us.CreatedAt)
+	if err != nil {
+		return fail(err)
+	}
+	expires, err := nanos("expires_at", us.ExpiresAt)
+	if err != nil {
+		return fail(err)
+	}
+	if us.Length < 0 || us.Offset < 0 || us.Offset > us.Length {
+		return fail(fmt.Errorf("offset %d and length %d do not describe an upload", us.Offset, us.Length))
+	}
+	var stored imagestore.UploadSession
+	err = s.write(ctx, "start session", func(tx *sql.Tx) error {
+		tk, err := consumeTicket(ctx, tx, ticket, at)
+		if err != nil {
+			return err
+		}
+		// RETURNING hands back what was stored, so the caller sees the
+		// same values a later Session would.
+		stored, err = scanSession(tx.QueryRowContext(ctx, `
+INSERT INTO upload_sessions (hash, upload_id, tenant_id, name, efi, length, "offset", hash_state, created_at, expires_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+RETURNING `+sessionCols,
+			session[:], tk.UploadID, tk.TenantID, tk.Name, tk.EFI, us.Length, us.Offset, blob(us.HashState), created, expires))
+		if isUnique(err) {
+			return fmt.Errorf("upload session: %w", imagestore.ErrExists)
+		}
+		return err
+	})
+	if err != nil {
+		return imagestore.UploadSession{}, err
+	}
+	return stored, nil
+}
+
+// Session returns the session whose id hashes to session, expired or not
+// (the caller compares ExpiresAt with its clock); ErrNotFound if there is
+// none.
+func (s *Store) Session(ctx context.Context, session imagestore.Hash) (imagestore.UploadSession, error) {
+	var us imagestore.UploadSession
+	err := s.read(ctx, "session", func(tx *sql.Tx) (err error) {
+		us, err = scanSession(tx.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM upload_sessions WHERE hash = ?`, session[:]))
+		return notFound("upload session", err)
+	})
+	return us, err
+}
+
+// SaveProgress records offset and hashState and sets the expiry to
+// expiresAt. ErrNotFound if the session has ended (or expired and been
+// swept): the caller must then stop writing, its partial file may be gone.
+// An offset outside [0, Length] is refused by the schema.
+func (s *Store) SaveProgress(ctx context.Context, uploadID string, offset int64, hashState []byte, expiresAt time.Time) error {
+	expires, err := nanos("expires_at", expiresAt)
+	if err != nil {
+		return fmt.Errorf("sqlite: save progress: %w", err)
+	}
+	return s.write(ctx, "save progress", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE upload_sessions SET "offset" = ?, hash_state = ?, expires_at = ? WHERE upload_id = ?`,
+			offset, blob(hashState), expires, uploadID)
+		if err != nil {
+			return err
+		}
+		return mustChange(res, "upload session")
+	})
+}
+
+// EndSession forgets the session; a missing one is not an error, so a
+// retry after a lost answer, or an end racing the expiry sweep, succeeds.
+// The ticket stays used.
+func (s *Store) EndSession(ctx context.Context, uploadID string) error {
+	return s.write(ctx, "end session", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM upload_sessions WHERE upload_id = ?`, uploadID)
+		return err
+	})
+}
+
+// ExpireSessions deletes the sessions with expires_at <= now (a session is
+// dead at its ExpiresAt, like a ticket) and returns their upload ids,
+// sorted. Deletion and listing are one statement in one transaction, so of
+// two concurrent sweeps each id is returned by exactly one.
+func (s *Store) ExpireSessions(ctx context.Context, now time.Time) ([]string, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: expire sessions: %w", err)
+	}
+	var ids []string
+	err = s.write(ctx, "expire sessions", func(tx *sql.Tx) (err error) {
+		ids, err = queryIDs(ctx, tx, `DELETE FROM upload_sessions WHERE expires_at <= ? RETURNING upload_id`, at)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING promises no order.
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// SessionUploadIDs returns the upload ids of all sessions not yet ended or
+// swept, expired or not, sorted.
+func (s *Store) SessionUploadIDs(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := s.read(ctx, "session upload ids", func(tx *sql.Tx) (err error) {
+		ids, err = queryIDs(ctx, tx, `SELECT upload_id FROM upload_sessions ORDER BY upload_id`)
+		return err
+	})
+	return ids, err
+}
+
+// queryIDs runs a query yielding one text column and collects it.
+func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 // Stats returns the number of images and their total size.

@@ -177,6 +177,162 @@ func TestReopen(t *testing.T) {
 	}
 }
 
+// TestMigrateFromVersion1 opens a database written by the first released
+// schema (user_version 1, before upload sessions) and checks that it is
+// brought to the current version with its data intact and usable.
+func TestMigrateFromVersion1(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	old, err := open(ctx, path, schema()[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := userVersion(t, old); got != 1 {
+		t.Fatalf("old database: user_version = %d, want 1", got)
+	}
+	a, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "alpha", StripeAccount: "acct"}, imagestore.HashSecret("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: a.ID, Name: "img", EFI: true, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := old.CreateTicket(ctx, tk, imagestore.HashSecret("ticket"), 0); err != nil {
+		t.Fatal(err)
+	}
+	img := imagestore.Image{UploadID: imagestore.NewUploadID(), TenantID: a.ID, Name: "done", Size: 7, VirtualSize: 8, SHA256: "ab", CreatedAt: now}
+	if err := old.AddImage(ctx, img, 0); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := old.db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE name = 'upload_sessions'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("step 1 alone created upload_sessions: the test no longer builds a version 1 database")
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := mustOpen(t, path)
+	defer s.Close()
+	if got, want := userVersion(t, s), len(schema()); got != want || want < 2 {
+		t.Errorf("after migration: user_version = %d, want %d (>= 2)", got, want)
+	}
+	if got, err := s.Tenant(ctx, "alpha"); err != nil || got != a {
+		t.Errorf("tenant after migration = %+v, %v; want %+v", got, err, a)
+	}
+	if got, err := s.Image(ctx, img.UploadID); err != nil || got != img {
+		t.Errorf("image after migration = %+v, %v; want %+v", got, err, img)
+	}
+	// The ticket issued before the upgrade starts a session after it.
+	us, err := s.StartSession(ctx, imagestore.HashSecret("ticket"), imagestore.HashSecret("session"),
+		imagestore.UploadSession{Length: 7, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, now)
+	if err != nil {
+		t.Fatalf("StartSession on a pre-upgrade ticket: %v", err)
+	}
+	if us.UploadID != tk.UploadID || us.TenantID != a.ID || us.Name != "img" || !us.EFI {
+		t.Errorf("session = %+v, want the ticket's attributes", us)
+	}
+	if ids, err := s.SessionUploadIDs(ctx); err != nil || len(ids) != 1 || ids[0] != tk.UploadID {
+		t.Errorf("SessionUploadIDs = %v, %v", ids, err)
+	}
+}
+
+// TestSessionsTable checks what the schema itself guarantees: STRICT, the
+// offset bounds, and that a nil hash state is stored rather than refused.
+func TestSessionsTable(t *testing.T) {
+	ctx := t.Context()
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	a, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "alpha"}, imagestore.HashSecret("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var strict int
+	if err := s.db.QueryRowContext(ctx, "SELECT strict FROM pragma_table_list WHERE name = 'upload_sessions'").Scan(&strict); err != nil {
+		t.Fatal(err)
+	}
+	if strict != 1 {
+		t.Error("upload_sessions is not STRICT")
+	}
+	// ExpireSessions runs periodically; it must not scan the table.
+	var plan []string
+	rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN DELETE FROM upload_sessions WHERE expires_at <= 5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id, parent, notUsed int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	if p := strings.Join(plan, "; "); !strings.Contains(p, "upload_sessions_expires_at") {
+		t.Errorf("expiry sweep plan %q does not use the expires_at index", p)
+	}
+
+	tk := imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: a.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := s.CreateTicket(ctx, tk, imagestore.HashSecret("t1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	us, err := s.StartSession(ctx, imagestore.HashSecret("t1"), imagestore.HashSecret("s1"),
+		imagestore.UploadSession{Length: 100, HashState: nil, ExpiresAt: now.Add(time.Hour)}, now)
+	if err != nil {
+		t.Fatalf("StartSession with a nil hash state: %v", err)
+	}
+	if len(us.HashState) != 0 {
+		t.Errorf("HashState = %x, want empty", us.HashState)
+	}
+	// A zero CreatedAt means now, as for the other records.
+	if us.CreatedAt.IsZero() {
+		t.Error("zero CreatedAt stored as the zero time")
+	}
+	if err := s.SaveProgress(ctx, us.UploadID, 100, nil, now.Add(time.Hour)); err != nil {
+		t.Errorf("SaveProgress at the length with a nil state: %v", err)
+	}
+	for _, off := range []int64{101, -1} {
+		if err := s.SaveProgress(ctx, us.UploadID, off, []byte{1}, now.Add(2*time.Hour)); err == nil {
+			t.Errorf("SaveProgress(offset %d) past a length of 100 succeeded", off)
+		}
+	}
+	got, err := s.Session(ctx, imagestore.HashSecret("s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Offset != 100 || !got.ExpiresAt.Equal(now.Add(time.Hour)) {
+		t.Errorf("refused SaveProgress changed the session: %+v", got)
+	}
+
+	// Offsets that do not describe an upload are refused before the
+	// ticket is touched.
+	tk2 := imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: a.ID, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := s.CreateTicket(ctx, tk2, imagestore.HashSecret("t2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []imagestore.UploadSession{
+		{Length: -1, ExpiresAt: now.Add(time.Hour)},
+		{Length: 10, Offset: 11, ExpiresAt: now.Add(time.Hour)},
+		{Length: 10, Offset: -1, ExpiresAt: now.Add(time.Hour)},
+		{Length: 10}, // no expiry
+	} {
+		if _, err := s.StartSession(ctx, imagestore.HashSecret("t2"), imagestore.HashSecret("s2"), bad, now); err == nil {
+			t.Errorf("StartSession(%+v) succeeded", bad)
+		}
+	}
+	if got, err := s.Ticket(ctx, imagestore.HashSecret("t2")); err != nil || !got.UsedAt.IsZero() {
+		t.Errorf("refused StartSession used the ticket: %+v, %v", got, err)
+	}
+}
+
 func TestFailedMigrationRollsBack(t *testing.T) {
 	ctx := t.Context()
 	path := tempPath(t)
@@ -341,7 +497,9 @@ func TestErrorsCarryNoSecrets(t *testing.T) {
 	_, err1 := s.TenantByToken(ctx, h)
 	_, err2 := s.ConsumeTicket(ctx, h, time.Now())
 	_, err3 := s.ImageForToken(ctx, h, time.Now())
-	for _, err := range []error{err1, err2, err3} {
+	_, err4 := s.Session(ctx, h)
+	_, err5 := s.StartSession(ctx, h, h, imagestore.UploadSession{ExpiresAt: time.Now()}, time.Now())
+	for _, err := range []error{err1, err2, err3, err4, err5} {
 		if err == nil {
 			t.Fatal("lookup of an unknown hash succeeded")
 		}

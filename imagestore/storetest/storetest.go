@@ -9,6 +9,9 @@
 package storetest
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding"
 	"errors"
 	"fmt"
 	"slices"
@@ -42,6 +45,13 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"SweepTickets", testSweepTickets},
 		{"TimeRoundTrip", testTimeRoundTrip},
 		{"Stats", testStats},
+		{"StartSession", testStartSession},
+		{"StartSessionRefused", testStartSessionRefused},
+		{"StartSessionConcurrent", testStartSessionConcurrent},
+		{"SaveProgress", testSaveProgress},
+		{"EndSession", testEndSession},
+		{"ExpireSessions", testExpireSessions},
+		{"SessionUploadIDs", testSessionUploadIDs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -821,4 +831,386 @@ func testStats(t *testing.T, s imagestore.Store) {
 	check("after three images", 3, 1<<40+12)
 	must(t, "RemoveImage", s.RemoveImage(ctx, a.ID, uploadID(1)))
 	check("after removal", 2, 12)
+}
+
+// hashState returns the marshalled SHA-256 state after data, the form a
+// resumable upload records.
+func hashState(t *testing.T, data string) []byte {
+	t.Helper()
+	h := sha256.New()
+	h.Write([]byte(data))
+	st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	must(t, "MarshalBinary", err)
+	return st
+}
+
+// newSession issues a ticket for id and starts a session on it at t0.
+func newSession(t *testing.T, s imagestore.Store, tenantID int64, secret, id string, expires time.Time) imagestore.UploadSession {
+	t.Helper()
+	newTicket(t, s, tenantID, "ticket-"+secret, id, t0.Add(time.Hour))
+	us, err := s.StartSession(t.Context(), hash("ticket-"+secret), hash(secret), imagestore.UploadSession{
+		Length:    1 << 20,
+		HashState: hashState(t, ""),
+		CreatedAt: t0,
+		ExpiresAt: expires,
+	}, t0)
+	must(t, "StartSession "+secret, err)
+	return us
+}
+
+func checkSession(t *testing.T, op string, got, want imagestore.UploadSession) {
+	t.Helper()
+	for _, d := range []string{
+		timeDiff("CreatedAt", got.CreatedAt, want.CreatedAt),
+		timeDiff("ExpiresAt", got.ExpiresAt, want.ExpiresAt),
+	} {
+		if d != "" {
+			t.Errorf("%s: %s", op, d)
+		}
+	}
+	if !bytes.Equal(got.HashState, want.HashState) {
+		t.Errorf("%s: HashState = %x, want %x", op, got.HashState, want.HashState)
+	}
+	// UploadSession holds a slice, so it cannot be compared with !=.
+	type fields struct {
+		UploadID       string
+		TenantID       int64
+		Name           string
+		EFI            bool
+		Length, Offset int64
+	}
+	g := fields{got.UploadID, got.TenantID, got.Name, got.EFI, got.Length, got.Offset}
+	w := fields{want.UploadID, want.TenantID, want.Name, want.EFI, want.Length, want.Offset}
+	if g != w {
+		t.Errorf("%s: got %+v, want %+v", op, g, w)
+	}
+}
+
+// sessionIDs returns SessionUploadIDs sorted; the order is not part of
+// the contract.
+func sessionIDs(t *testing.T, s imagestore.Store) []string {
+	t.Helper()
+	ids, err := s.SessionUploadIDs(t.Context())
+	must(t, "SessionUploadIDs", err)
+	slices.Sort(ids)
+	return ids
+}
+
+func testStartSession(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	tk := imagestore.Ticket{UploadID: uploadID(1), TenantID: a.ID, Name: "debian.qcow2", EFI: true, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	must(t, "CreateTicket", s.CreateTicket(ctx, tk, hash("ticket"), 0))
+
+	// Not UTC, every nanosecond digit set; a real hash state (binary, with
+	// zero bytes); a length beyond 32 bits.
+	zone := time.FixedZone("UTC-03:30", -(3*3600 + 30*60))
+	created := time.Date(2031, 3, 4, 1, 36, 7, 987654321, zone)
+	expires := created.Add(24*time.Hour + 1)
+	now := t0.Add(time.Minute)
+	state := hashState(t, "first bytes")
+	in := imagestore.UploadSession{
+		// The ticket decides these four; the caller's values are ignored.
+		UploadID: uploadID(99),
+		TenantID: b.ID,
+		Name:     "not the ticket's",
+		EFI:      false,
+
+		Length:    5 << 32,
+		Offset:    0,
+		HashState: state,
+		CreatedAt: created,
+		ExpiresAt: expires,
+	}
+	got, err := s.StartSession(ctx, hash("ticket"), hash("session"), in, now)
+	must(t, "StartSession", err)
+	want := imagestore.UploadSession{
+		UploadID:  tk.UploadID,
+		TenantID:  a.ID,
+		Name:      tk.Name,
+		EFI:       true,
+		Length:    5 << 32,
+		HashState: state,
+		CreatedAt: created,
+		ExpiresAt: expires,
+	}
+	checkSession(t, "StartSession", got, want)
+	stored, err := s.Session(ctx, hash("session"))
+	must(t, "Session", err)
+	checkSession(t, "Session", stored, want)
+
+	// The ticket was consumed at now, exactly as ConsumeTicket would have.
+	gotTk, err := s.Ticket(ctx, hash("ticket"))
+	must(t, "Ticket", err)
+	wantTk := tk
+	wantTk.UsedAt = now
+	checkTicket(t, "Ticket after StartSession", gotTk, wantTk)
+	_, err = s.ConsumeTicket(ctx, hash("ticket"), now)
+	wantErr(t, "ConsumeTicket after StartSession", err, imagestore.ErrTicketUsed)
+	_, err = s.StartSession(ctx, hash("ticket"), hash("session-2"), in, now)
+	wantErr(t, "StartSession again", err, imagestore.ErrTicketUsed)
+	_, err = s.Session(ctx, hash("session-2"))
+	wantErr(t, "Session of the refused second start", err, imagestore.ErrNotFound)
+
+	// A ticket consumed by ConsumeTicket cannot start a session either.
+	newTicket(t, s, a.ID, "plain", uploadID(2), t0.Add(time.Hour))
+	_, err = s.ConsumeTicket(ctx, hash("plain"), now)
+	must(t, "ConsumeTicket plain", err)
+	_, err = s.StartSession(ctx, hash("plain"), hash("session-3"), in, now)
+	wantErr(t, "StartSession on a consumed ticket", err, imagestore.ErrTicketUsed)
+
+	_, err = s.Session(ctx, hash("unknown"))
+	wantErr(t, "Session unknown", err, imagestore.ErrNotFound)
+	if ids, want := sessionIDs(t, s), []string{uploadID(1)}; !slices.Equal(ids, want) {
+		t.Errorf("SessionUploadIDs = %v, want %v", ids, want)
+	}
+}
+
+func testStartSessionRefused(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	exp := t0.Add(time.Hour)
+	us := imagestore.UploadSession{Length: 10, HashState: hashState(t, ""), CreatedAt: t0, ExpiresAt: exp.Add(time.Hour)}
+	tests := []struct {
+		name string
+		now  time.Time
+		want error
+	}{
+		{"one nanosecond before expiry", exp.Add(-time.Nanosecond), nil},
+		{"at expiry", exp, imagestore.ErrTicketExpired},
+		{"after expiry", exp.Add(time.Hour), imagestore.ErrTicketExpired},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			secret := fmt.Sprintf("ticket-%d", i)
+			session := fmt.Sprintf("session-%d", i)
+			tk := newTicket(t, s, a.ID, secret, uploadID(i+1), exp)
+			_, err := s.StartSession(ctx, hash(secret), hash(session), us, tc.now)
+			if tc.want == nil {
+				must(t, "StartSession", err)
+				return
+			}
+			wantErr(t, "StartSession", err, tc.want)
+			// Refused: the ticket stays unused and no session exists.
+			stored, err := s.Ticket(ctx, hash(secret))
+			must(t, "Ticket", err)
+			checkTicket(t, "Ticket after refusal", stored, tk)
+			_, err = s.Session(ctx, hash(session))
+			wantErr(t, "Session after refusal", err, imagestore.ErrNotFound)
+		})
+	}
+	t.Run("unknown ticket", func(t *testing.T) {
+		_, err := s.StartSession(ctx, hash("unknown"), hash("session-unknown"), us, t0)
+		wantErr(t, "StartSession", err, imagestore.ErrNotFound)
+		_, err = s.Session(ctx, hash("session-unknown"))
+		wantErr(t, "Session after refusal", err, imagestore.ErrNotFound)
+	})
+	// One transaction: a session that cannot be stored (its hash is
+	// taken) leaves the ticket unused, for a retry with a fresh id.
+	t.Run("session hash taken", func(t *testing.T) {
+		tk := newTicket(t, s, a.ID, "dup", uploadID(50), exp)
+		_, err := s.StartSession(ctx, hash("dup"), hash("session-0"), us, t0)
+		wantErr(t, "StartSession with a taken session hash", err, imagestore.ErrExists)
+		stored, err := s.Ticket(ctx, hash("dup"))
+		must(t, "Ticket", err)
+		checkTicket(t, "Ticket after refused session", stored, tk)
+		got, err := s.Session(ctx, hash("session-0"))
+		must(t, "Session session-0", err)
+		if got.UploadID != uploadID(1) {
+			t.Errorf("session-0 now names upload %s, want %s", got.UploadID, uploadID(1))
+		}
+		_, err = s.StartSession(ctx, hash("dup"), hash("session-fresh"), us, t0)
+		must(t, "StartSession retry", err)
+	})
+	if ids, want := sessionIDs(t, s), []string{uploadID(1), uploadID(50)}; !slices.Equal(ids, want) {
+		t.Errorf("SessionUploadIDs = %v, want %v", ids, want)
+	}
+}
+
+func testStartSessionConcurrent(t *testing.T, s imagestore.Store) {
+	const n = 8
+	a := newTenant(t, s, "alpha")
+	newTicket(t, s, a.ID, "race", uploadID(1), t0.Add(time.Hour))
+	us := imagestore.UploadSession{Length: 10, HashState: hashState(t, ""), CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+
+	start := make(chan struct{})
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			_, errs[i] = s.StartSession(t.Context(), hash("race"), hash(fmt.Sprintf("session-%d", i)), us, t0)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	winner, used := -1, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			if winner >= 0 {
+				t.Errorf("callers %d and %d both started a session", winner, i)
+			}
+			winner = i
+		case errors.Is(err, imagestore.ErrTicketUsed):
+			used++
+		default:
+			t.Errorf("caller %d: %v, want nil or ErrTicketUsed", i, err)
+		}
+	}
+	if winner < 0 || used != n-1 {
+		t.Fatalf("%d winners and %d ErrTicketUsed, want 1 and %d", n-used, used, n-1)
+	}
+	for i := range n {
+		_, err := s.Session(t.Context(), hash(fmt.Sprintf("session-%d", i)))
+		if i == winner {
+			must(t, "Session of the winner", err)
+		} else {
+			wantErr(t, fmt.Sprintf("Session of loser %d", i), err, imagestore.ErrNotFound)
+		}
+	}
+	if ids := sessionIDs(t, s); !slices.Equal(ids, []string{uploadID(1)}) {
+		t.Errorf("SessionUploadIDs = %v, want exactly one session", ids)
+	}
+}
+
+func testSaveProgress(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	us := newSession(t, s, a.ID, "s1", uploadID(1), t0.Add(time.Hour))
+	other := newSession(t, s, a.ID, "s2", uploadID(2), t0.Add(time.Hour))
+
+	state := hashState(t, "0123456789")
+	later := t0.Add(3*time.Hour + time.Nanosecond)
+	must(t, "SaveProgress", s.SaveProgress(ctx, us.UploadID, 10, state, later))
+	want := us
+	want.Offset, want.HashState, want.ExpiresAt = 10, state, later
+	got, err := s.Session(ctx, hash("s1"))
+	must(t, "Session", err)
+	checkSession(t, "Session after SaveProgress", got, want)
+
+	// Expiry follows the last call, even backwards; the offset reaches
+	// the end of the upload.
+	state = hashState(t, "the whole image")
+	must(t, "SaveProgress to the end", s.SaveProgress(ctx, us.UploadID, us.Length, state, t0.Add(time.Minute)))
+	want.Offset, want.HashState, want.ExpiresAt = us.Length, state, t0.Add(time.Minute)
+	got, err = s.Session(ctx, hash("s1"))
+	must(t, "Session", err)
+	checkSession(t, "Session after second SaveProgress", got, want)
+
+	got, err = s.Session(ctx, hash("s2"))
+	must(t, "Session s2", err)
+	checkSession(t, "other session untouched", got, other)
+
+	err = s.SaveProgress(ctx, uploadID(9), 1, state, later)
+	wantErr(t, "SaveProgress unknown", err, imagestore.ErrNotFound)
+	must(t, "EndSession", s.EndSession(ctx, us.UploadID))
+	err = s.SaveProgress(ctx, us.UploadID, 1, state, later)
+	wantErr(t, "SaveProgress after EndSession", err, imagestore.ErrNotFound)
+	_, err = s.Session(ctx, hash("s1"))
+	wantErr(t, "SaveProgress after EndSession recreated the session", err, imagestore.ErrNotFound)
+}
+
+func testEndSession(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	us := newSession(t, s, a.ID, "s1", uploadID(1), t0.Add(time.Hour))
+	other := newSession(t, s, a.ID, "s2", uploadID(2), t0.Add(time.Hour))
+
+	must(t, "EndSession", s.EndSession(ctx, us.UploadID))
+	_, err := s.Session(ctx, hash("s1"))
+	wantErr(t, "Session after EndSession", err, imagestore.ErrNotFound)
+	must(t, "EndSession twice", s.EndSession(ctx, us.UploadID))
+	must(t, "EndSession unknown", s.EndSession(ctx, uploadID(9)))
+
+	got, err := s.Session(ctx, hash("s2"))
+	must(t, "Session s2", err)
+	checkSession(t, "other session after EndSession", got, other)
+	if ids := sessionIDs(t, s); !slices.Equal(ids, []string{uploadID(2)}) {
+		t.Errorf("SessionUploadIDs = %v, want [%s]", ids, uploadID(2))
+	}
+	// Ending the session does not give the ticket back.
+	_, err = s.ConsumeTicket(ctx, hash("ticket-s1"), t0)
+	wantErr(t, "ConsumeTicket after EndSession", err, imagestore.ErrTicketUsed)
+}
+
+func testExpireSessions(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	h := time.Hour
+	newSession(t, s, a.ID, "A", uploadID(1), t0.Add(1*h))
+	newSession(t, s, a.ID, "B", uploadID(2), t0.Add(1*h))
+	newSession(t, s, a.ID, "C", uploadID(3), t0.Add(2*h))
+	newSession(t, s, a.ID, "D", uploadID(4), t0.Add(2*h))
+	// Progress moves D's expiry past the others.
+	must(t, "SaveProgress D", s.SaveProgress(ctx, uploadID(4), 5, hashState(t, "12345"), t0.Add(10*h)))
+
+	steps := []struct {
+		name    string
+		now     time.Time
+		expired []string
+		live    []string // secrets whose sessions remain
+	}{
+		{"nothing expired", t0, nil, []string{"A", "B", "C", "D"}},
+		{"one nanosecond before A and B", t0.Add(h - time.Nanosecond), nil, []string{"A", "B", "C", "D"}},
+		// Dead at ExpiresAt.
+		{"A and B at expiry", t0.Add(h), []string{uploadID(1), uploadID(2)}, []string{"C", "D"}},
+		{"A and B only once", t0.Add(h), nil, []string{"C", "D"}},
+		{"C after expiry; D was extended", t0.Add(5 * h), []string{uploadID(3)}, []string{"D"}},
+		{"D", t0.Add(10 * h), []string{uploadID(4)}, nil},
+		{"empty", t0.Add(100 * h), nil, nil},
+	}
+	secretID := map[string]string{"A": uploadID(1), "B": uploadID(2), "C": uploadID(3), "D": uploadID(4)}
+	for _, st := range steps {
+		ids, err := s.ExpireSessions(ctx, st.now)
+		must(t, "ExpireSessions "+st.name, err)
+		slices.Sort(ids)
+		if !slices.Equal(ids, st.expired) {
+			t.Errorf("ExpireSessions %s = %v, want %v", st.name, ids, st.expired)
+		}
+		var wantLive []string
+		for _, secret := range st.live {
+			_, err := s.Session(ctx, hash(secret))
+			must(t, st.name+": Session "+secret, err)
+			wantLive = append(wantLive, secretID[secret])
+		}
+		for secret, id := range secretID {
+			if !slices.Contains(wantLive, id) {
+				_, err := s.Session(ctx, hash(secret))
+				wantErr(t, st.name+": Session "+secret, err, imagestore.ErrNotFound)
+			}
+		}
+		if ids := sessionIDs(t, s); !slices.Equal(ids, wantLive) {
+			t.Errorf("%s: SessionUploadIDs = %v, want %v", st.name, ids, wantLive)
+		}
+	}
+	// An expired, swept session takes no more progress.
+	err := s.SaveProgress(ctx, uploadID(1), 1, hashState(t, "1"), t0.Add(100*h))
+	wantErr(t, "SaveProgress after expiry", err, imagestore.ErrNotFound)
+}
+
+func testSessionUploadIDs(t *testing.T, s imagestore.Store) {
+	if ids := sessionIDs(t, s); len(ids) != 0 {
+		t.Fatalf("SessionUploadIDs on an empty store = %v", ids)
+	}
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	newSession(t, s, a.ID, "s3", uploadID(3), t0.Add(time.Hour))
+	newSession(t, s, b.ID, "s1", uploadID(1), t0.Add(time.Hour))
+	newSession(t, s, a.ID, "s2", uploadID(2), t0.Add(time.Hour))
+	// Neither an unused ticket nor an image is a session.
+	newTicket(t, s, a.ID, "unused", uploadID(4), t0.Add(time.Hour))
+	newImage(t, s, a.ID, uploadID(5), t0, 1)
+
+	want := []string{uploadID(1), uploadID(2), uploadID(3)}
+	if ids := sessionIDs(t, s); !slices.Equal(ids, want) {
+		t.Errorf("SessionUploadIDs = %v, want %v", ids, want)
+	}
+	must(t, "EndSession", s.EndSession(t.Context(), uploadID(2)))
+	want = []string{uploadID(1), uploadID(3)}
+	if ids := sessionIDs(t, s); !slices.Equal(ids, want) {
+		t.Errorf("SessionUploadIDs after EndSession = %v, want %v", ids, want)
+	}
 }

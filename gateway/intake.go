@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+	"github.com/vmshelf/vmshelf/internal/apierr"
+)
+
+// intake is an image arriving: the count, the checks and the hash every
+// byte goes through, whether it comes in one PUT or in many PATCHes.
+type intake struct {
+	insp     *qcow2.Inspector
+	hash     hash.Hash
+	n        int64         // image bytes taken so far
+	limit    int64         // image bytes allowed in all
+	tooLarge *apierr.Error // the answer when limit is passed
+}
+
+func (g *Gateway) newIntake(limit int64, tooLarge *apierr.Error) *intake {
+	return &intake{
+		insp:     qcow2.NewInspector(qcow2.Limits{MaxVirtualSize: g.cfg.MaxVirtualSize}),
+		hash:     sha256.New(),
+		limit:    limit,
+		tooLarge: tooLarge,
+	}
+}
+
+// resumeIntake rebuilds the intake of a resumable upload at offset: the
+// hash from its saved state, the inspector by reading the image's first
+// bytes again (it decides within the first cluster, at most 2 MiB, so this
+// costs little whatever the offset).
+func (g *Gateway) resumeIntake(r io.ReaderAt, offset int64, hashState []byte, limit int64, tooLarge *apierr.Error) (*intake, error) {
+	in := g.newIntake(limit, tooLarge)
+	if err := in.hash.(encoding.BinaryUnmarshaler).UnmarshalBinary(hashState); err != nil {
+		return nil, fmt.Errorf("restore hash state: %w", err)
+	}
+	in.n = offset
+	buf := make([]byte, 64<<10)
+	for fed := int64(0); fed < offset; {
+		if _, done := in.insp.Header(); done {
+			break
+		}
+		m := min(int64(len(buf)), offset-fed)
+		if _, err := r.ReadAt(buf[:m], fed); err != nil && !(errors.Is(err, io.EOF) && m > 0) {
+			return nil, fmt.Errorf("re-read image head: %w", err)
+		}
+		if _, err := in.insp.Write(buf[:m]); err != nil {
+			// These bytes were accepted when they arrived; a different
+			// verdict now means the partial file changed under us.
+			return nil, fmt.Errorf("re-inspect image head: %w", err)
+		}
+		fed += m
+	}
+	return in, nil
+}
+
+// hashState is the hash's state after in.n bytes, for SaveProgress.
+func (in *intake) hashState() []byte {
+	b, _ := in.hash.(encoding.BinaryMarshaler).MarshalBinary() // sha256 cannot fail
+	return b
+}
+
+// take passes one chunk through the limit, the checks and the hash into w.
+func (in *intake) take(chunk []byte, w io.Writer) *apierr.Error {
+	if in.n+int64(len(chunk)) > in.limit {
+		return in.tooLarge
+	}
+	if _, err := in.insp.Write(chunk); err != nil {
+		return imageError(err)
+	}
+	in.hash.Write(chunk)
+	if _, err := w.Write(chunk); err != nil {
+		return writeFailure(err)
+	}
+	in.n += int64(len(chunk))
+	return nil
+}
+
+// pump reads the request body into w through in until the body ends.
+// checkpoint, if set, is called every Config.CheckpointBytes or
+// CheckpointInterval;
+// stop, if set, ends the read when another request takes the upload over.
+func (g *Gateway) pump(ctx *fasthttp.RequestCtx, in *intake, w io.Writer, checkpoint func() error, stop *stopFlag) *apierr.Error {
+	var body io.Reader = ctx.RequestBodyStream()
+	if body == nil { // no Content-Length and not chunked: an empty body
+		body = eofReader{}
+	}
+	r := &idleReader{ctx: ctx, r: body, idle: g.cfg.IdleTimeout, now: g.cfg.Now, stop: stop}
+	bufp := g.bufs.Get().(*[]byte)
+	defer g.bufs.Put(bufp)
+	buf := *bufp
+	received := g.metrics.bytes.WithLabelValues(dirUpload)
+	lastN, lastT := in.n, g.cfg.Now()
+	for {
+		m, rerr := r.Read(buf)
+		if m > 0 {
+			if aerr := in.take(buf[:m], w); aerr != nil {
+				return aerr
+			}
+			received.Add(float64(m))
+			if checkpoint != nil && (in.n-lastN >= g.cfg.CheckpointBytes || g.cfg.Now().Sub(lastT) >= g.cfg.CheckpointInterval) {
+				if err := checkpoint(); err != nil {
+					return writeFailure(err)
+				}
+				lastN, lastT = in.n, g.cfg.Now()
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			return nil
+		case (errors.Is(rerr, errTakenOver) || (stop != nil && stop.Load() && isTimeout(rerr))) && g.closing.Load():
+			ctx.Response.Header.Set("Retry-After", "5")
+			return apierr.Wrap(errTakenOver, fasthttp.StatusServiceUnavailable, "shuttingDown",
+				"the edge is restarting; the bytes so far are kept: resume with HEAD and PATCH")
+		case errors.Is(rerr, errTakenOver) || (stop != nil && stop.Load() && isTimeout(rerr)):
+			return apierr.Wrap(errTakenOver, fasthttp.StatusLocked, "takenOver",
+				"a newer request for this upload took it over; this one stopped")
+		case rerr != nil && isTimeout(rerr):
+			return apierr.Wrap(rerr, fasthttp.StatusRequestTimeout, "idle",
+				"no data arrived for "+g.cfg.IdleTimeout.String()+"; the upload was abandoned")
+		case rerr != nil:
+			return incomplete(rerr)
+		}
+	}
+}
+
+// finish runs after the last byte: the header must have been decided, the
+// whole structure is checked, the blob is committed and recorded. img
+// carries the id, tenant, name and EFI flag; finish fills in the rest. On
+// an error the caller aborts w (after a commit, the blob is deleted here).
+func (g *Gateway) finish(w imagestore.BlobWriter, in *intake, img imagestore.Image) (imagestore.Image, *apierr.Error) {
+	hdr, err := in.insp.Finish()
+	if err != nil {
+		return imagestore.Image{}, imageError(err)
+	}
+	// The work after the last byte must finish even if the server is
+	// shutting down, or the client's bytes are lost for nothing.
+	cctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	if err := qcow2.CheckStructure(w, in.n, hdr); err != nil {
+		return imagestore.Image{}, imageError(err)
+	}
+	if err := w.Commit(cctx); err != nil {
+		return imagestore.Image{}, writeFailure(err)
+	}
+	img.Size = in.n
+	img.VirtualSize = int64(hdr.VirtualSize)
+	img.SHA256 = hex.EncodeToString(in.hash.Sum(nil))
+	img.CreatedAt = g.cfg.Now().UTC()
+	if err := g.store.AddImage(cctx, img, g.cfg.ImagesPerTenant); err != nil {
+		// The blob is committed but no record names it: remove it now (and
+		// start-up cleanup would, if this fails too).
+		if derr := g.blobs.Delete(cctx, img.UploadID); derr != nil {
+			g.log.Error("delete unrecorded image", "upload_id", img.UploadID, "err", derr)
+		}
+		if errors.Is(err, imagestore.ErrQuota) {
+			return imagestore.Image{}, apierr.New(fasthttp.StatusConflict, "imageQuota", "you already hold as many images as this edge allows; remove one first")
+		}
+		return imagestore.Image{}, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not record the image")
+	}
+	return img, nil
+}

@@ -1,0 +1,519 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/apierr"
+)
+
+// Resumable uploads, tus 1.0.0 (https://tus.io/protocols/resumable-upload):
+// core, creation, creation-with-upload, termination and expiration.
+//
+//	POST   /market/vm-images/upload/{ticket}          consumes the ticket, 201 + Location
+//	HEAD   /market/vm-images/upload-sessions/{id}     Upload-Offset
+//	PATCH  /market/vm-images/upload-sessions/{id}     continues at Upload-Offset
+//	DELETE /market/vm-images/upload-sessions/{id}     ends the upload
+//
+// The session id is a capability like the ticket: 256 random bits, stored
+// only as a hash, never logged. The same checks as for PUT apply as the
+// bytes arrive, across PATCHes and restarts.
+const (
+	sessionPrefix = "/market/vm-images/upload-sessions/"
+	tusVersion    = "1.0.0"
+	tusExtensions = "creation,creation-with-upload,termination,expiration"
+	offsetOctets  = "application/offset+octet-stream"
+	// sessionTTL: an unfinished upload ends this long after its last byte.
+	sessionTTL = 24 * time.Hour
+	// takeoverWait bounds how long a PATCH waits for an older PATCH of the
+	// same upload to stop and save its progress.
+	takeoverWait = 10 * time.Second
+)
+
+// handleOptions answers tus discovery.
+func (g *Gateway) handleOptions(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Response.Header
+	h.Set("Tus-Resumable", tusVersion)
+	h.Set("Tus-Version", tusVersion)
+	h.Set("Tus-Extension", tusExtensions)
+	h.Set("Tus-Max-Size", strconv.FormatInt(g.cfg.UploadMax, 10))
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+}
+
+// tusRequest checks the protocol version a tus request names and marks the
+// answer as tus.
+func tusRequest(ctx *fasthttp.RequestCtx) *apierr.Error {
+	ctx.Response.Header.Set("Tus-Resumable", tusVersion)
+	if v := string(ctx.Request.Header.Peek("Tus-Resumable")); v != tusVersion {
+		ctx.Response.Header.Set("Tus-Version", tusVersion)
+		return apierr.New(fasthttp.StatusPreconditionFailed, "tusVersion",
+			"resumable uploads need the header Tus-Resumable: "+tusVersion)
+	}
+	return nil
+}
+
+func expiresHeader(ctx *fasthttp.RequestCtx, t time.Time) {
+	ctx.Response.Header.Set("Upload-Expires", t.UTC().Format(http.TimeFormat))
+}
+
+// sessionURL is the Location of a session: absolute under PublicURL when
+// the operator set one, else relative (tus clients resolve it against the
+// creation URL).
+func (g *Gateway) sessionURL(id string) string { return g.cfg.PublicURL + sessionPrefix + id }
+
+// hasBody reports whether the request carries body bytes.
+func hasBody(ctx *fasthttp.RequestCtx) bool {
+	return ctx.Request.Header.ContentLength() != 0 && ctx.Request.Header.ContentLength() != -2
+}
+
+// handleCreate is POST /market/vm-images/upload/{ticket}: tus creation,
+// and creation-with-upload when the request has a body.
+func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
+	start := g.cfg.Now()
+	if aerr := tusRequest(ctx); aerr != nil {
+		g.refuseUpload(ctx, aerr, start, "")
+		return
+	}
+	length, aerr := uploadLength(ctx)
+	if aerr == nil {
+		aerr = g.admit(ctx, ticket, length)
+	}
+	if aerr == nil && hasBody(ctx) && string(ctx.Request.Header.ContentType()) != offsetOctets {
+		aerr = badContentType()
+	}
+	if aerr != nil {
+		g.refuseUpload(ctx, aerr, start, "")
+		return
+	}
+	withBody := hasBody(ctx)
+	if withBody && !g.slots.tryAcquire() {
+		g.refuseUpload(ctx, g.busy(ctx), start, "")
+		return
+	}
+	if withBody {
+		defer g.releaseSlot(dirUpload)
+	}
+
+	now := g.cfg.Now()
+	id := imagestore.NewSecret()
+	octx, cancel := op()
+	defer cancel()
+	sess, err := g.store.StartSession(octx, imagestore.HashSecret(ticket), imagestore.HashSecret(id), imagestore.UploadSession{
+		Length: length, HashState: emptyHashState(), CreatedAt: now.UTC(), ExpiresAt: now.Add(sessionTTL).UTC(),
+	}, now)
+	if err != nil {
+		g.refuseUpload(ctx, ticketError(err), start, "")
+		return
+	}
+	g.metrics.consumed.Inc()
+	w, err := g.blobs.Create(octx, sess.UploadID)
+	if err != nil {
+		g.endSession(sess.UploadID)
+		g.refuseUpload(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not start storing the image"), start, "")
+		return
+	}
+	ctx.Response.Header.Set("Location", g.sessionURL(id))
+	if !withBody && length > 0 {
+		if err := w.Close(); err != nil {
+			g.log.Error("close new upload", "upload_id", sess.UploadID, "err", err)
+		}
+		expiresHeader(ctx, sess.ExpiresAt)
+		ctx.Response.Header.Set("Upload-Offset", "0")
+		ctx.SetStatusCode(fasthttp.StatusCreated)
+		g.log.Info("upload session", "upload_id", sess.UploadID, "length", length, "remote", remoteAddr(ctx))
+		return
+	}
+	holder, _ := g.locks.acquire(sess.UploadID, ctx.Conn(), takeoverWait) // new: nobody else knows the id yet
+	defer g.locks.release(sess.UploadID, holder)
+	in := g.newIntake(length, exceedsLength(length))
+	g.continueSession(ctx, sess, w, in, holder, start, fasthttp.StatusCreated)
+}
+
+// handleHead is HEAD on a session: how far the upload got.
+func (g *Gateway) handleHead(ctx *fasthttp.RequestCtx, id string) {
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	if aerr := tusRequest(ctx); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	sess, aerr := g.lookupSession(ctx, id)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(sess.Offset, 10))
+	ctx.Response.Header.Set("Upload-Length", strconv.FormatInt(sess.Length, 10))
+	expiresHeader(ctx, sess.ExpiresAt)
+	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// admitPatch runs the checks a PATCH can pass before its body: also the
+// early answer to "Expect: 100-continue".
+func (g *Gateway) admitPatch(ctx *fasthttp.RequestCtx, id string) (imagestore.UploadSession, int64, *apierr.Error) {
+	if aerr := tusRequest(ctx); aerr != nil {
+		return imagestore.UploadSession{}, 0, aerr
+	}
+	sess, aerr := g.lookupSession(ctx, id)
+	if aerr != nil {
+		return sess, 0, aerr
+	}
+	if string(ctx.Request.Header.ContentType()) != offsetOctets {
+		return sess, 0, badContentType()
+	}
+	off, err := strconv.ParseInt(string(ctx.Request.Header.Peek("Upload-Offset")), 10, 64)
+	if err != nil || off < 0 {
+		return sess, 0, apierr.New(fasthttp.StatusBadRequest, "badRequest", "a PATCH needs Upload-Offset, a byte count")
+	}
+	if off != sess.Offset {
+		return sess, off, offsetMismatch(ctx, sess.Offset)
+	}
+	if cl := int64(ctx.Request.Header.ContentLength()); cl > sess.Length-off {
+		return sess, off, exceedsLength(sess.Length)
+	}
+	if !g.slots.free() {
+		return sess, off, g.busy(ctx)
+	}
+	return sess, off, nil
+}
+
+// handlePatch is PATCH on a session: the next bytes of the image.
+func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
+	start := g.cfg.Now()
+	sess, off, aerr := g.admitPatch(ctx, id)
+	if aerr != nil {
+		g.refuseUpload(ctx, aerr, start, "")
+		return
+	}
+	if !g.slots.tryAcquire() {
+		g.refuseUpload(ctx, g.busy(ctx), start, "")
+		return
+	}
+	defer g.releaseSlot(dirUpload)
+	holder, ok := g.locks.acquire(sess.UploadID, ctx.Conn(), takeoverWait)
+	if !ok {
+		g.refuseUpload(ctx, apierr.New(fasthttp.StatusLocked, "locked", "another request for this upload is still running; retry"), start, "")
+		return
+	}
+	defer g.locks.release(sess.UploadID, holder)
+	// Read the session again under the lock: an older PATCH that was just
+	// taken over may have saved more.
+	sess, aerr = g.lookupSession(ctx, id)
+	if aerr == nil && off != sess.Offset {
+		aerr = offsetMismatch(ctx, sess.Offset)
+	}
+	if aerr != nil {
+		g.refuseUpload(ctx, aerr, start, "")
+		return
+	}
+	if sess.Offset == sess.Length { // finished already: an answer was lost
+		g.tusProgress(ctx, sess, sess.Offset, fasthttp.StatusNoContent)
+		return
+	}
+	octx, cancel := op()
+	defer cancel()
+	w, err := g.blobs.Resume(octx, sess.UploadID, sess.Offset)
+	if err != nil {
+		g.refuseUpload(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not reopen the upload"), start, "")
+		return
+	}
+	in, err := g.resumeIntake(w, sess.Offset, sess.HashState, sess.Length, exceedsLength(sess.Length))
+	if err != nil {
+		_ = w.Close()
+		g.refuseUpload(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not resume the upload"), start, "")
+		return
+	}
+	g.continueSession(ctx, sess, w, in, holder, start, fasthttp.StatusNoContent)
+}
+
+// continueSession streams the body into the session's blob and then, as
+// the bytes decide: finishes the image, saves the progress for a later
+// PATCH, or ends the session when the image is refused.
+func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.UploadSession, w imagestore.BlobWriter,
+	in *intake, holder *patchHolder, start time.Time, okStatus int) {
+	inFlight := g.metrics.inFlight.WithLabelValues(dirUpload)
+	inFlight.Inc()
+	defer inFlight.Dec()
+	from := in.n
+	save := func() error {
+		if err := w.Sync(); err != nil {
+			return err
+		}
+		octx, cancel := op()
+		defer cancel()
+		return g.store.SaveProgress(octx, sess.UploadID, in.n, in.hashState(), g.cfg.Now().Add(sessionTTL).UTC())
+	}
+	aerr := g.pump(ctx, in, w, save, &holder.stop)
+	if aerr == nil && in.n == sess.Length {
+		img, ferr := g.finish(w, in, imagestore.Image{UploadID: sess.UploadID, TenantID: sess.TenantID, Name: sess.Name, EFI: sess.EFI})
+		if ferr != nil {
+			g.abort(w, sess.UploadID)
+			g.endSession(sess.UploadID)
+			g.logUpload(ctx, sess.UploadID, ferr, in.n-from, start)
+			g.refuseUpload(ctx, ferr, start, sess.UploadID)
+			return
+		}
+		// The session stays, finished, until it expires: a client whose
+		// last answer was lost learns from HEAD that all bytes arrived.
+		octx, cancel := op()
+		if err := g.store.SaveProgress(octx, sess.UploadID, in.n, in.hashState(), g.cfg.Now().Add(sessionTTL).UTC()); err != nil {
+			g.log.Error("mark upload session finished", "upload_id", sess.UploadID, "err", err)
+		}
+		cancel()
+		g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
+		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
+		g.log.Info("upload", "upload_id", img.UploadID, "outcome", outcomeOK, "bytes", in.n-from, "size", img.Size,
+			"seconds", g.cfg.Now().Sub(start).Seconds(), "remote", remoteAddr(ctx), "resumable", true)
+		sess.Offset = in.n
+		g.tusProgress(ctx, sess, in.n, okStatus)
+		return
+	}
+	if aerr != nil && endsSession(aerr) {
+		g.abort(w, sess.UploadID)
+		g.endSession(sess.UploadID)
+		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start)
+		g.refuseUpload(ctx, aerr, start, sess.UploadID)
+		return
+	}
+	// The body ended early, was cut, stalled or was taken over: keep what
+	// is durable for the next PATCH.
+	offset := sess.Offset
+	if err := save(); err != nil {
+		g.log.Warn("save upload progress", "upload_id", sess.UploadID, "err", err)
+	} else {
+		offset = in.n
+	}
+	if err := w.Close(); err != nil {
+		g.log.Error("close upload", "upload_id", sess.UploadID, "err", err)
+	}
+	sess.Offset = offset
+	if aerr != nil {
+		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start)
+		ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(offset, 10))
+		g.refuseUpload(ctx, aerr, start, sess.UploadID)
+		return
+	}
+	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
+	g.tusProgress(ctx, sess, offset, okStatus)
+}
+
+// endsSession: a verdict on the image itself ends the upload; a broken or
+// stalled connection, a full disk or a client error does not.
+func endsSession(e *apierr.Error) bool {
+	return e.Status == fasthttp.StatusUnsupportedMediaType && e.Reason != "badContentType" ||
+		e.Status == fasthttp.StatusUnprocessableEntity || e.Reason == "imageQuota"
+}
+
+func (g *Gateway) tusProgress(ctx *fasthttp.RequestCtx, sess imagestore.UploadSession, offset int64, status int) {
+	ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(offset, 10))
+	expiresHeader(ctx, g.cfg.Now().Add(sessionTTL))
+	ctx.SetStatusCode(status)
+}
+
+func (g *Gateway) logUpload(ctx *fasthttp.RequestCtx, uploadID string, aerr *apierr.Error, n int64, start time.Time) {
+	attrs := []any{"upload_id", uploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason,
+		"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", remoteAddr(ctx), "resumable", true}
+	if aerr.Err != nil {
+		attrs = append(attrs, "err", aerr.Err)
+	}
+	g.log.Info("upload", attrs...)
+}
+
+// handleTerminate is DELETE on a session: tus termination. A running PATCH
+// is taken over first. A finished upload's image stays (images are removed
+// on the control plane).
+func (g *Gateway) handleTerminate(ctx *fasthttp.RequestCtx, id string) {
+	if aerr := tusRequest(ctx); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	sess, aerr := g.lookupSession(ctx, id)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	holder, ok := g.locks.acquire(sess.UploadID, ctx.Conn(), takeoverWait)
+	if !ok {
+		writeError(ctx, apierr.New(fasthttp.StatusLocked, "locked", "another request for this upload is still running; retry"))
+		return
+	}
+	defer g.locks.release(sess.UploadID, holder)
+	g.endSession(sess.UploadID)
+	if sess.Offset < sess.Length {
+		octx, cancel := op()
+		defer cancel()
+		if err := g.blobs.RemovePartial(octx, sess.UploadID); err != nil {
+			g.log.Error("remove terminated upload", "upload_id", sess.UploadID, "err", err)
+		}
+	}
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+}
+
+// lookupSession resolves a session capability, slowing down guessers.
+func (g *Gateway) lookupSession(ctx *fasthttp.RequestCtx, id string) (imagestore.UploadSession, *apierr.Error) {
+	now := g.cfg.Now()
+	addr := remoteAddr(ctx)
+	if g.misses.blocked(addr, now) {
+		return imagestore.UploadSession{}, g.tooManyMisses(ctx)
+	}
+	unknown := apierr.New(fasthttp.StatusNotFound, "sessionUnknown", "no such upload session, or it ended or expired")
+	if !isSecretShape(id) {
+		g.misses.miss(addr, now)
+		return imagestore.UploadSession{}, unknown
+	}
+	octx, cancel := op()
+	defer cancel()
+	sess, err := g.store.Session(octx, imagestore.HashSecret(id))
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound):
+		g.misses.miss(addr, now)
+		return sess, unknown
+	case err == nil && !now.Before(sess.ExpiresAt): // expired, not yet swept
+		return imagestore.UploadSession{}, unknown
+	case err != nil:
+		return sess, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the upload session up")
+	}
+	return sess, nil
+}
+
+func (g *Gateway) endSession(uploadID string) {
+	octx, cancel := op()
+	defer cancel()
+	if err := g.store.EndSession(octx, uploadID); err != nil {
+		g.log.Error("end upload session", "upload_id", uploadID, "err", err)
+	}
+}
+
+func uploadLength(ctx *fasthttp.RequestCtx) (int64, *apierr.Error) {
+	if len(ctx.Request.Header.Peek("Upload-Defer-Length")) > 0 {
+		return 0, apierr.New(fasthttp.StatusBadRequest, "badRequest", "Upload-Defer-Length is not supported; send Upload-Length")
+	}
+	n, err := strconv.ParseInt(string(ctx.Request.Header.Peek("Upload-Length")), 10, 64)
+	if err != nil || n < 0 {
+		return 0, apierr.New(fasthttp.StatusBadRequest, "badRequest", "creating a resumable upload needs Upload-Length, the image size in bytes")
+	}
+	return n, nil
+}
+
+func badContentType() *apierr.Error {
+	return apierr.New(fasthttp.StatusUnsupportedMediaType, "badContentType", "upload bytes need Content-Type: "+offsetOctets)
+}
+
+func exceedsLength(length int64) *apierr.Error {
+	return apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
+		"more bytes than the Upload-Length of "+strconv.FormatInt(length, 10)+" announced")
+}
+
+func offsetMismatch(ctx *fasthttp.RequestCtx, have int64) *apierr.Error {
+	ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(have, 10))
+	return apierr.New(fasthttp.StatusConflict, "offsetMismatch",
+		"Upload-Offset does not match the "+strconv.FormatInt(have, 10)+" bytes stored; ask with HEAD and continue from there")
+}
+
+func emptyHashState() []byte {
+	b, _ := sha256.New().(encoding.BinaryMarshaler).MarshalBinary()
+	return b
+}
+
+// patchLocks lets one request at a time write an upload. A newer request
+// takes over from an older one still reading (a client that reconnected
+// while its old connection hangs): it raises the older one's stop flag,
+// wakes its read, and waits until it has saved its progress.
+type patchLocks struct {
+	mu   sync.Mutex
+	held map[string]*patchHolder // by upload id
+}
+
+type patchHolder struct {
+	conn net.Conn
+	stop stopFlag
+	done chan struct{}
+}
+
+func newPatchLocks() *patchLocks { return &patchLocks{held: make(map[string]*patchHolder)} }
+
+// acquire takes the upload's lock for a request on conn, taking it over
+// from a holder if needed; false if the holder did not let go within wait.
+func (l *patchLocks) acquire(id string, conn net.Conn, wait time.Duration) (*patchHolder, bool) {
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		h := l.held[id]
+		if h == nil {
+			me := &patchHolder{conn: conn, done: make(chan struct{})}
+			l.held[id] = me
+			l.mu.Unlock()
+			return me, true
+		}
+		l.mu.Unlock()
+		// Flag first, then the deadline: see idleReader.Read.
+		h.stop.Store(true)
+		_ = h.conn.SetReadDeadline(time.Now())
+		select {
+		case <-h.done:
+		case <-deadline.C:
+			return nil, false
+		}
+	}
+}
+
+// stopAll asks every running PATCH to stop and save its progress.
+func (l *patchLocks) stopAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, h := range l.held {
+		h.stop.Store(true)
+		_ = h.conn.SetReadDeadline(time.Now())
+	}
+}
+
+func (l *patchLocks) release(id string, h *patchHolder) {
+	l.mu.Lock()
+	if l.held[id] == h {
+		delete(l.held, id)
+	}
+	l.mu.Unlock()
+	close(h.done)
+}
+
+// RunSweeper ends expired upload sessions and removes their partial files
+// until ctx is done.
+func (g *Gateway) RunSweeper(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		g.sweepSessions()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (g *Gateway) sweepSessions() {
+	octx, cancel := op()
+	defer cancel()
+	ids, err := g.store.ExpireSessions(octx, g.cfg.Now())
+	if err != nil {
+		g.log.Error("expire upload sessions", "err", err)
+		return
+	}
+	for _, id := range ids {
+		if err := g.blobs.RemovePartial(octx, id); err != nil {
+			g.log.Error("remove expired upload", "upload_id", id, "err", err)
+			continue
+		}
+		g.log.Info("upload session expired", "upload_id", id)
+	}
+}

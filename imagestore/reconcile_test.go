@@ -1,0 +1,165 @@
+package imagestore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/blobfs"
+	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+)
+
+// TestReconcile runs Reconcile over the real stores after a simulated
+// crash: a live resumable upload's partial survives, a partial without a
+// session is removed, a committed blob without a record is removed, a
+// recorded image is kept, and a record without its blob is only reported.
+func TestReconcile(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "vmshelf.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	blobs, err := blobfs.Open(filepath.Join(dir, "vm-images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tn, err := st.CreateTenant(ctx, imagestore.Tenant{Name: "alpha"}, imagestore.HashSecret("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A live session with its synced partial.
+	live := imagestore.NewUploadID()
+	tk := imagestore.Ticket{UploadID: live, TenantID: tn.ID, Name: "live", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := st.CreateTicket(ctx, tk, imagestore.HashSecret("ticket"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.StartSession(ctx, imagestore.HashSecret("ticket"), imagestore.HashSecret("session"),
+		imagestore.UploadSession{Length: 100, ExpiresAt: now.Add(time.Hour)}, now); err != nil {
+		t.Fatal(err)
+	}
+	liveBytes := []byte("first half of an image")
+	writePartial(t, blobs, live, liveBytes)
+
+	// A partial no session owns: an upload whose session ended (or a
+	// one-shot upload) when the process died.
+	stray := imagestore.NewUploadID()
+	writePartial(t, blobs, stray, []byte("abandoned"))
+
+	// A recorded image, a committed blob without a record, and a record
+	// without a blob.
+	kept, orphan, lost := imagestore.NewUploadID(), imagestore.NewUploadID(), imagestore.NewUploadID()
+	commit(t, blobs, kept, []byte("kept image"))
+	commit(t, blobs, orphan, []byte("orphan"))
+	for _, id := range []string{kept, lost} {
+		if err := st.AddImage(ctx, imagestore.Image{UploadID: id, TenantID: tn.ID, Name: id, CreatedAt: now}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var logBuf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logBuf, nil))
+	if err := imagestore.Reconcile(ctx, st, blobs, log); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+
+	// The live partial is intact and resumes where the session left it.
+	w, err := blobs.Resume(ctx, live, int64(len(liveBytes)))
+	if err != nil {
+		t.Fatalf("Resume of the live session's partial: %v", err)
+	}
+	got := make([]byte, len(liveBytes))
+	if _, err := w.ReadAt(got, 0); err != nil || !bytes.Equal(got, liveBytes) {
+		t.Errorf("live partial after Reconcile = %q, %v; want %q", got, err, liveBytes)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blobs.Resume(ctx, stray, 0); !errors.Is(err, imagestore.ErrNotFound) {
+		t.Errorf("Resume of the stray partial: %v, want ErrNotFound (removed)", err)
+	}
+	files, err := blobs.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(files, []string{kept}) {
+		t.Errorf("blobs after Reconcile = %v, want only the recorded %s", files, kept)
+	}
+	// Records are never deleted; the missing blob is reported.
+	ids, err := st.ImageIDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{kept, lost}; !slices.Equal(ids, slices.Sorted(slices.Values(want))) {
+		t.Errorf("image records after Reconcile = %v, want %v", ids, want)
+	}
+	if sessions, err := st.SessionUploadIDs(ctx); err != nil || !slices.Equal(sessions, []string{live}) {
+		t.Errorf("sessions after Reconcile = %v, %v; want [%s]", sessions, err, live)
+	}
+	out := logBuf.String()
+	if !strings.Contains(out, "upload_id="+lost) {
+		t.Errorf("log does not report the record without a file:\n%s", out)
+	}
+	if !strings.Contains(out, "partial_uploads_removed=1") || !strings.Contains(out, "orphan_files_removed=1") {
+		t.Errorf("log does not count one partial and one orphan removed:\n%s", out)
+	}
+
+	// A second run finds nothing more to do.
+	logBuf.Reset()
+	if err := imagestore.Reconcile(ctx, st, blobs, log); err != nil {
+		t.Fatalf("second Reconcile: %v", err)
+	}
+	if strings.Contains(logBuf.String(), "removed") {
+		t.Errorf("second Reconcile removed something:\n%s", logBuf.String())
+	}
+	w, err = blobs.Resume(ctx, live, int64(len(liveBytes)))
+	if err != nil {
+		t.Fatalf("live partial after the second Reconcile: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writePartial leaves an unfinished, synced blob behind, as a process that
+// dies mid-upload does.
+func writePartial(t *testing.T, blobs imagestore.Blobs, id string, data []byte) {
+	t.Helper()
+	w, err := blobs.Create(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func commit(t *testing.T, blobs imagestore.Blobs, id string, data []byte) {
+	t.Helper()
+	w, err := blobs.Create(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
