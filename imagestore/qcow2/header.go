@@ -8,6 +8,18 @@
 // The format is QEMU's docs/interop/qcow2.txt. The rules mirror what QEMU
 // itself refuses at open, plus the references to other files that QEMU
 // would follow and we must not.
+//
+// The gate has two parts: the Inspector decides on the header while the
+// bytes stream in; CheckStructure walks the metadata once the last byte is
+// stored, before the image becomes visible (Inspect does both, offline).
+//
+// The gate is our own code on purpose. A QCOW2 library that opens the
+// image is not a gate: github.com/lima-vm/go-qcow2reader v0.7.x, for one,
+// follows a backing file path on the host at Open, panics inside ReadAt
+// on a hostile cluster_bits, allocates whatever l1_size claims, takes a
+// version 1 file for raw and only warns on the dirty and corrupt bits.
+// The tests use it the other way round, as a second reader proving that
+// whatever this gate accepts it opens and reads like qemu-img.
 package qcow2
 
 import (
