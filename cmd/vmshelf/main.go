@@ -22,6 +22,7 @@ usage:
   vmshelf tenant set NAME [--sharing=BOOL] [--in-mesh=BOOL] [--hosts-vms=BOOL] [--appliance NODE] [--stripe-account ID]
   vmshelf tenant token NAME                 rotate the tenant's token and print the new one once
   vmshelf fetch-url UPLOAD_ID [--ttl 1h]    mint a fetch capability and print its URL once
+  vmshelf upload --control URL --token-file F --name NAME [--efi] FILE   check, then upload resumably with progress
   vmshelf check FILE [--max-virtual-gib N]  the gateway's QCOW2 checks, offline (exit 0 good, 1 bad, 2 unreadable)
 
 Every flag can also come from the environment as VMSHELF_<FLAG> (upper case,
@@ -54,6 +55,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return tenant(ctx, args[1:], stdout, stderr)
 	case "fetch-url":
 		return fetchURL(ctx, args[1:], stdout, stderr)
+	case "upload":
+		return upload(ctx, args[1:], stdout, stderr)
+	case "check":
+		return check(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -66,10 +71,18 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil || errors.Is(err, errHelp) {
 		return 0
 	}
+	if errors.Is(err, errRefused) { // check printed its verdict line already
+		return 1
+	}
 	fmt.Fprintln(stderr, "vmshelf:", err)
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
+	}
+	// A command with exit codes of its own (upload's 3: resumable).
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
 	}
 	return 1
 }

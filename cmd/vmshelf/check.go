@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+)
+
+// errRefused is check's verdict "bad image": exit code 1, the line is
+// already printed.
+var errRefused = errors.New("image refused")
+
+// check runs the gateway's QCOW2 checks on a local file, so a box owner
+// learns before uploading whether the edge will take the image. It reads
+// the header and the tables, never the data clusters, so it is fast on
+// large images.
+func check(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("check")
+	maxVirtualGiB := fs.Float64("max-virtual-gib", 512, "largest virtual disk size accepted, in GiB (as the edge's --max-virtual-gib)")
+	file := ""
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		file, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	if file == "" && fs.NArg() == 1 {
+		file = fs.Arg(0)
+	} else if fs.NArg() > 0 || file == "" {
+		return usagef("check takes one FILE")
+	}
+	maxVirtual, err := gib(*maxVirtualGiB, "max-virtual-gib")
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return usagef("check: %v", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return usagef("check: %v", err)
+	}
+	if !st.Mode().IsRegular() {
+		return usagef("check: %s is not a regular file", file)
+	}
+	h, stats, err := qcow2.Inspect(f, st.Size(), qcow2.Limits{MaxVirtualSize: uint64(maxVirtual)})
+	var rej *qcow2.Reject
+	switch {
+	case errors.As(err, &rej):
+		line := fmt.Sprintf("refused (%s): %s", rej.Reason, rej.Msg)
+		if h != nil {
+			line += " [" + figures(h, nil) + "]"
+		}
+		fmt.Fprintln(stdout, line+" — "+file)
+		return errRefused
+	case err != nil:
+		return usagef("check: reading %s: %v", file, err)
+	}
+	fmt.Fprintln(stdout, "ok: "+figures(h, &stats)+" — "+file)
+	return nil
+}
+
+// figures is the one-line summary of an image: format version, virtual
+// size, cluster size and, once the tables were walked, allocated bytes.
+func figures(h *qcow2.Header, s *qcow2.Stats) string {
+	out := fmt.Sprintf("qcow2 v%d, virtual size %s, cluster size %s", h.Version, humanBytes(int64(h.VirtualSize)), humanBytes(int64(h.ClusterSize())))
+	if s != nil {
+		out += ", allocated " + humanBytes(s.AllocatedBytes)
+	}
+	return out
+}
+
+// humanBytes prints a size in binary units with the exact byte count.
+func humanBytes(n int64) string {
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
+	if n < 1024 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, u := float64(n)/1024, 0
+	for v >= 1024 && u < len(units)-1 {
+		v /= 1024
+		u++
+	}
+	return fmt.Sprintf("%.4g %s (%d bytes)", v, units[u], n)
+}

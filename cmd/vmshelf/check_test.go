@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+)
+
+// TestE2ECheck runs `vmshelf check` over the shared corpus the upload
+// route is tested with: the verdict line, the reason and the exit code
+// agree with the gateway's.
+func TestE2ECheck(t *testing.T) {
+	dir := t.TempDir()
+	cases := append(qcow2test.Synthetic(), qcow2test.QemuImages(t, filepath.Join(dir, "qemu"))...)
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			p := filepath.Join(dir, "image")
+			if err := os.WriteFile(p, tc.Data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r := vmshelf(t, "check", p)
+			lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+			if len(lines) != 1 {
+				t.Fatalf("want one verdict line, got %q (stderr %q)", r.stdout, r.stderr)
+			}
+			if tc.Want == "" {
+				if r.code != 0 || !strings.HasPrefix(lines[0], "ok: qcow2 v") || !strings.Contains(lines[0], "allocated") {
+					t.Fatalf("exit %d, %q; want 0 and an ok line with the figures", r.code, lines[0])
+				}
+				return
+			}
+			if r.code != 1 || !strings.HasPrefix(lines[0], "refused ("+tc.Want+"): ") {
+				t.Fatalf("exit %d, %q; want 1 and refused (%s)", r.code, lines[0], tc.Want)
+			}
+		})
+	}
+}
+
+func TestE2ECheckUnreadable(t *testing.T) {
+	for name, args := range map[string][]string{
+		"missing file": {"check", "/nonexistent/disk.qcow2"},
+		"a directory":  {"check", t.TempDir()},
+		"no file":      {"check"},
+		"two files":    {"check", "a", "b"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := vmshelf(t, args...)
+			if r.code != 2 || !strings.HasPrefix(strings.TrimSpace(r.stderr), "vmshelf: ") {
+				t.Fatalf("exit %d, stderr %q; want 2 and a one-line error", r.code, r.stderr)
+			}
+		})
+	}
+}

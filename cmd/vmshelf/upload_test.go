@@ -1,0 +1,1030 @@
+package main
+
+// Tests of 'vmshelf upload' (the tus client) and of tus-js-client against
+// the real binary: straight uploads, refusals, resumption after a cut
+// connection, after the command is killed, after it gave up, and after
+// serve restarts; and the README's curl sequence, run as written.
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tcpProxy stands between the clients and serve's data plane (serve hands
+// out URLs through it with --public-url). It counts the bytes clients send,
+// can throttle them, cut the first connection after some bytes, and refuse
+// connections.
+type tcpProxy struct {
+	t      *testing.T
+	ln     net.Listener
+	target string
+
+	rate           atomic.Int64 // client bytes per second per connection; 0: no limit
+	cutAfter       atomic.Int64 // the first connection to carry this many client bytes is cut; 0: never
+	refuseAfterCut atomic.Bool  // after the cut, refuse new connections
+	refuse         atomic.Bool  // close new connections at once
+	cut            atomic.Bool  // the cut happened
+	// dropAnswerAfter: the first answer on a connection that carried this
+	// many client bytes is not passed on; the connection is closed instead
+	// (a lost answer). 0: never.
+	dropAnswerAfter atomic.Int64
+	dropped         atomic.Bool  // an answer was dropped
+	up              atomic.Int64 // client bytes passed on, all connections
+
+	mu      sync.Mutex
+	closed  bool
+	conns   map[net.Conn]bool
+	waiters []proxyWaiter
+	wg      sync.WaitGroup
+}
+
+type proxyWaiter struct {
+	n  int64
+	ch chan struct{}
+}
+
+func startProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{t: t, ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+func (p *tcpProxy) base() string { return "http://" + p.addr() }
+
+func (p *tcpProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.refuse.Load() {
+			c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+func (p *tcpProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = true
+	}
+	return true
+}
+
+func (p *tcpProxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+	}
+}
+
+// serve relays one connection; when either side ends, both are closed.
+func (p *tcpProxy) serve(c net.Conn) {
+	defer p.wg.Done()
+	s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil { // serve is down: the client sees the connection close
+		c.Close()
+		return
+	}
+	closeBoth := sync.OnceFunc(func() {
+		c.Close()
+		s.Close()
+		p.untrack(c, s)
+	})
+	defer closeBoth()
+	if !p.track(c, s) {
+		return
+	}
+	var sent atomic.Int64 // client bytes on this connection
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer closeBoth()
+		buf := make([]byte, 16<<10)
+		for {
+			m, err := s.Read(buf)
+			if m > 0 {
+				if da := p.dropAnswerAfter.Load(); da > 0 && sent.Load() >= da && p.dropped.CompareAndSwap(false, true) {
+					return
+				}
+				if _, werr := c.Write(buf[:m]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 16<<10)
+	var n int64
+	start := time.Now()
+	for {
+		chunk := buf
+		if r := p.rate.Load(); r > 0 && int64(len(chunk)) > r/20 {
+			chunk = buf[:max(r/20, 1)]
+		}
+		m, rerr := c.Read(chunk)
+		if m > 0 {
+			data, cut := chunk[:m], false
+			if ca := p.cutAfter.Load(); ca > 0 && n+int64(m) >= ca && p.cut.CompareAndSwap(false, true) {
+				data, cut = data[:ca-n], true
+			}
+			if _, err := s.Write(data); err != nil {
+				return
+			}
+			n += int64(len(data))
+			sent.Store(n)
+			p.passed(int64(len(data)))
+			if cut {
+				if p.refuseAfterCut.Load() {
+					p.refuse.Store(true)
+				}
+				return
+			}
+			if r := p.rate.Load(); r > 0 { // throttling, not synchronisation
+				if d := time.Duration(float64(n)/float64(r)*float64(time.Second)) - time.Since(start); d > 0 {
+					time.Sleep(d)
+				}
+			}
+		}
+		if rerr != nil {
+			return
+		}
+	}
+}
+
+func (p *tcpProxy) passed(n int64) {
+	total := p.up.Add(n)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := p.waiters[:0]
+	for _, w := range p.waiters {
+		if total >= w.n {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	p.waiters = kept
+}
+
+// reached is closed once clients have sent n bytes in all.
+func (p *tcpProxy) reached(n int64) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := make(chan struct{})
+	if p.up.Load() >= n {
+		close(ch)
+		return ch
+	}
+	p.waiters = append(p.waiters, proxyWaiter{n, ch})
+	return ch
+}
+
+// waitIdle waits (bounded) until no connection is open.
+func (p *tcpProxy) waitIdle() {
+	p.t.Helper()
+	for range 400 {
+		p.mu.Lock()
+		n := len(p.conns)
+		p.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	p.t.Fatal("the proxy still has connections open after 10s")
+}
+
+func (p *tcpProxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.ln.Close()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// makeImageData writes a QCOW2 (64 MiB virtual) whose first dataMiB MiB
+// hold 0xab, so that the file is a little over dataMiB MiB.
+func makeImageData(t *testing.T, dir, name string, dataMiB int) (string, []byte) {
+	t.Helper()
+	needTool(t, "qemu-img")
+	needTool(t, "qemu-io")
+	p := filepath.Join(dir, name)
+	if r := runCmd(t, nil, "qemu-img", "create", "-f", "qcow2", p, "64M"); r.code != 0 {
+		t.Fatalf("qemu-img create: %s", r.stderr)
+	}
+	if r := runCmd(t, nil, "qemu-io", "-f", "qcow2", "-c", "write -P 0xab 0 "+strconv.Itoa(dataMiB)+"M", p); r.code != 0 {
+		t.Fatalf("qemu-io: %s%s", r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
+// uploadArgs is the command line of 'vmshelf upload' against s.
+func (s *server) uploadArgs(file, name string, extra ...string) []string {
+	args := []string{"upload", "--control", s.ctlBase, "--token-file", filepath.Join(s.dataDir, "dev-token"), "--name", name}
+	return append(append(args, extra...), file)
+}
+
+// wantStored checks a successful upload: exit 0, the image JSON on stdout
+// with the file's digest, listed in status, no state file left, nothing
+// capability-shaped on stderr.
+func (s *server) wantStored(t *testing.T, r result, file string, data []byte, name string) imageAnswer {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("upload: exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	if strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("stdout should be one line of JSON, got %q", r.stdout)
+	}
+	var img imageAnswer
+	decode(t, []byte(r.stdout), &img)
+	if !hex24.MatchString(img.UploadID) || img.Name != name || img.Size != int64(len(data)) ||
+		img.SHA256 != sha256hex(data) || img.VirtualSize != 64<<20 {
+		t.Errorf("upload printed %+v; want name %q, size %d, sha256 %s", img, name, len(data), sha256hex(data))
+	}
+	found := false
+	for _, i := range s.status(t, s.token).Images {
+		if i.UploadID == img.UploadID {
+			found = i.SHA256 == sha256hex(data) && i.Name == name
+		}
+	}
+	if !found {
+		t.Errorf("status does not list image %s with the file's sha256", img.UploadID)
+	}
+	if _, err := os.Stat(file + ".vmshelf-upload"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the state file is still there after success (stat: %v)", err)
+	}
+	if anySecret.MatchString(r.stderr) {
+		t.Errorf("upload's stderr shows something capability-shaped:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stdout+r.stderr, s.token) {
+		t.Errorf("upload printed the token")
+	}
+	return img
+}
+
+// readState reads FILE.vmshelf-upload, checks its mode and notes the
+// session capability as a secret.
+func (s *server) readState(t *testing.T, file string) uploadState {
+	t.Helper()
+	p := file + ".vmshelf-upload"
+	if m := fileMode(t, p); m != 0o600 {
+		t.Errorf("%s has mode %o, want 600", p, m)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st uploadState
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("state file %s: %v", b, err)
+	}
+	u, err := url.Parse(st.SessionURL)
+	if err != nil {
+		t.Fatalf("state file's session_url: %v", err)
+	}
+	id, ok := strings.CutPrefix(u.Path, "/market/vm-images/upload-sessions/")
+	if !ok || !hex64.MatchString(id) || !hex24.MatchString(st.UploadID) || st.Control != s.ctlBase {
+		t.Fatalf("state file holds %+v; want the control URL, a session URL and an upload id", st)
+	}
+	s.secret(id)
+	return st
+}
+
+// head asks the data plane directly (not through a proxy) how far a
+// session got.
+func (s *server) head(t *testing.T, sessionURL string) (int, int64) {
+	t.Helper()
+	u, err := url.Parse(sessionURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodHead, s.dataBase+u.Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Tus-Resumable", "1.0.0")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("HEAD session: %v", err)
+	}
+	resp.Body.Close()
+	off, _ := strconv.ParseInt(resp.Header.Get("Upload-Offset"), 10, 64)
+	return resp.StatusCode, off
+}
+
+// TestE2EUploadCLI: a straight upload, with the flags from the environment.
+func TestE2EUploadCLI(t *testing.T) {
+	work := t.TempDir()
+	s := startServe(t, filepath.Join(work, "data"), nil)
+	disk, data := makeImageData(t, work, "disk.qcow2", 4)
+	start := time.Now()
+	r := runCmd(t, []string{"VMSHELF_CONTROL=" + s.ctlBase, "VMSHELF_TOKEN_FILE=" + filepath.Join(s.dataDir, "dev-token")},
+		binPath, "upload", "--name", "straight", "--efi", disk)
+	img := s.wantStored(t, r, disk, data, "straight")
+	if !img.EFI {
+		t.Errorf("--efi: the image says efi=false")
+	}
+	if !strings.Contains(r.stderr, "100%") {
+		t.Errorf("no progress line reached 100%%:\n%s", r.stderr)
+	}
+	t.Logf("uploaded %d bytes in %v", len(data), time.Since(start))
+	mfs := s.scrape(t)
+	if v, _ := metricValue(mfs, "vmshelf_tickets_issued_total", nil); v != 1 {
+		t.Errorf("vmshelf_tickets_issued_total = %v, want 1", v)
+	}
+}
+
+// TestE2EUploadRefusals: a bad image is refused before a ticket is taken;
+// bad command lines are usage errors; a verdict of the edge is exit 1.
+func TestE2EUploadRefusals(t *testing.T) {
+	work := t.TempDir()
+	// The edge accepts less virtual size than the local check's default.
+	s := startServe(t, filepath.Join(work, "data"), []string{"--max-virtual-gib", "0.03"})
+	disk, _ := makeImageData(t, work, "disk.qcow2", 1)
+	tokenFile := filepath.Join(s.dataDir, "dev-token")
+
+	junk := make([]byte, 4096)
+	if _, err := rand.Read(junk); err != nil {
+		t.Fatal(err)
+	}
+	junk[0] = 0 // never the QCOW2 magic
+	junkPath := filepath.Join(work, "junk.img")
+	if err := os.WriteFile(junkPath, junk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := vmshelf(t, s.uploadArgs(junkPath, "junk")...)
+	if line := refusal(t, r, 1); !strings.Contains(line, "notQcow2") || !strings.Contains(line, junkPath) {
+		t.Errorf("the refusal %q should name the file and the reason notQcow2", line)
+	}
+	if _, err := os.Stat(junkPath + ".vmshelf-upload"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused image left a state file (stat: %v)", err)
+	}
+
+	empty := filepath.Join(work, "empty-token")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		mention string
+	}{
+		{"no name", []string{"upload", "--control", s.ctlBase, "--token-file", tokenFile, disk}, "--name"},
+		{"no control", []string{"upload", "--token-file", tokenFile, "--name", "x", disk}, "--control"},
+		{"no token file", []string{"upload", "--control", s.ctlBase, "--name", "x", disk}, "--token-file"},
+		{"control not a URL", []string{"upload", "--control", "ftp://x", "--token-file", tokenFile, "--name", "x", disk}, "ftp://x"},
+		{"missing token file", []string{"upload", "--control", s.ctlBase, "--token-file", "/nonexistent-token", "--name", "x", disk}, "/nonexistent-token"},
+		{"empty token file", []string{"upload", "--control", s.ctlBase, "--token-file", empty, "--name", "x", disk}, empty},
+		{"missing image", []string{"upload", "--control", s.ctlBase, "--token-file", tokenFile, "--name", "x", "/nonexistent.qcow2"}, "/nonexistent.qcow2"},
+		{"two files", []string{"upload", "--control", s.ctlBase, "--token-file", tokenFile, "--name", "x", disk, disk}, "one FILE"},
+		{"a token flag", []string{"upload", "--control", s.ctlBase, "--token", s.token, "--name", "x", disk}, "token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := vmshelf(t, tc.args...)
+			if line := refusal(t, r, 2); !strings.Contains(line, tc.mention) {
+				t.Errorf("the error %q does not mention %q", line, tc.mention)
+			}
+		})
+	}
+	mfs := s.scrape(t)
+	if v, ok := metricValue(mfs, "vmshelf_tickets_issued_total", nil); !ok || v != 0 {
+		t.Errorf("vmshelf_tickets_issued_total = %v (present %v) after refusals before any ticket, want 0", v, ok)
+	}
+
+	// The local check passes (512 GiB), the edge's does not (0.03 GiB):
+	// its verdict ends the session and the state file goes with it.
+	r = vmshelf(t, s.uploadArgs(disk, "too big for the edge")...)
+	if line := refusal(t, r, 1); !strings.Contains(line, "virtualSizeTooLarge") {
+		t.Errorf("the refusal %q should carry the edge's reason virtualSizeTooLarge", line)
+	}
+	if _, err := os.Stat(disk + ".vmshelf-upload"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the state file outlived the edge's verdict (stat: %v)", err)
+	}
+	// A refusal of the control plane: another tenant's token is unknown.
+	bad := filepath.Join(work, "bad-token")
+	if err := os.WriteFile(bad, []byte(strings.Repeat("0", 64)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = vmshelf(t, "upload", "--control", s.ctlBase, "--token-file", bad, "--name", "x", disk)
+	if line := refusal(t, r, 1); !strings.Contains(line, "401") || !strings.Contains(line, bad) {
+		t.Errorf("an unknown token: %q should say 401 and name the token file", line)
+	}
+}
+
+// TestE2EUploadResumesAfterCut: the first data connection is cut halfway;
+// the upload resumes from what the edge kept instead of starting over.
+func TestE2EUploadResumesAfterCut(t *testing.T) {
+	work := t.TempDir()
+	data := filepath.Join(work, "data")
+	p := startProxy(t, freeAddr(t))
+	disk, b := makeImageData(t, work, "disk.qcow2", 8)
+	p.cutAfter.Store(int64(len(b) / 2))
+	// serve on the address the proxy forwards to.
+	s := startServeAt(t, data, p.target, freeAddr(t), []string{"--public-url", p.base()})
+
+	start := time.Now()
+	r := vmshelf(t, s.uploadArgs(disk, "cut")...)
+	s.wantStored(t, r, disk, b, "cut")
+	if !p.cut.Load() {
+		t.Fatal("the proxy never cut the connection")
+	}
+	if !strings.Contains(r.stderr, "retry 1 of 10") {
+		t.Errorf("the upload does not say it retried:\n%s", r.stderr)
+	}
+	if got := p.up.Load(); got >= 2*int64(len(b)) {
+		t.Errorf("clients sent %d bytes through the proxy for a %d-byte file: not resumed", got, len(b))
+	}
+	t.Logf("%d bytes sent for %d in %v", p.up.Load(), len(b), time.Since(start))
+}
+
+// TestE2EUploadLostLastAnswer: the answer to the last PATCH is lost; the
+// edge has stored the image, HEAD says every byte is there, and the upload
+// ends with the image without sending anything again.
+func TestE2EUploadLostLastAnswer(t *testing.T) {
+	work := t.TempDir()
+	p := startProxy(t, freeAddr(t))
+	disk, b := makeImageData(t, work, "disk.qcow2", 4)
+	p.dropAnswerAfter.Store(int64(len(b)))
+	s := startServeAt(t, filepath.Join(work, "data"), p.target, freeAddr(t), []string{"--public-url", p.base()})
+
+	r := vmshelf(t, s.uploadArgs(disk, "lost answer")...)
+	s.wantStored(t, r, disk, b, "lost answer")
+	if !p.dropped.Load() || !strings.Contains(r.stderr, "retry 1 of 10") {
+		t.Errorf("the last answer was not lost (dropped %v), or the upload did not retry:\n%s", p.dropped.Load(), r.stderr)
+	}
+	if got := p.up.Load(); got > int64(len(b))+64<<10 {
+		t.Errorf("clients sent %d bytes for a %d-byte file: something was sent twice", got, len(b))
+	}
+}
+
+// TestE2EUploadResumesAfterKill: the command is killed mid-upload; run
+// again, it resumes from the edge's saved offset (> 0) and sends only the
+// rest.
+func TestE2EUploadResumesAfterKill(t *testing.T) {
+	if r := vmshelf(t, "serve", "-h"); !strings.Contains(r.stderr, "-tus-checkpoint-mib") {
+		t.Fatal("serve has no --tus-checkpoint-mib: this test needs progress made durable every MiB")
+	}
+	work := t.TempDir()
+	data := filepath.Join(work, "data")
+	p := startProxy(t, freeAddr(t))
+	p.rate.Store(2 << 20)
+	disk, b := makeImageData(t, work, "disk.qcow2", 12)
+	size := int64(len(b))
+	s := startServeAt(t, data, p.target, freeAddr(t), []string{"--public-url", p.base(), "--tus-checkpoint-mib", "1"})
+
+	cmd := exec.Command(binPath, s.uploadArgs(disk, "killed")...)
+	cmd.Env = cleanEnv()
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+
+	statePath := disk + ".vmshelf-upload"
+	for i := 0; ; i++ {
+		if _, err := os.Stat(statePath); err == nil {
+			break
+		}
+		if i == 400 {
+			t.Fatalf("no state file after 10s; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	st := s.readState(t, disk)
+	for i := 0; ; i++ {
+		if code, off := s.head(t, st.SessionURL); code == http.StatusOK && off > 0 {
+			break
+		}
+		if i == 600 {
+			t.Fatalf("the edge never reported an offset > 0 within 15s; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	p.waitIdle()
+	code, saved := s.head(t, st.SessionURL)
+	if code != http.StatusOK || saved <= 0 || saved >= size {
+		t.Fatalf("after the kill HEAD says %d, offset %d of %d; want 200 and a saved offset > 0", code, saved, size)
+	}
+	if strings.Contains(stdout.String()+stderr.String(), st.SessionURL) {
+		t.Errorf("the command printed the session URL")
+	}
+
+	p.up.Store(0)
+	p.rate.Store(0)
+	start := time.Now()
+	r := runWithin(t, 60*time.Second, nil, binPath, s.uploadArgs(disk, "killed")...)
+	img := s.wantStored(t, r, disk, b, "killed")
+	if img.UploadID != st.UploadID {
+		t.Errorf("the rerun stored image %s, the state file named %s: it did not resume", img.UploadID, st.UploadID)
+	}
+	if !strings.Contains(r.stderr, "resuming") || !strings.Contains(r.stderr, "the edge has") {
+		t.Errorf("the rerun does not say it resumed from an offset > 0:\n%s", r.stderr)
+	}
+	const margin = 64 << 10 // request heads
+	if got := p.up.Load(); got > size-saved+margin {
+		t.Errorf("the rerun sent %d bytes; the edge had %d of %d, so at most %d were needed", got, saved, size, size-saved+margin)
+	}
+	t.Logf("resumed at %d of %d; the rerun sent %d bytes in %v", saved, size, p.up.Load(), time.Since(start))
+}
+
+// TestE2EUploadGivesUpThenResumes: with the edge unreachable after a cut,
+// the command gives up (exit 3) keeping the state; a rerun with other
+// flags is refused; the same command resumes. A file changed since is
+// uploaded anew, and the stale session is terminated.
+func TestE2EUploadGivesUpThenResumes(t *testing.T) {
+	work := t.TempDir()
+	data := filepath.Join(work, "data")
+	p := startProxy(t, freeAddr(t))
+	disk, b := makeImageData(t, work, "disk.qcow2", 4)
+	s := startServeAt(t, data, p.target, freeAddr(t), []string{"--public-url", p.base(), "--images-per-tenant", "10"})
+	args := s.uploadArgs(disk, "flaky", "--retries", "1")
+
+	p.cutAfter.Store(int64(len(b) / 2))
+	p.refuseAfterCut.Store(true)
+	r := vmshelf(t, args...)
+	if line := refusal(t, r, 3); !strings.Contains(line, "run the same command again to resume") {
+		t.Errorf("exit 3 should say how to resume, got %q", line)
+	}
+	st := s.readState(t, disk)
+	if strings.Contains(r.stderr, st.SessionURL) || anySecret.MatchString(r.stderr) {
+		t.Errorf("the command printed the session URL:\n%s", r.stderr)
+	}
+
+	r = vmshelf(t, s.uploadArgs(disk, "another name", "--retries", "1")...)
+	if line := refusal(t, r, 2); !strings.Contains(line, disk+".vmshelf-upload") || !strings.Contains(line, `"flaky"`) {
+		t.Errorf("a rerun with another --name: %q should name the state file and the earlier name", line)
+	}
+
+	p.refuse.Store(false)
+	r = vmshelf(t, args...)
+	img := s.wantStored(t, r, disk, b, "flaky")
+	if img.UploadID != st.UploadID || !strings.Contains(r.stderr, "resuming") {
+		t.Errorf("the rerun stored %s (state: %s), stderr:\n%s", img.UploadID, st.UploadID, r.stderr)
+	}
+
+	// Again, but the file changes before the rerun.
+	p.cut.Store(false)
+	r = vmshelf(t, args...)
+	refusal(t, r, 3)
+	st2 := s.readState(t, disk)
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(disk, later, later); err != nil {
+		t.Fatal(err)
+	}
+	p.refuse.Store(false)
+	r = vmshelf(t, args...)
+	img2 := s.wantStored(t, r, disk, b, "flaky")
+	if img2.UploadID == st2.UploadID || !strings.Contains(r.stderr, "file changed") {
+		t.Errorf("a changed file should be uploaded anew: stored %s (stale session's %s), stderr:\n%s", img2.UploadID, st2.UploadID, r.stderr)
+	}
+	if code, _ := s.head(t, st2.SessionURL); code != http.StatusNotFound {
+		t.Errorf("the stale session answers HEAD with %d, want 404 (terminated)", code)
+	}
+
+	// Again, and the session ends on the edge before the rerun: it starts
+	// over with a new ticket and says so.
+	p.cut.Store(false)
+	r = vmshelf(t, args...)
+	refusal(t, r, 3)
+	st3 := s.readState(t, disk)
+	u, err := url.Parse(st3.SessionURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodDelete, s.dataBase+u.Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Tus-Resumable", "1.0.0")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE on the session: %d", resp.StatusCode)
+	}
+	p.refuse.Store(false)
+	r = vmshelf(t, args...)
+	img3 := s.wantStored(t, r, disk, b, "flaky")
+	if img3.UploadID == st3.UploadID || !strings.Contains(r.stderr, "starting over with a new ticket") {
+		t.Errorf("after the session ended the rerun stored %s (ended: %s), stderr:\n%s", img3.UploadID, st3.UploadID, r.stderr)
+	}
+}
+
+// TestE2EUploadInterrupted: Ctrl-C (SIGINT) stops the upload with exit 3
+// and keeps the state; the same command then finishes it.
+func TestE2EUploadInterrupted(t *testing.T) {
+	work := t.TempDir()
+	p := startProxy(t, freeAddr(t))
+	p.rate.Store(2 << 20)
+	disk, b := makeImageData(t, work, "disk.qcow2", 6)
+	s := startServeAt(t, filepath.Join(work, "data"), p.target, freeAddr(t), []string{"--public-url", p.base()})
+
+	cmd := exec.Command(binPath, s.uploadArgs(disk, "interrupted")...)
+	cmd.Env = cleanEnv()
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+
+	select {
+	case <-p.reached(int64(len(b) / 4)):
+	case <-exited:
+		t.Fatalf("the upload ended (%v) before a quarter passed; stderr:\n%s", waitErr, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("a quarter of the bytes did not pass within 30s")
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the upload did not stop within 10s of SIGINT; stderr:\n%s", stderr.String())
+	}
+	r := result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+	if line := refusal(t, r, 3); !strings.Contains(line, "interrupted") || !strings.Contains(line, "resume") {
+		t.Errorf("after SIGINT: %q; want it to say interrupted and how to resume", line)
+	}
+	st := s.readState(t, disk)
+
+	p.rate.Store(0)
+	r = vmshelf(t, s.uploadArgs(disk, "interrupted")...)
+	if img := s.wantStored(t, r, disk, b, "interrupted"); img.UploadID != st.UploadID {
+		t.Errorf("the rerun stored %s, not the interrupted upload %s", img.UploadID, st.UploadID)
+	}
+}
+
+// readmeBlocks returns the sh code blocks of README's section heading.
+func readmeBlocks(t *testing.T, heading string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("README.md has no section %q", heading)
+	}
+	if i := strings.Index(sec, "\n## "); i >= 0 {
+		sec = sec[:i]
+	}
+	var blocks []string
+	for {
+		_, rest, ok := strings.Cut(sec, "```sh\n")
+		if !ok {
+			return blocks
+		}
+		block, after, ok := strings.Cut(rest, "```\n")
+		if !ok {
+			t.Fatalf("an unterminated code block in %q", heading)
+		}
+		blocks = append(blocks, block)
+		sec = after
+	}
+}
+
+// TestE2EReadmeResumableUploads runs README's "Resumable uploads" blocks
+// as written (only the addresses and the binary's path are this test's).
+func TestE2EReadmeResumableUploads(t *testing.T) {
+	needTool(t, "bash")
+	needTool(t, "curl")
+	work := t.TempDir()
+	s := startServe(t, filepath.Join(work, "vmshelf-data"), nil)
+	_, firstBytes := makeImageData(t, work, "disk.qcow2", 2)
+	blocks := readmeBlocks(t, "## Resumable uploads")
+	if len(blocks) != 2 {
+		t.Fatalf("README's resumable section has %d sh blocks, want 2 (vmshelf upload, curl)", len(blocks))
+	}
+	script := strings.Join(blocks, "\n")
+	for _, want := range []string{"Upload-Length: $SIZE", "head -c $N", "curl -s -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("README's sequence lacks %q", want)
+		}
+	}
+	script = strings.NewReplacer("127.0.0.1:8481", s.ctlAddr, "127.0.0.1:8480", s.dataAddr, "./bin/vmshelf", binPath).Replace(script)
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = work
+	cmd.Env = cleanEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("README's blocks failed: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("README's blocks did not finish within 60s; stderr:\n%s", stderr.String())
+	}
+
+	var lines []string
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) < 2 {
+		t.Fatalf("README's blocks printed:\n%s", strings.Join(lines, "\n"))
+	}
+	var img imageAnswer
+	decode(t, []byte(lines[0]), &img)
+	if img.Name != "my disk" || img.SHA256 != sha256hex(firstBytes) {
+		t.Errorf("vmshelf upload printed %s; want \"my disk\" with sha256 %s", lines[0], sha256hex(firstBytes))
+	}
+	var st statusAnswer
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &st); err != nil {
+		t.Fatalf("the last line is not the status: %q", lines[len(lines)-1])
+	}
+	resumed, err := os.ReadFile(filepath.Join(work, "disk.qcow2")) // the curl part's image
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	for _, i := range st.Images {
+		names[i.Name] = i.SHA256
+	}
+	if names["my disk"] != sha256hex(firstBytes) || names["resumed disk"] != sha256hex(resumed) {
+		t.Errorf("status lists %v; want \"my disk\" and \"resumed disk\" with their files' sha256", names)
+	}
+}
+
+// tusJS returns the path of the tus-js-client script; without node or the
+// npm packages the test is skipped, or fails in CI.
+func tusJS(t *testing.T) string {
+	t.Helper()
+	needTool(t, "node")
+	dir, err := filepath.Abs(filepath.Join("testdata", "tusjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "tus-js-client", "package.json")); err != nil {
+		msg := "tus-js-client is not installed (npm ci --prefix cmd/vmshelf/testdata/tusjs)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return filepath.Join(dir, "upload.mjs")
+}
+
+// TestE2ETusJSClient: the tus reference client uploads straight through,
+// and across a restart of serve in the middle of its upload.
+func TestE2ETusJSClient(t *testing.T) {
+	script := tusJS(t)
+
+	t.Run("straight", func(t *testing.T) {
+		work := t.TempDir()
+		s := startServe(t, filepath.Join(work, "data"), nil)
+		disk, b := makeImageData(t, work, "disk.qcow2", 2)
+		tk := s.ticket(t, "tus-js")
+		r := runWithin(t, 60*time.Second, nil, "node", script, tk.UploadURL, disk)
+		want := "done offset=" + strconv.Itoa(len(b)) + " length=" + strconv.Itoa(len(b)) + "\n"
+		if r.code != 0 || r.stdout != want {
+			t.Fatalf("node upload.mjs: exit %d, stdout %q (want %q); stderr:\n%s", r.code, r.stdout, want, r.stderr)
+		}
+		wantImage(t, s, tk.UploadID, b)
+	})
+
+	t.Run("serve restarts mid-upload", func(t *testing.T) {
+		work := t.TempDir()
+		data := filepath.Join(work, "data")
+		p := startProxy(t, freeAddr(t))
+		p.rate.Store(2 << 20)
+		disk, b := makeImageData(t, work, "disk.qcow2", 12)
+		serveArgs := []string{"--public-url", p.base()}
+		s := startServeAt(t, data, p.target, freeAddr(t), serveArgs)
+		tk := s.ticket(t, "tus-js across a restart")
+
+		t0 := time.Now()
+		cmd := exec.Command("node", script, tk.UploadURL, disk)
+		cmd.Env = cleanEnv()
+		var stdout, stderr syncBuffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		var waitErr error
+		go func() { waitErr = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+
+		select {
+		case <-p.reached(int64(len(b) / 2)):
+		case <-exited:
+			t.Fatalf("node ended (%v) before half the bytes passed; stderr:\n%s", waitErr, stderr.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("half the bytes did not pass within 30s; stderr:\n%s", stderr.String())
+		}
+		began := time.Now()
+		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-s.done:
+			if s.waitErr != nil {
+				t.Fatalf("serve exited with %v after SIGTERM; stderr:\n%s", s.waitErr, s.stderr)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("serve did not exit within 20s of SIGTERM with a resumable upload running; stderr:\n%s", s.stderr)
+		}
+		s.stopped = true
+		s.assertNoSecrets()
+		s2 := startServeAt(t, data, s.dataAddr, s.ctlAddr, serveArgs)
+		s2.secret(tk.Ticket)
+
+		select {
+		case <-exited:
+			t.Logf("node done %v after SIGTERM, %v after its start", time.Since(began), time.Since(t0))
+			if waitErr != nil {
+				t.Fatalf("node upload.mjs across a restart: %v; stderr:\n%s\nserve:\n%s", waitErr, stderr.String(), s2.stderr)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("node did not finish within 60s after the restart; stderr:\n%s", stderr.String())
+		}
+		want := "done offset=" + strconv.Itoa(len(b)) + " length=" + strconv.Itoa(len(b)) + "\n"
+		if stdout.String() != want {
+			t.Errorf("node printed %q, want %q; stderr:\n%s", stdout.String(), want, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "retry") {
+			t.Errorf("tus-js-client never retried, so the restart was not in the middle of its upload; stderr:\n%s", stderr.String())
+		}
+		if got := p.up.Load(); got >= 2*int64(len(b)) {
+			t.Errorf("tus-js-client sent %d bytes for a %d-byte file: it started over instead of resuming", got, len(b))
+		}
+		wantImage(t, s2, tk.UploadID, b)
+		t.Logf("tus-js-client sent %d bytes for %d; its retries:\n%s", p.up.Load(), len(b), stderr.String())
+	})
+}
+
+// wantImage checks that status lists the upload with the bytes' digest.
+func wantImage(t *testing.T, s *server, uploadID string, b []byte) {
+	t.Helper()
+	for _, i := range s.status(t, s.token).Images {
+		if i.UploadID == uploadID {
+			if i.SHA256 != sha256hex(b) || i.Size != int64(len(b)) {
+				t.Errorf("image %+v; want size %d, sha256 %s", i, len(b), sha256hex(b))
+			}
+			return
+		}
+	}
+	t.Errorf("status does not list image %s", uploadID)
+}
+
+// TestUploadRetryDelay: 0.5 s doubling up to 30 s; a longer Retry-After
+// wins, up to 5 min.
+func TestUploadRetryDelay(t *testing.T) {
+	for _, tc := range []struct {
+		attempt int
+		after   time.Duration
+		want    time.Duration
+	}{
+		{1, 0, 500 * time.Millisecond}, {2, 0, time.Second}, {3, 0, 2 * time.Second},
+		{7, 0, 30 * time.Second}, {50, 0, 30 * time.Second},
+		{1, 5 * time.Second, 5 * time.Second}, {3, time.Second, 2 * time.Second}, {1, time.Hour, 5 * time.Minute},
+	} {
+		if got := retryDelay(tc.attempt, tc.after); got != tc.want {
+			t.Errorf("retryDelay(%d, %v) = %v, want %v", tc.attempt, tc.after, got, tc.want)
+		}
+	}
+}
+
+// TestUploadProgressPlain: without a terminal, a line at most every 10 %
+// or 5 s, and a last one at the end.
+func TestUploadProgressPlain(t *testing.T) {
+	var out bytes.Buffer
+	p := newProgress(&out, 1000)
+	now := time.Unix(0, 0)
+	p.now = func() time.Time { return now }
+	p.begin(0)
+	for pos := int64(1); pos <= 1000; pos++ {
+		now = now.Add(time.Millisecond)
+		p.sent(pos)
+	}
+	p.done()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 10 || len(lines) > 11 || !strings.Contains(lines[len(lines)-1], "(100%)") {
+		t.Errorf("progress printed %d lines, want 10 or 11 ending at 100%%:\n%s", len(lines), out.String())
+	}
+	if strings.Contains(out.String(), "\r") {
+		t.Errorf("plain progress has carriage returns")
+	}
+
+	// Slow: a line every 5 s even without 10 % more.
+	out.Reset()
+	p = newProgress(&out, 1<<30)
+	p.now = func() time.Time { return now }
+	p.begin(0)
+	for i := int64(1); i <= 60; i++ {
+		now = now.Add(time.Second)
+		p.sent(i << 10)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 12 {
+		t.Errorf("a minute of slow progress printed %d lines, want 12:\n%s", n, out.String())
+	}
+	if !strings.Contains(out.String(), "1.0 KiB/s") || !strings.Contains(out.String(), "ETA ") {
+		t.Errorf("progress lines lack the rate or the time left:\n%s", out.String())
+	}
+}
+
+// TestUploadProgressTerminal: on a terminal one line is redrawn in place
+// and cleared for messages.
+func TestUploadProgressTerminal(t *testing.T) {
+	var out bytes.Buffer
+	p := newProgress(&out, 1000)
+	p.tty = true
+	now := time.Unix(0, 0)
+	p.now = func() time.Time { return now }
+	p.begin(0)
+	for pos := int64(100); pos <= 500; pos += 100 {
+		now = now.Add(time.Second)
+		p.sent(pos)
+	}
+	p.interrupt() // a message comes
+	now = now.Add(time.Second)
+	p.sent(1000)
+	p.done()
+	s := out.String()
+	if strings.Count(s, "\n") != 1 || !strings.HasSuffix(s, "\n") || strings.Count(s, "\r\033[K") < 7 {
+		t.Errorf("terminal progress should redraw one line and end it once: %q", s)
+	}
+	if !strings.Contains(s, "500 B / 1000 B  50%  100 B/s  ETA 0:05") || !strings.Contains(s, "1000 B / 1000 B  100%") {
+		t.Errorf("the drawings lack bytes, percent, rate or time left: %q", s)
+	}
+
+	// An upload that stops short leaves no made-up final state.
+	out.Reset()
+	p = newProgress(&out, 1000)
+	p.now = func() time.Time { return now }
+	p.begin(0)
+	now = now.Add(time.Second)
+	p.sent(50) // under 10 %, under 5 s: no line yet
+	p.done()
+	if out.Len() != 0 {
+		t.Errorf("plain progress of a stopped upload: %q", out.String())
+	}
+}
