@@ -109,7 +109,9 @@ func (g *Gateway) pump(ctx *fasthttp.RequestCtx, in *intake, w io.Writer, checkp
 				return aerr
 			}
 			received.Add(float64(m))
-			if checkpoint != nil && (in.n-lastN >= g.cfg.CheckpointBytes || g.cfg.Now().Sub(lastT) >= g.cfg.CheckpointInterval) {
+			// Never at the last byte: "all bytes durable" must not be
+			// recorded before the image is committed.
+			if checkpoint != nil && in.n < in.limit && (in.n-lastN >= g.cfg.CheckpointBytes || g.cfg.Now().Sub(lastT) >= g.cfg.CheckpointInterval) {
 				if err := checkpoint(); err != nil {
 					return writeFailure(err)
 				}
