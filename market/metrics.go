@@ -25,7 +25,7 @@ type metrics struct {
 	log            *slog.Logger
 }
 
-func newMetrics(reg prometheus.Registerer, st imagestore.Store, log *slog.Logger) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, st imagestore.Store, blobs imagestore.Blobs, log *slog.Logger) (*metrics, error) {
 	m := &metrics{
 		ticketsIssued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vmshelf_tickets_issued_total",
@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer, st imagestore.Store, log *slog.Logger
 		}, []string{"route", "code"}),
 		log: log,
 	}
-	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.requests, newStatsCollector(st)} {
+	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.requests, newStatsCollector(st, blobs)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)
 		}
@@ -75,28 +75,40 @@ func (l promLog) Println(v ...any) { l.log.Warn("metrics: " + fmt.Sprint(v...)) 
 // (the numbers are the store's, not a copy that could drift).
 type statsCollector struct {
 	st     imagestore.Store
+	blobs  imagestore.Blobs
 	images *prometheus.Desc
 	bytes  *prometheus.Desc
+	free   *prometheus.Desc
 }
 
-func newStatsCollector(st imagestore.Store) *statsCollector {
+func newStatsCollector(st imagestore.Store, blobs imagestore.Blobs) *statsCollector {
 	return &statsCollector{
-		st: st,
+		st: st, blobs: blobs,
 		images: prometheus.NewDesc("vmshelf_images_stored",
 			"Images stored, over all tenants.", nil, nil),
 		bytes: prometheus.NewDesc("vmshelf_images_stored_bytes",
 			"Bytes of the images stored, over all tenants.", nil, nil),
+		// Uploads are refused (507) below Content-Length + 1 GiB of this:
+		// the figure to alert on before boxes see noSpace.
+		free: prometheus.NewDesc("vmshelf_image_storage_free_bytes",
+			"Bytes free for new images where they are stored.", nil, nil),
 	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.images
 	ch <- c.bytes
+	ch <- c.free
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), statsTimeout)
 	defer cancel()
+	if free, err := c.blobs.Available(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(c.free, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(free))
+	}
 	st, err := c.st.Stats(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.images, err)

@@ -3,6 +3,7 @@ package market
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,16 @@ func TestMetrics(t *testing.T) {
 		"# TYPE vmshelf_tickets_issued_total counter",
 		"# TYPE vmshelf_images_stored gauge",
 	)
+	// The free space the 507 check uses, for the full-disk alert.
+	var free float64
+	for l := range strings.SplitSeq(text, "\n") {
+		if v, ok := strings.CutPrefix(l, "vmshelf_image_storage_free_bytes "); ok {
+			free, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if free <= 0 {
+		t.Errorf("vmshelf_image_storage_free_bytes = %v, want the free bytes", free)
+	}
 	// Raw paths never become labels.
 	if strings.Contains(text, "12345\"") || strings.Contains(text, "/no/such") {
 		t.Error("a raw request path became a metric label")

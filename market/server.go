@@ -79,7 +79,7 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log}
-	if s.metrics, err = newMetrics(reg, st, cfg.Log); err != nil {
+	if s.metrics, err = newMetrics(reg, st, blobs, cfg.Log); err != nil {
 		return nil, err
 	}
 
