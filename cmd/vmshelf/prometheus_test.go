@@ -115,6 +115,57 @@ scrape_configs:
 	}, func() string {
 		return fmt.Sprintf("last values %v, want %v\nprometheus log:\n%s", got, want, promLog.String())
 	})
+
+	// Every query of the shipped Grafana dashboard is valid PromQL and
+	// finds series, and the shipped alert rules pass promtool.
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	raw, err := os.ReadFile("../../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			// rate() needs two scrapes in its window: poll, bounded.
+			q := strings.ReplaceAll(tg.Expr, "$__rate_interval", "1m")
+			poll(t, 100, 100*time.Millisecond, fmt.Sprintf("dashboard panel %q: %s to find series", p.Title, q),
+				func() bool { return promSeries(t, api, q) > 0 })
+		}
+	}
+	if out, err := exec.Command("promtool", "check", "rules", "../../docs/alerts.yml").CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules docs/alerts.yml: %v\n%s", err, out)
+	}
+}
+
+// promSeries runs an instant query and returns how many series it found;
+// a query Prometheus refuses fails the test.
+func promSeries(t *testing.T, api, q string) int {
+	t.Helper()
+	r, err := httpClient.Get(api + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []json.RawMessage `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Status != "success" {
+		t.Fatalf("query %s: %v %s", q, err, body.Error)
+	}
+	return len(body.Data.Result)
 }
 
 // promQuery asks Prometheus for the single value of an instant query.
