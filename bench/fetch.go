@@ -1,0 +1,248 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	fDD      = "dd → /dev/null"
+	fVmshelf = "vmshelf GET"
+	fNginx   = "nginx GET"
+)
+
+func (b *bench) phaseFetch() error {
+	if b.fetch.id == "" {
+		return fmt.Errorf("no fetch image")
+	}
+	for _, cold := range []bool{true, false} {
+		state, how := "warm", "the file read through before each run (in the page cache)"
+		if cold {
+			state, how = "cold", "`sync; echo 3 > /proc/sys/vm/drop_caches` before each run (from the disk)"
+		}
+		t := b.rep.table("fetch_"+state, fmt.Sprintf("Whole-file fetch of the %d MiB image, %s cache", b.size>>20, state),
+			"One GET of the whole image with `curl -o /dev/null`; vmshelf and nginx serve the very same file (vmshelf's stored image; nginx aliases its directory), "+how+". "+
+				"dd reads the same file with bs=1M: the limit of the storage (cold) or the page cache (warm).",
+			Metric{Key: "mbps", Label: "MB/s", Unit: "MB/s", Better: "higher", digits: 0},
+			Metric{Key: "cpu", Label: "server CPU s/GiB", Unit: "s/GiB", Better: "lower", digits: 3},
+			Metric{Key: "mcpu", Label: "machine CPU s/GiB", Unit: "s/GiB", Better: "lower", digits: 2},
+			Metric{Key: "rss", Label: "server peak RSS MiB", Unit: "MiB", Better: "lower", digits: 1},
+		)
+		roles := map[string]string{fDD: "limit", fVmshelf: "vmshelf", fNginx: "peer"}
+		subjects := []string{fDD, fVmshelf, fNginx}
+		for _, s := range subjects {
+			t.row(s, roles[s])
+		}
+		for r := range b.opt.reps {
+			for _, s := range rotate(subjects, r) {
+				logf("  fetch %s rep %d: %s", state, r+1, s)
+				secs, use, err := b.fetchOnce(s, cold)
+				if err != nil {
+					b.fail("fetch %s %s rep %d: %v", state, s, r+1, err)
+					secs, use = nan, usage{CPU: nan, MachineCPU: nan, PeakRSS: -1}
+				}
+				sz := float64(b.size)
+				t.add(s, roles[s], "mbps", sz/secs/mb)
+				t.add(s, roles[s], "cpu", use.CPU/(sz/gib))
+				t.add(s, roles[s], "mcpu", use.MachineCPU/(sz/gib))
+				rss := float64(use.PeakRSS) / mib
+				if use.PeakRSS < 0 {
+					rss = nan
+				}
+				t.add(s, roles[s], "rss", rss)
+			}
+		}
+		t.ratio("mbps", fVmshelf, fNginx, "mbps")
+		t.ratio("mbps", fVmshelf, fDD, "mbps")
+		t.ratio("cpu", fVmshelf, fNginx, "cpu")
+		t.ratio("rss", fVmshelf, fNginx, "rss")
+	}
+	return nil
+}
+
+func (b *bench) fetchOnce(subject string, cold bool) (float64, usage, error) {
+	if cold {
+		if err := dropCaches(); err != nil {
+			return 0, usage{}, err
+		}
+	} else {
+		syscall.Sync()
+		if err := warm(b.fetch.path); err != nil {
+			return 0, usage{}, err
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	switch subject {
+	case fDD:
+		mc0 := machineCPU()
+		wall, cpu, rss, err := runTimed("dd", "if="+b.fetch.path, "of=/dev/null", "bs=1M", "status=none")
+		return wall, usage{Wall: wall, CPU: cpu, MachineCPU: machineCPU() - mc0, PeakRSS: rss}, err
+	case fVmshelf, fNginx:
+		url, pids := b.fetch.vmURL, b.vm.pids
+		if subject == fNginx && b.ngx == nil {
+			return 0, usage{}, fmt.Errorf("nginx not running")
+		}
+		if subject == fNginx {
+			url, pids = b.fetch.ngxURL, b.ngx.pids
+		}
+		m := startMeter(pids)
+		res, err := curlGet(url)
+		use := m.end()
+		if err != nil {
+			return 0, use, err
+		}
+		if res.Code != 200 || res.Download != b.size {
+			return 0, use, fmt.Errorf("answered %d with %d bytes", res.Code, res.Download)
+		}
+		return res.Total, use, nil
+	}
+	return 0, usage{}, fmt.Errorf("unknown subject %q", subject)
+}
+
+// ---- 4 KiB random range reads ----
+
+const rangeLua = `-- random 4 KiB ranges of an image, as qemu's curl driver / nbdkit-curl read
+local size = tonumber(os.getenv("BENCH_SIZE"))
+local blocks = math.floor(size / 4096)
+local counter = 0
+local threads = {}
+function setup(thread)
+  counter = counter + 1
+  thread:set("seed", counter)
+  table.insert(threads, thread)
+end
+function init(args)
+  math.randomseed(seed * 7919 + 17)
+end
+request = function()
+  local off = math.random(0, blocks - 1) * 4096
+  return wrk.format("GET", nil, {["Range"] = "bytes=" .. off .. "-" .. (off + 4095)})
+end
+local bad = 0
+response = function(status, headers, body)
+  if status ~= 206 or #body ~= 4096 then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local bad_total = 0
+  for _, t in ipairs(threads) do bad_total = bad_total + (t:get("bad") or 0) end
+  io.write(string.format("WRKJSON {\"requests\":%d,\"duration_us\":%d,\"bytes\":%d,\"status_errors\":%d,\"socket_errors\":%d,\"p50_us\":%d,\"p99_us\":%d,\"max_us\":%d,\"bad\":%d}\n",
+    summary.requests, summary.duration, summary.bytes, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    latency:percentile(50), latency:percentile(99), latency.max, bad_total))
+end
+`
+
+// wrkResult is the WRKJSON line of the scripts' done().
+type wrkResult struct {
+	Requests     int64   `json:"requests"`
+	DurationUS   int64   `json:"duration_us"`
+	Bytes        int64   `json:"bytes"`
+	StatusErrors int64   `json:"status_errors"`
+	SocketErrors int64   `json:"socket_errors"`
+	P50US        float64 `json:"p50_us"`
+	P99US        float64 `json:"p99_us"`
+	MaxUS        float64 `json:"max_us"`
+	Bad          int64   `json:"bad"`
+}
+
+func (w wrkResult) rps() float64 { return float64(w.Requests) / (float64(w.DurationUS) / 1e6) }
+
+func runWrk(script string, env []string, conns int, d time.Duration, url string) (wrkResult, error) {
+	cmd := exec.Command("wrk", "-t1", fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", int(d.Seconds())),
+		"--timeout", "10s", "-s", script, url)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if j, ok := strings.CutPrefix(l, "WRKJSON "); ok {
+			var r wrkResult
+			if err := json.Unmarshal([]byte(j), &r); err != nil {
+				return r, fmt.Errorf("wrk output %q: %v", j, err)
+			}
+			return r, nil
+		}
+	}
+	return wrkResult{}, fmt.Errorf("wrk printed no result: %s", out)
+}
+
+func (b *bench) phaseRange() error {
+	if b.fetch.id == "" {
+		return fmt.Errorf("no fetch image")
+	}
+	script := filepath.Join(b.dir, "range.lua")
+	// The per-thread bad count is kept in a global the thread table can read.
+	lua := strings.Replace(rangeLua, "local bad = 0", "bad = 0", 1)
+	if err := os.WriteFile(script, []byte(lua), 0o644); err != nil {
+		return err
+	}
+	const conns = 4
+	t := b.rep.table("range", "4 KiB random range reads",
+		fmt.Sprintf("`wrk -t1 -c%d -d%ds`, each request `Range: bytes=<4 KiB-aligned random offset>+4095` of the %d MiB image (what qemu's curl driver and nbdkit-curl send), "+
+			"file in the page cache. Every answer is checked to be a 206 with 4096 bytes. CPU: server CPU over the run; payload GiB = requests × 4 KiB.",
+			conns, int(b.opt.loadFor.Seconds()), b.size>>20),
+		Metric{Key: "rps", Label: "req/s", Unit: "req/s", Better: "higher", digits: 0},
+		Metric{Key: "mbps", Label: "payload MB/s", Unit: "MB/s", Better: "higher", digits: 1},
+		Metric{Key: "p50", Label: "p50 ms", Unit: "ms", Better: "lower", digits: 3},
+		Metric{Key: "p99", Label: "p99 ms", Unit: "ms", Better: "lower", digits: 3},
+		Metric{Key: "cpureq", Label: "server CPU µs/req", Unit: "µs", Better: "lower", digits: 1},
+		Metric{Key: "cpu", Label: "server CPU s/GiB", Unit: "s/GiB", Better: "lower", digits: 1},
+		Metric{Key: "bad", Label: "bad answers", Unit: "", digits: 0},
+		Metric{Key: "rss", Label: "server peak RSS MiB", Unit: "MiB", Better: "lower", digits: 1},
+	)
+	subjects := []string{fVmshelf, fNginx}
+	roles := map[string]string{fVmshelf: "vmshelf", fNginx: "peer"}
+	for _, s := range subjects {
+		t.row(s, roles[s])
+	}
+	if err := warm(b.fetch.path); err != nil {
+		return err
+	}
+	for r := range b.opt.reps {
+		for _, s := range rotate(subjects, r) {
+			logf("  range rep %d: %s", r+1, s)
+			url, pids := b.fetch.vmURL, b.vm.pids
+			if s == fNginx {
+				if b.ngx == nil {
+					b.fail("range nginx: not running")
+					continue
+				}
+				url, pids = b.fetch.ngxURL, b.ngx.pids
+			}
+			settle()
+			var pr *perfRec
+			if s == fVmshelf {
+				pr = b.startPerf("range", pids())
+			}
+			m := startMeter(pids)
+			w, err := runWrk(script, []string{fmt.Sprintf("BENCH_SIZE=%d", b.size)}, conns, b.opt.loadFor, url)
+			use := m.end()
+			pr.stop()
+			if err != nil {
+				b.fail("range %s rep %d: %v", s, r+1, err)
+				w = wrkResult{DurationUS: 1}
+				use.CPU = nan
+			}
+			rps := w.rps()
+			t.add(s, roles[s], "rps", rps)
+			t.add(s, roles[s], "mbps", rps*4096/mb)
+			t.add(s, roles[s], "p50", w.P50US/1000)
+			t.add(s, roles[s], "p99", w.P99US/1000)
+			t.add(s, roles[s], "cpureq", use.CPU/float64(w.Requests)*1e6)
+			t.add(s, roles[s], "cpu", use.CPU/(float64(w.Requests)*4096/gib))
+			t.add(s, roles[s], "bad", float64(w.Bad+w.StatusErrors+w.SocketErrors))
+			t.add(s, roles[s], "rss", float64(use.PeakRSS)/mib)
+		}
+	}
+	t.ratio("rps", fVmshelf, fNginx, "rps")
+	t.ratio("p99", fVmshelf, fNginx, "p99")
+	t.ratio("cpureq", fVmshelf, fNginx, "cpureq")
+	return nil
+}
