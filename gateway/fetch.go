@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -90,7 +92,7 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 	ctx.SetStatusCode(status)
 	ctx.SetBodyStream(&fetchStream{
 		g: g, ctx: ctx, src: src, size: n, blob: blob, release: release,
-		start: start, uploadID: img.UploadID, remote: remoteAddr(ctx),
+		start: start, uploadID: img.UploadID, remote: remoteAddr(ctx), partial: status == fasthttp.StatusPartialContent,
 	}, int(n))
 }
 
@@ -204,6 +206,7 @@ type fetchStream struct {
 	uploadID string
 	remote   string
 	sent     int64
+	partial  bool // a 206 answer
 	once     sync.Once
 }
 
@@ -313,7 +316,13 @@ func (s *fetchStream) CloseWithError(err error) error {
 		if err != nil {
 			attrs = append(attrs, "err", err)
 		}
-		s.g.log.Info("fetch", attrs...)
+		// Importers read an image in thousands of small ranges: one line
+		// each at Info would drown the log, so ranges log at Debug.
+		level := slog.LevelInfo
+		if s.partial {
+			level = slog.LevelDebug
+		}
+		s.g.log.Log(context.Background(), level, "fetch", attrs...)
 	})
 	return nil
 }

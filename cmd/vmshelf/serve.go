@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -170,6 +171,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// The data plane streams: its working set is a few MiB per transfer and
+	// per busy connection, whatever the image size. A soft memory limit
+	// makes the runtime collect and give memory back to the OS before the
+	// heap doubles the way GOGC alone would let it; GOMEMLIMIT overrides.
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
 	if err := prepareDataDir(f.dataDir); err != nil {
 		return err
 	}
@@ -263,6 +271,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// defaultMemoryLimit is the runtime's soft memory limit unless GOMEMLIMIT
+// is set: under the 64 MiB the service is sized for.
+const defaultMemoryLimit = 40 << 20
 
 // shutdownBound is how long SIGTERM waits for running transfers.
 const shutdownBound = 30 * time.Second
