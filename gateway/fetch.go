@@ -24,8 +24,7 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 	start := g.cfg.Now()
 	img, blob, aerr := g.openForToken(ctx, token)
 	if aerr != nil {
-		g.reject(dirFetch, aerr)
-		g.metrics.transfers.WithLabelValues(dirFetch, outcomeOf(aerr)).Inc()
+		g.refused(dirFetch, aerr)
 		writeError(ctx, aerr)
 		return
 	}
@@ -52,8 +51,7 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 			blob.Close()
 			h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
 			aerr := apierr.New(fasthttp.StatusRequestedRangeNotSatisfiable, "rangeNotSatisfiable", "the range lies outside the image")
-			g.reject(dirFetch, aerr)
-			g.metrics.transfers.WithLabelValues(dirFetch, outcomeRejected).Inc()
+			g.refused(dirFetch, aerr)
 			writeError(ctx, aerr)
 			return
 		case ok:
@@ -71,8 +69,7 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 		if !g.slots.tryAcquire() {
 			blob.Close()
 			aerr := g.busy(ctx)
-			g.reject(dirFetch, aerr)
-			g.metrics.transfers.WithLabelValues(dirFetch, outcomeRejected).Inc()
+			g.refused(dirFetch, aerr)
 			writeError(ctx, aerr)
 			return
 		}
@@ -220,8 +217,8 @@ const (
 // still reading never times out and a fast one costs few deadline moves.
 func (s *fetchStream) WriteTo(w io.Writer) (int64, error) {
 	lr, ok := s.src.(*io.LimitedReader)
-	if !ok {
-		return s.copyByReads(w)
+	if !ok { // a Blobs whose sections are not files: plain reads, each with its deadline
+		return io.Copy(w, struct{ io.Reader }{s})
 	}
 	chunk := int64(minChunk)
 	var total int64
@@ -252,33 +249,6 @@ func (s *fetchStream) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return total, nil
-}
-
-// copyByReads serves a Blobs whose sections are not files.
-func (s *fetchStream) copyByReads(w io.Writer) (int64, error) {
-	var total int64
-	buf := make([]byte, 256<<10)
-	for {
-		if err := s.ctx.SetWriteDeadline(s.g.cfg.Now().Add(s.g.cfg.IdleTimeout)); err != nil {
-			return total, err
-		}
-		m, rerr := s.src.Read(buf)
-		if m > 0 {
-			n, werr := w.Write(buf[:m])
-			total += int64(n)
-			s.sent += int64(n)
-			s.g.metrics.bytes.WithLabelValues(dirFetch).Add(float64(n))
-			if werr != nil {
-				return total, werr
-			}
-		}
-		if rerr == io.EOF {
-			return total, nil
-		}
-		if rerr != nil {
-			return total, rerr
-		}
-	}
 }
 
 // Read lets fasthttp fall back to plain reads; WriteTo is the fast path.

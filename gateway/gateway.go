@@ -269,10 +269,7 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 		return fasthttp.StatusContinue // the route answers the rest without reading
 	}
 	if kind != routeNone {
-		if outcomeOf(aerr) == outcomeRejected {
-			g.reject(dirUpload, aerr)
-		}
-		g.metrics.transfers.WithLabelValues(dirUpload, outcomeOf(aerr)).Inc()
+		g.refused(dirUpload, aerr)
 	}
 	writeError(ctx, aerr)
 	return aerr.Status
@@ -290,9 +287,15 @@ func writeError(ctx *fasthttp.RequestCtx, e *apierr.Error) {
 	ctx.Response.SetBody(e.JSON())
 }
 
-// reject counts a refusal by its reason.
-func (g *Gateway) reject(dir string, e *apierr.Error) {
-	g.metrics.rejections.WithLabelValues(dir, e.Reason).Inc()
+// refused counts a transfer that ended with e: by outcome, and by reason
+// when the outcome is a refusal. Every refusal path goes through here, so
+// the two counters always agree.
+func (g *Gateway) refused(dir string, e *apierr.Error) {
+	outcome := outcomeOf(e)
+	if outcome == outcomeRejected {
+		g.metrics.rejections.WithLabelValues(dir, e.Reason).Inc()
+	}
+	g.metrics.transfers.WithLabelValues(dir, outcome).Inc()
 }
 
 // remoteAddr is the key of the miss limiter: the peer's IP, never its port.

@@ -88,14 +88,14 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	if aerr == nil {
 		aerr = g.admit(ctx, ticket, length)
 	}
-	if aerr == nil && hasBody(ctx) && string(ctx.Request.Header.ContentType()) != offsetOctets {
+	withBody := hasBody(ctx)
+	if aerr == nil && withBody && string(ctx.Request.Header.ContentType()) != offsetOctets {
 		aerr = badContentType()
 	}
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
 		return
 	}
-	withBody := hasBody(ctx)
 	if withBody && !g.slots.tryAcquire() {
 		g.refuseUpload(ctx, g.busy(ctx), start, "")
 		return

@@ -53,8 +53,7 @@ func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) *ap
 		return g.busy(ctx)
 	}
 	if size > g.cfg.UploadMax {
-		return apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
-			"the image is larger than this edge accepts ("+strconv.FormatInt(g.cfg.UploadMax, 10)+" bytes)")
+		return g.tooLarge()
 	}
 	octx, cancel := op()
 	defer cancel()
@@ -75,6 +74,13 @@ func (g *Gateway) lookupTicket(ticket string) (imagestore.Ticket, error) {
 	ctx, cancel := op()
 	defer cancel()
 	return g.store.Ticket(ctx, imagestore.HashSecret(ticket))
+}
+
+// tooLarge is the 413 for an image above --upload-max-gib, before or
+// while the body streams.
+func (g *Gateway) tooLarge() *apierr.Error {
+	return apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
+		"the image is larger than this edge accepts ("+strconv.FormatInt(g.cfg.UploadMax, 10)+" bytes)")
 }
 
 func (g *Gateway) busy(ctx *fasthttp.RequestCtx) *apierr.Error {
@@ -144,11 +150,7 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 // refuseUpload answers an upload with its error. The body may still be
 // on the wire; closing the connection stops the client sending it.
 func (g *Gateway) refuseUpload(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
-	outcome := outcomeOf(aerr)
-	if outcome == outcomeRejected {
-		g.reject(dirUpload, aerr)
-	}
-	g.metrics.transfers.WithLabelValues(dirUpload, outcome).Inc()
+	g.refused(dirUpload, aerr)
 	if uploadID != "" {
 		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 	}
@@ -243,8 +245,7 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket) (image
 		return imagestore.Image{}, 0, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not start storing the image")
 	}
 	defer g.abort(w, tk.UploadID) // a no-op once committed
-	in := g.newIntake(g.cfg.UploadMax, apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
-		"the image is larger than this edge accepts ("+strconv.FormatInt(g.cfg.UploadMax, 10)+" bytes)"))
+	in := g.newIntake(g.cfg.UploadMax, g.tooLarge())
 	if aerr := g.pump(ctx, in, w, nil, nil); aerr != nil {
 		return imagestore.Image{}, in.n, aerr
 	}
