@@ -515,17 +515,8 @@ func TestE2EUploadResumesAfterKill(t *testing.T) {
 	size := int64(len(b))
 	s := startServeAt(t, data, p.target, freeAddr(t), []string{"--public-url", p.base(), "--tus-checkpoint-mib", "1"})
 
-	cmd := exec.Command(binPath, s.uploadArgs(disk, "killed")...)
-	cmd.Env = cleanEnv()
-	var stdout, stderr syncBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	c := startChild(t, binPath, s.uploadArgs(disk, "killed")...)
+	cmd, stdout, stderr, exited := c.cmd, c.stdout, c.stderr, c.exited
 
 	statePath := disk + ".vmshelf-upload"
 	for i := 0; ; i++ {
@@ -672,23 +663,13 @@ func TestE2EUploadInterrupted(t *testing.T) {
 	disk, b := makeImageData(t, work, "disk.qcow2", 6)
 	s := startServeAt(t, filepath.Join(work, "data"), p.target, freeAddr(t), []string{"--public-url", p.base()})
 
-	cmd := exec.Command(binPath, s.uploadArgs(disk, "interrupted")...)
-	cmd.Env = cleanEnv()
-	var stdout, stderr syncBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	c := startChild(t, binPath, s.uploadArgs(disk, "interrupted")...)
+	cmd, stdout, stderr, exited := c.cmd, c.stdout, c.stderr, c.exited
 
 	select {
 	case <-p.reached(int64(len(b) / 4)):
 	case <-exited:
-		t.Fatalf("the upload ended (%v) before a quarter passed; stderr:\n%s", waitErr, stderr.String())
+		t.Fatalf("the upload ended (%v) before a quarter passed; stderr:\n%s", c.waitErr, stderr.String())
 	case <-time.After(30 * time.Second):
 		t.Fatal("a quarter of the bytes did not pass within 30s")
 	}
@@ -860,23 +841,13 @@ func TestE2ETusJSClient(t *testing.T) {
 		tk := s.ticket(t, "tus-js across a restart")
 
 		t0 := time.Now()
-		cmd := exec.Command("node", script, tk.UploadURL, disk)
-		cmd.Env = cleanEnv()
-		var stdout, stderr syncBuffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		var waitErr error
-		go func() { waitErr = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+		c := startChild(t, "node", script, tk.UploadURL, disk)
+		stdout, stderr, exited := c.stdout, c.stderr, c.exited
 
 		select {
 		case <-p.reached(int64(len(b) / 2)):
 		case <-exited:
-			t.Fatalf("node ended (%v) before half the bytes passed; stderr:\n%s", waitErr, stderr.String())
+			t.Fatalf("node ended (%v) before half the bytes passed; stderr:\n%s", c.waitErr, stderr.String())
 		case <-time.After(30 * time.Second):
 			t.Fatalf("half the bytes did not pass within 30s; stderr:\n%s", stderr.String())
 		}
@@ -900,8 +871,8 @@ func TestE2ETusJSClient(t *testing.T) {
 		select {
 		case <-exited:
 			t.Logf("node done %v after SIGTERM, %v after its start", time.Since(began), time.Since(t0))
-			if waitErr != nil {
-				t.Fatalf("node upload.mjs across a restart: %v; stderr:\n%s\nserve:\n%s", waitErr, stderr.String(), s2.stderr)
+			if c.waitErr != nil {
+				t.Fatalf("node upload.mjs across a restart: %v; stderr:\n%s\nserve:\n%s", c.waitErr, stderr.String(), s2.stderr)
 			}
 		case <-time.After(60 * time.Second):
 			t.Fatalf("node did not finish within 60s after the restart; stderr:\n%s", stderr.String())
@@ -1027,4 +998,28 @@ func TestUploadProgressTerminal(t *testing.T) {
 	if out.Len() != 0 {
 		t.Errorf("plain progress of a stopped upload: %q", out.String())
 	}
+}
+
+// child is a process a test runs in the background: its output, and a
+// channel closed when it has exited (waitErr is set then). It dies with the
+// test binary and is killed at cleanup.
+type child struct {
+	cmd            *exec.Cmd
+	stdout, stderr *syncBuffer
+	exited         chan struct{}
+	waitErr        error
+}
+
+func startChild(t *testing.T, name string, args ...string) *child {
+	t.Helper()
+	c := &child{cmd: exec.Command(name, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	c.cmd.Env = cleanEnv()
+	c.cmd.Stdout, c.cmd.Stderr = c.stdout, c.stderr
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.waitErr = c.cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() { _ = c.cmd.Process.Kill(); <-c.exited })
+	return c
 }
