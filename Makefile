@@ -6,7 +6,7 @@ DATA    ?= ./vmshelf-data
 # Fuzz targets get a short run over their seed corpus in `make test`.
 FUZZTIME ?= 10s
 
-.PHONY: build run test test-unit fuzz bench lint clean
+.PHONY: build run test test-unit fuzz bench lint clean mutate
 
 build:
 	$(GO) build -o $(BIN) ./cmd/vmshelf
@@ -31,6 +31,11 @@ fuzz:
 # (see `go run ./bench -h` and bench/README.md).
 bench:
 	$(GO) run ./bench $(if $(QUICK),-quick -md bin/bench-quick.md -json bin/bench-quick.json,-md docs/bench.md -json docs/bench.json) $(BENCHFLAGS)
+
+# `make mutate`: plant each bug of .ci/mutations/ in a copy of the tree and
+# check that the test named in it fails (see README "Tests").
+mutate:
+	bash .ci/mutate
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
