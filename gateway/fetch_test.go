@@ -17,45 +17,45 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// stored uploads a fresh image and returns its id and bytes.
+// stored uploads a fresh image and returns its id and bytes; it waits
+// until the upload gave its slot back.
 func (e *env) stored(img string) (string, []byte) {
 	e.t.Helper()
+	data := mustRead(e.t, img)
 	url, id := e.ticket()
-	if code, b := curlPut(e.t, url, img); code != 201 {
-		e.t.Fatalf("upload: %d %v", code, b)
+	resp, b := do(e.t, newRequest(e.t, http.MethodPut, url, bytes.NewReader(data)))
+	if resp.StatusCode != 201 {
+		e.t.Fatalf("upload: %d %s", resp.StatusCode, b)
 	}
-	data, err := os.ReadFile(img)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	e.waitSlotFreed(dirUpload)
 	return id, data
 }
 
 func get(t *testing.T, method, url string, hdr ...string) (*http.Response, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, nil)
+	req := newRequest(t, method, url, nil)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	return do(t, req)
+}
+
+func fetchedBytes(e *env) float64 {
+	return testutil.ToFloat64(e.g.metrics.bytes.WithLabelValues(dirFetch))
 }
 
 func TestFetch(t *testing.T) {
+	needQemu(t)
+	img := makeImage(t, "64M")
 	e := newEnv(t, nil)
-	id, data := e.stored(makeImage(t, "64M"))
-	img, _ := e.st.Image(context.Background(), id)
+	id, data := e.stored(img)
+	rec, err := e.st.Image(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	url := e.fetchURL(id, time.Hour)
 	size := int64(len(data))
-	etag := `"` + img.SHA256 + `"`
+	etag := `"` + rec.SHA256 + `"`
 
 	t.Run("GET whole, three times with one token", func(t *testing.T) {
 		for i := 0; i < 3; i++ {
@@ -65,7 +65,7 @@ func TestFetch(t *testing.T) {
 			}
 			for k, want := range map[string]string{
 				"Content-Length": strconv.FormatInt(size, 10), "Accept-Ranges": "bytes", "ETag": etag,
-				"Content-Type": "application/octet-stream", "Last-Modified": img.CreatedAt.UTC().Format(http.TimeFormat),
+				"Content-Type": "application/octet-stream", "Last-Modified": rec.CreatedAt.UTC().Format(http.TimeFormat),
 			} {
 				if got := resp.Header.Get(k); got != want {
 					t.Errorf("%s: %q, want %q", k, got, want)
@@ -94,7 +94,7 @@ func TestFetch(t *testing.T) {
 		{[]string{"Range", "bytes=5-1"}, 200, 0, size, ""},
 		{[]string{"Range", "bytes=10-19", "If-Range", etag}, 206, 10, 10, fmt.Sprintf("bytes 10-19/%d", size)},
 		{[]string{"Range", "bytes=10-19", "If-Range", `"other"`}, 200, 0, size, ""},
-		{[]string{"Range", "bytes=10-19", "If-Range", img.CreatedAt.UTC().Add(-time.Hour).Format(http.TimeFormat)}, 200, 0, size, ""},
+		{[]string{"Range", "bytes=10-19", "If-Range", rec.CreatedAt.UTC().Add(-time.Hour).Format(http.TimeFormat)}, 200, 0, size, ""},
 	}
 	for _, rc := range ranges {
 		t.Run(strings.Join(rc.hdr, " "), func(t *testing.T) {
@@ -125,14 +125,30 @@ func TestFetch(t *testing.T) {
 	for i := 0; i < 12; i++ { // every GET above gave its slot back
 		e.waitSlotFreed(dirFetch)
 	}
-	if n := len(e.g.slots); n != 0 {
-		t.Errorf("%d slots held after the fetches", n)
+	e.assertNothingLeft(id)
+	// Bytes sent, each counted once: three whole GETs, the ranges that
+	// were honoured and the whole images sent for those that were not.
+	want := 3 * size
+	for _, rc := range ranges {
+		if rc.status != 416 {
+			want += rc.n
+		}
+	}
+	if got := fetchedBytes(e); got != float64(want) {
+		t.Errorf("fetch bytes metric %v, want %d", got, want)
+	}
+	// One ok transfer per answer with a body or a 304 (the handler's
+	// HEAD and 304 answers hold no slot), one refusal for the 416.
+	if got := testutil.ToFloat64(e.g.metrics.rejections.WithLabelValues(dirFetch, "rangeNotSatisfiable")); got != 1 {
+		t.Errorf("rejections{rangeNotSatisfiable} = %v, want 1", got)
 	}
 }
 
 func TestFetchUnknownTokens(t *testing.T) {
+	needQemu(t)
+	img := makeImage(t, "64M")
 	e := newEnv(t, func(c *Config) { c.MissBurst = 3; c.MissEvery = time.Hour })
-	id, _ := e.stored(makeImage(t, "64M"))
+	id, _ := e.stored(img)
 	expired := e.fetchURL(id, time.Minute)
 	revoked := e.fetchURL(id, time.Hour)
 	good := e.fetchURL(id, time.Hour)
@@ -176,15 +192,17 @@ func makeBigImage(t *testing.T) string {
 // TestFetchHoldsSlotUntilLastByte: a fetch keeps its slot while its body is
 // being read, HEAD needs none, and the slot comes back after the last byte.
 func TestFetchHoldsSlotUntilLastByte(t *testing.T) {
+	needQemu(t)
+	big := makeBigImage(t)
 	e := newEnv(t, func(c *Config) { c.MaxTransfers = 1 })
-	id, data := e.stored(makeBigImage(t))
-	e.waitSlotFreed(dirUpload)
+	id, data := e.stored(big)
 	url := e.fetchURL(id, time.Hour)
 
-	resp, err := http.Get(url)
+	resp, err := testClient.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	head := make([]byte, 1<<20)
 	if _, err := io.ReadFull(resp.Body, head); err != nil {
 		t.Fatal(err)
@@ -205,34 +223,53 @@ func TestFetchHoldsSlotUntilLastByte(t *testing.T) {
 	if r, _ := get(t, "GET", url); r.StatusCode != 200 {
 		t.Fatalf("GET after the first finished: %d", r.StatusCode)
 	}
-	if got := testutil.ToFloat64(e.g.metrics.bytes.WithLabelValues(dirFetch)); got < float64(2*len(data)) {
-		t.Errorf("fetch bytes metric %v, want >= %d", got, 2*len(data))
+	e.waitSlotFreed(dirFetch)
+	if got := fetchedBytes(e); got != float64(2*len(data)) {
+		t.Errorf("fetch bytes metric %v, want %d: two whole images, each byte once", got, 2*len(data))
 	}
+	if got := testutil.ToFloat64(e.g.metrics.transfers.WithLabelValues(dirFetch, outcomeOK)); got != 3 { // two GETs and the HEAD
+		t.Errorf("ok fetches = %v, want 3", got)
+	}
+	e.assertNothingLeft(id)
 }
 
 // TestFetchStalledReader: a client that stops reading is cut off after the
 // idle timeout and its slot comes back.
 func TestFetchStalledReader(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.MaxTransfers = 1; c.IdleTimeout = 300 * time.Millisecond })
-	id, _ := e.stored(makeBigImage(t))
-	e.waitSlotFreed(dirUpload)
+	needQemu(t)
+	big := makeBigImage(t)
+	// The test only waits for the timeout to fire: 2 s cannot fire early
+	// on a loaded machine, for the upload before either.
+	e := newEnv(t, func(c *Config) { c.MaxTransfers = 1; c.IdleTimeout = 2 * time.Second })
+	id, data := e.stored(big)
 	url := e.fetchURL(id, time.Hour)
-	conn := dial(t, e.base)
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", strings.TrimPrefix(url, e.base))
-	conn.Read(make([]byte, 4096)) // the answer started; now stop reading
+	rc := openRaw(t, e.base, fmt.Sprintf("GET %s HTTP/1.1\r\nHost: x", strings.TrimPrefix(url, e.base)))
+	// The answer started; then the client stops reading.
+	if err := rc.c.SetReadDeadline(time.Now().Add(waitBound)); err != nil {
+		t.Fatal(err)
+	}
+	start := make([]byte, 4096)
+	if _, err := io.ReadFull(rc.c, start); err != nil || !bytes.HasPrefix(start, []byte("HTTP/1.1 200 ")) {
+		t.Fatalf("start of the answer %q: %v", start[:min(len(start), 20)], err)
+	}
 	e.waitSlotFreed(dirFetch)
 	if got := testutil.ToFloat64(e.g.metrics.transfers.WithLabelValues(dirFetch, outcomeAborted)); got != 1 {
 		t.Errorf("aborted fetches = %v, want 1", got)
 	}
+	if got := fetchedBytes(e); got <= 0 || got >= float64(len(data)) {
+		t.Errorf("fetch bytes metric %v, want some but not all of %d", got, len(data))
+	}
+	e.assertNothingLeft(id)
 }
 
 // TestFetchWithCDITools converts an image through a fetch URL the way CDI's
 // importer does (nbdkit's curl plugin under qemu-img), and with qemu-img's
 // own http driver, and compares the result with the original.
 func TestFetchWithCDITools(t *testing.T) {
+	needQemu(t)
 	needTool(t, "nbdkit")
-	e := newEnv(t, nil)
 	src := makeImage(t, "64M")
+	e := newEnv(t, nil)
 	id, _ := e.stored(src)
 	url := e.fetchURL(id, time.Hour)
 	dir := t.TempDir()
@@ -248,7 +285,7 @@ func TestFetchWithCDITools(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { nbd.Process.Kill(); nbd.Wait() }()
-		waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+		waitFor(t, "nbdkit's socket", func() bool { _, err := os.Stat(sock); return err == nil })
 		out := filepath.Join(dir, "nbd.raw")
 		convert := exec.CommandContext(ctx, "qemu-img", "convert", "-f", "qcow2", "-O", "raw", "nbd+unix:///?socket="+sock, out)
 		if b, err := convert.CombinedOutput(); err != nil {
@@ -275,7 +312,9 @@ func TestFetchWithCDITools(t *testing.T) {
 // ignores ranges makes nbdkit produce).
 func compareWithSource(t *testing.T, src, raw string) {
 	t.Helper()
-	if b, err := exec.Command("qemu-img", "compare", "-f", "qcow2", "-F", "raw", src, raw).CombinedOutput(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), clientBound)
+	defer cancel()
+	if b, err := exec.CommandContext(ctx, "qemu-img", "compare", "-f", "qcow2", "-F", "raw", src, raw).CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img compare: %v\n%s", err, b)
 	}
 	f, err := os.Open(raw)

@@ -5,12 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,10 +25,7 @@ import (
 // with its body read.
 func tusReq(t *testing.T, method, u string, body io.Reader, hdr ...string) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, u, body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := newRequest(t, method, u, body)
 	req.Header.Set("Tus-Resumable", "1.0.0")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		if hdr[i+1] == "" {
@@ -39,13 +37,7 @@ func tusReq(t *testing.T, method, u string, body io.Reader, hdr ...string) (*htt
 	if b, ok := body.(*bytes.Reader); ok {
 		req.ContentLength = int64(b.Len())
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s: %v", method, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, b
+	return do(t, req)
 }
 
 // create makes a tus session for size bytes and returns its absolute URL
@@ -57,15 +49,23 @@ func (e *env) create(size int) (string, string) {
 	if resp.StatusCode != 201 {
 		e.t.Fatalf("create: %d %s", resp.StatusCode, b)
 	}
+	return e.sessionOf(up, resp), id
+}
+
+// sessionOf resolves the Location of a creation answer against the upload
+// URL, and remembers the session id as a capability.
+func (e *env) sessionOf(up string, resp *http.Response) string {
+	e.t.Helper()
 	loc, err := url.Parse(up)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	ref, err := loc.Parse(resp.Header.Get("Location"))
-	if err != nil {
-		e.t.Fatal(err)
+	if err != nil || !strings.HasPrefix(ref.Path, sessionPrefix) {
+		e.t.Fatalf("Location %q: %v", resp.Header.Get("Location"), err)
 	}
-	return ref.String(), id
+	e.remember(capabilityOf(ref.Path))
+	return ref.String()
 }
 
 func patch(t *testing.T, sess string, off int, data []byte) (*http.Response, []byte) {
@@ -74,14 +74,27 @@ func patch(t *testing.T, sess string, off int, data []byte) (*http.Response, []b
 		"Content-Type", "application/offset+octet-stream", "Upload-Offset", strconv.Itoa(off))
 }
 
+// headOffset asks a session's offset: the offset and 200, or -1 and the
+// status when HEAD is refused.
 func headOffset(t *testing.T, sess string) (int, int) {
 	t.Helper()
 	resp, _ := tusReq(t, "HEAD", sess, nil)
 	if resp.StatusCode != 200 {
 		return -1, resp.StatusCode
 	}
-	n, _ := strconv.Atoi(resp.Header.Get("Upload-Offset"))
+	n, err := strconv.Atoi(resp.Header.Get("Upload-Offset"))
+	if err != nil {
+		t.Fatalf("HEAD answered 200 with Upload-Offset %q: %v", resp.Header.Get("Upload-Offset"), err)
+	}
 	return n, 200
+}
+
+// wantOffset fails unless HEAD answers 200 with offset want.
+func wantOffset(t *testing.T, sess string, want int, when string) {
+	t.Helper()
+	if off, code := headOffset(t, sess); code != 200 || off != want {
+		t.Fatalf("HEAD %s: %d, offset %d; want 200, offset %d", when, code, off, want)
+	}
 }
 
 func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
@@ -89,12 +102,7 @@ func sha(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:
 func TestTusDiscovery(t *testing.T) {
 	e := newEnv(t, nil)
 	up, _ := e.ticket()
-	req, _ := http.NewRequest("OPTIONS", up, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := do(t, newRequest(t, "OPTIONS", up, nil))
 	for k, want := range map[string]string{
 		"Tus-Resumable": "1.0.0", "Tus-Version": "1.0.0", "Tus-Max-Size": strconv.Itoa(1 << 30),
 		"Tus-Extension": "creation,creation-with-upload,termination,expiration",
@@ -106,13 +114,14 @@ func TestTusDiscovery(t *testing.T) {
 	if resp.StatusCode != 204 {
 		t.Errorf("status %d", resp.StatusCode)
 	}
+	e.assertTicket(up, false)
 }
 
 func TestTusCreateRefusals(t *testing.T) {
 	cases := []struct {
 		name   string
 		mod    func(*Config)
-		ticket func(e *env) string
+		ticket func(e *env) (string, string) // upload URL and the upload id of a session it opened
 		hdr    []string
 		status int
 		reason string
@@ -123,20 +132,26 @@ func TestTusCreateRefusals(t *testing.T) {
 		{name: "deferred length", hdr: []string{"Upload-Defer-Length", "1"}, status: 400, reason: "badRequest"},
 		{name: "over the limit", mod: func(c *Config) { c.UploadMax = 1 << 20 }, hdr: []string{"Upload-Length", strconv.Itoa(2 << 20)}, status: 413, reason: "tooLarge"},
 		{name: "no space for Upload-Length", mod: func(c *Config) { c.UploadMax = 1 << 60 }, hdr: []string{"Upload-Length", strconv.Itoa(1 << 59)}, status: 507, reason: "noSpace"},
-		{name: "unknown ticket", ticket: func(e *env) string { return e.base + uploadPrefix + imagestore.NewSecret() },
+		{name: "unknown ticket", ticket: func(e *env) (string, string) { return e.base + uploadPrefix + imagestore.NewSecret(), "" },
 			hdr: []string{"Upload-Length", "100"}, status: 404, reason: "ticketUnknown"},
-		{name: "used ticket", ticket: func(e *env) string {
-			u, _ := e.ticket()
-			tusReq(e.t, "POST", u, nil, "Upload-Length", "100")
-			return u
+		{name: "used ticket", ticket: func(e *env) (string, string) {
+			u, id := e.ticket()
+			if resp, b := tusReq(e.t, "POST", u, nil, "Upload-Length", "100"); resp.StatusCode != 201 {
+				e.t.Fatalf("first POST: %d %s", resp.StatusCode, b)
+			}
+			return u, id
 		}, hdr: []string{"Upload-Length", "100"}, status: 410, reason: "ticketUsed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.mod)
 			u, _ := e.ticket()
+			var open []string
 			if tc.ticket != nil {
-				u = tc.ticket(e)
+				var id string
+				if u, id = tc.ticket(e); id != "" {
+					open = append(open, id) // its first POST made a live session
+				}
 			}
 			resp, b := tusReq(t, "POST", u, nil, tc.hdr...)
 			if resp.StatusCode != tc.status {
@@ -148,8 +163,12 @@ func TestTusCreateRefusals(t *testing.T) {
 			if resp.Header.Get("Tus-Resumable") != "1.0.0" {
 				t.Error("answer without Tus-Resumable")
 			}
-			if tc.name != "used ticket" { // its first POST made a live session
-				e.assertNothingLeft()
+			e.assertLeft(nil, open)
+			if tc.ticket == nil { // refused before the ticket was used
+				e.assertTicket(u, false)
+			}
+			if got := testutil.ToFloat64(e.g.metrics.rejections.WithLabelValues(dirUpload, tc.reason)); got != 1 {
+				t.Errorf("rejections{reason=%s} = %v, want 1", tc.reason, got)
 			}
 		})
 	}
@@ -159,12 +178,11 @@ func TestTusCreateRefusals(t *testing.T) {
 // PATCHes, a wrong offset, a wrong content type, HEAD between, and the
 // final image with the sha256 of all bytes.
 func TestTusUpload(t *testing.T) {
-	data, _ := os.ReadFile(makeImage(t, "64M"))
+	needQemu(t)
+	data := mustRead(t, makeImage(t, "64M"))
 	e := newEnv(t, nil)
 	sess, id := e.create(len(data))
-	if off, _ := headOffset(t, sess); off != 0 {
-		t.Fatalf("HEAD after create: %d", off)
-	}
+	wantOffset(t, sess, 0, "after create")
 	// 10 bytes: magic and version only; the header is decided later.
 	if resp, b := patch(t, sess, 0, data[:10]); resp.StatusCode != 204 || resp.Header.Get("Upload-Offset") != "10" {
 		t.Fatalf("first PATCH: %d %s offset %q", resp.StatusCode, b, resp.Header.Get("Upload-Offset"))
@@ -172,19 +190,18 @@ func TestTusUpload(t *testing.T) {
 	if resp, b := patch(t, sess, 0, data[:10]); resp.StatusCode != 409 || errorOf(t, bytes.NewReader(b)).Reason != "offsetMismatch" || resp.Header.Get("Upload-Offset") != "10" {
 		t.Fatalf("stale offset: %d %s", resp.StatusCode, b)
 	}
-	if resp, _ := tusReq(t, "PATCH", sess, bytes.NewReader(data[10:20]), "Content-Type", "application/octet-stream", "Upload-Offset", "10"); resp.StatusCode != 415 {
-		t.Fatalf("wrong content type: %d", resp.StatusCode)
+	if resp, b := tusReq(t, "PATCH", sess, bytes.NewReader(data[10:20]), "Content-Type", "application/octet-stream", "Upload-Offset", "10"); resp.StatusCode != 415 || errorOf(t, bytes.NewReader(b)).Reason != "badContentType" {
+		t.Fatalf("wrong content type: %d %s", resp.StatusCode, b)
 	}
 	half := len(data) / 2
 	if resp, b := patch(t, sess, 10, data[10:half]); resp.StatusCode != 204 {
 		t.Fatalf("second PATCH: %d %s", resp.StatusCode, b)
 	}
-	if off, _ := headOffset(t, sess); off != half {
-		t.Fatalf("HEAD: offset %d, want %d", off, half)
-	}
+	wantOffset(t, sess, half, "after the second PATCH")
 	if resp, b := patch(t, sess, half, append(append([]byte(nil), data[half:]...), 1, 2, 3)); resp.StatusCode != 413 {
 		t.Fatalf("PATCH past Upload-Length: %d %s", resp.StatusCode, b)
 	}
+	e.assertLeft(nil, []string{id})
 	if resp, b := patch(t, sess, half, data[half:]); resp.StatusCode != 204 || resp.Header.Get("Upload-Offset") != strconv.Itoa(len(data)) {
 		t.Fatalf("last PATCH: %d %s", resp.StatusCode, b)
 	}
@@ -193,17 +210,19 @@ func TestTusUpload(t *testing.T) {
 		t.Fatalf("stored image %+v (%v), want sha %s", img, err, sha(data))
 	}
 	// A client whose last answer was lost learns it is done.
-	if off, _ := headOffset(t, sess); off != len(data) {
-		t.Fatalf("HEAD after the end: %d", off)
-	}
+	wantOffset(t, sess, len(data), "after the end")
 	if resp, _ := patch(t, sess, len(data), nil); resp.StatusCode != 204 {
 		t.Fatalf("empty PATCH at the end: %d", resp.StatusCode)
 	}
 	e.assertNothingLeft(id)
+	if got := uploadedBytes(e); got != float64(len(data)) {
+		t.Errorf("upload bytes metric %v, want %d: every byte once", got, len(data))
+	}
 }
 
 func TestTusCreationWithUpload(t *testing.T) {
-	data, _ := os.ReadFile(makeImage(t, "64M"))
+	needQemu(t)
+	data := mustRead(t, makeImage(t, "64M"))
 	e := newEnv(t, nil)
 	up, id := e.ticket()
 	resp, b := tusReq(t, "POST", up, bytes.NewReader(data[:1000]), "Upload-Length", strconv.Itoa(len(data)),
@@ -211,40 +230,51 @@ func TestTusCreationWithUpload(t *testing.T) {
 	if resp.StatusCode != 201 || resp.Header.Get("Upload-Offset") != "1000" || resp.Header.Get("Location") == "" || resp.Header.Get("Upload-Expires") == "" {
 		t.Fatalf("creation with upload: %d %s %v", resp.StatusCode, b, resp.Header)
 	}
-	sess := e.base + resp.Header.Get("Location")
+	sess := e.sessionOf(up, resp)
+	e.waitSlotFreed(dirUpload)
+	e.assertLeft(nil, []string{id})
 	if resp, b := patch(t, sess, 1000, data[1000:]); resp.StatusCode != 204 {
 		t.Fatalf("rest: %d %s", resp.StatusCode, b)
 	}
+	e.waitSlotFreed(dirUpload)
 	e.assertNothingLeft(id)
 }
 
 // TestTusHostileAcrossPatches: a backing-file header whose deciding bytes
 // arrive in the second PATCH is refused there, and the session ends.
 func TestTusHostileAcrossPatches(t *testing.T) {
+	needQemu(t)
 	dir := t.TempDir()
 	qemuImg(t, "create", "-q", "-f", "qcow2", filepath.Join(dir, "base.qcow2"), "64M")
 	qemuImg(t, "create", "-q", "-f", "qcow2", "-b", filepath.Join(dir, "base.qcow2"), "-F", "qcow2", filepath.Join(dir, "top.qcow2"))
-	data, _ := os.ReadFile(filepath.Join(dir, "top.qcow2"))
+	data := mustRead(t, filepath.Join(dir, "top.qcow2"))
 	e := newEnv(t, nil)
-	sess, _ := e.create(len(data))
+	sess, id := e.create(len(data))
 	if resp, b := patch(t, sess, 0, data[:9]); resp.StatusCode != 204 {
 		t.Fatalf("first 9 bytes: %d %s", resp.StatusCode, b)
 	}
+	e.waitSlotFreed(dirUpload)
+	e.assertLeft(nil, []string{id})
 	resp, b := patch(t, sess, 9, data[9:])
 	if resp.StatusCode != 422 || errorOf(t, bytes.NewReader(b)).Reason != "backingFile" {
 		t.Fatalf("rest: %d %s, want 422 backingFile", resp.StatusCode, b)
 	}
+	e.waitSlotFreed(dirUpload)
+	e.assertNothingLeft() // no image, no partial file, no session
 	if _, code := headOffset(t, sess); code != 404 {
 		t.Fatalf("HEAD after refusal: %d, want 404", code)
 	}
-	e.assertNothingLeft()
+	if got := testutil.ToFloat64(e.g.metrics.rejections.WithLabelValues(dirUpload, "backingFile")); got != 1 {
+		t.Errorf("rejections{reason=backingFile} = %v, want 1", got)
+	}
 }
 
 // TestTusRestartBetweenPatches: the gateway restarts between PATCHes; the
 // upload continues and the sha256 covers every byte, from the saved hash
 // state.
 func TestTusRestartBetweenPatches(t *testing.T) {
-	data, _ := os.ReadFile(makeImage(t, "64M"))
+	needQemu(t)
+	data := mustRead(t, makeImage(t, "64M"))
 	dataDir, db := t.TempDir(), filepath.Join(t.TempDir(), "vmshelf.db")
 	e := newEnvFull(t, dataDir, db, nil)
 	sess, id := e.create(len(data))
@@ -253,14 +283,15 @@ func TestTusRestartBetweenPatches(t *testing.T) {
 		t.Fatalf("first PATCH: %d %s", resp.StatusCode, b)
 	}
 	e.stop()
+	e.assertLogClean()
 	if err := imagestore.Reconcile(context.Background(), mustOpen(t, db), e.blobs, e.g.log); err != nil {
 		t.Fatal(err)
 	}
 	e2 := newEnvFull(t, dataDir, db, nil)
+	e2.remember(capabilityOf(sess))
 	sess2 := e2.base + sess[len(e.base):]
-	if off, _ := headOffset(t, sess2); off != third {
-		t.Fatalf("HEAD after restart: %d, want %d", off, third)
-	}
+	wantOffset(t, sess2, third, "after restart")
+	e2.assertLeft(nil, []string{id})
 	if resp, b := patch(t, sess2, third, data[third:]); resp.StatusCode != 204 {
 		t.Fatalf("PATCH after restart: %d %s", resp.StatusCode, b)
 	}
@@ -268,6 +299,7 @@ func TestTusRestartBetweenPatches(t *testing.T) {
 	if err != nil || img.SHA256 != sha(data) {
 		t.Fatalf("image after restart: %+v %v, want sha %s", img, err, sha(data))
 	}
+	e2.waitSlotFreed(dirUpload)
 	e2.assertNothingLeft(id)
 }
 
@@ -288,48 +320,49 @@ func (l *patchLocks) holding(id string) bool {
 	return l.held[id] != nil
 }
 
-// slowPatch starts a PATCH whose body is a pipe; the caller writes to it.
-func slowPatch(t *testing.T, sess string, off, length int) (*io.PipeWriter, chan *http.Response) {
+// slowPatch starts a PATCH of length bytes at off on a raw connection and
+// sends first, the beginning of its body; the caller sends the rest or
+// lets it stall.
+func slowPatch(t *testing.T, e *env, sess string, off, length int, first []byte, extra ...string) *rawConn {
 	t.Helper()
-	pr, pw := io.Pipe()
-	out := make(chan *http.Response, 1)
-	go func() {
-		req, _ := http.NewRequest("PATCH", sess, pr)
-		req.ContentLength = int64(length)
-		req.Header.Set("Tus-Resumable", "1.0.0")
-		req.Header.Set("Content-Type", "application/offset+octet-stream")
-		req.Header.Set("Upload-Offset", strconv.Itoa(off))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			close(out)
-			return
-		}
-		resp.Body.Close()
-		out <- resp
-	}()
-	return pw, out
+	head := fmt.Sprintf("PATCH %s HTTP/1.1\r\nHost: x\r\nTus-Resumable: 1.0.0\r\nContent-Type: application/offset+octet-stream\r\nUpload-Offset: %d\r\nContent-Length: %d",
+		strings.TrimPrefix(sess, e.base), off, length)
+	for _, h := range extra {
+		head += "\r\n" + h
+	}
+	rc := openRaw(t, e.base, head)
+	if len(first) > 0 {
+		rc.send(first, fmt.Sprintf("the first %d bytes of a PATCH", len(first)))
+	}
+	return rc
 }
 
 // TestTusTakeover: a second PATCH while the first still streams takes the
-// upload over; the first stops and saves what it wrote; the second learns
-// the true offset (409) and the upload ends with the right bytes.
+// upload over; the first stops, saves what it wrote and is answered 423;
+// the second learns the true offset (409) and the upload ends with the
+// right bytes.
 func TestTusTakeover(t *testing.T) {
-	data, _ := os.ReadFile(makeImage(t, "64M"))
+	needQemu(t)
+	data := mustRead(t, makeImage(t, "64M"))
 	e := newEnv(t, nil)
 	sess, id := e.create(len(data))
-	pw, first := slowPatch(t, sess, 0, len(data))
-	pw.Write(data[:100000])
-	waitFor(t, func() bool { return e.g.locks.holding(id) })
-	waitFor(t, func() bool { return bytesReceived(e) >= 100000 })
+	first := slowPatch(t, e, sess, 0, len(data), data[:100000])
+	waitFor(t, "the first PATCH to hold the upload", func() bool { return e.g.locks.holding(id) })
+	waitFor(t, "the first PATCH's 100000 bytes to be taken", func() bool { return uploadedBytes(e) == 100000 })
 
 	resp, b := patch(t, sess, 0, data)
 	if resp.StatusCode != 409 || resp.Header.Get("Upload-Offset") != "100000" {
 		t.Fatalf("second PATCH: %d %s (Upload-Offset %q), want 409 at 100000", resp.StatusCode, b, resp.Header.Get("Upload-Offset"))
 	}
-	pw.CloseWithError(io.ErrClosedPipe)
-	if r, ok := <-first; ok && r.StatusCode != 423 {
-		t.Fatalf("first PATCH: %d, want 423", r.StatusCode)
+	// The first PATCH's connection is still open (its client is alive but
+	// stalled): it must get its answer.
+	r, rb := first.answer("the PATCH that was taken over")
+	if r.StatusCode != 423 || errorOf(t, bytes.NewReader(rb)).Reason != "takenOver" || r.Header.Get("Upload-Offset") != "100000" {
+		t.Fatalf("first PATCH: %d %s (Upload-Offset %q), want 423 takenOver at 100000", r.StatusCode, rb, r.Header.Get("Upload-Offset"))
 	}
+	first.c.Close()
+	e.waitSlotFreed(dirUpload)
+	e.waitSlotFreed(dirUpload)
 	if resp, b := patch(t, sess, 100000, data[100000:]); resp.StatusCode != 204 {
 		t.Fatalf("rest: %d %s", resp.StatusCode, b)
 	}
@@ -337,89 +370,113 @@ func TestTusTakeover(t *testing.T) {
 	if err != nil || img.SHA256 != sha(data) {
 		t.Fatalf("image: %+v %v", img, err)
 	}
+	e.waitSlotFreed(dirUpload)
+	e.assertNothingLeft(id)
+	if got := testutil.ToFloat64(e.g.metrics.transfers.WithLabelValues(dirUpload, outcomeAborted)); got != 1 {
+		t.Errorf("aborted uploads = %v, want 1 (the PATCH taken over)", got)
+	}
 }
 
 // TestTusReconnectBeforeHandler: an old PATCH that hangs before its first
-// bytes (fasthttp reads 8 KiB before the handler runs) holds nothing; the
-// reconnected PATCH at the same offset proceeds at once.
+// body byte, its headers read (it was answered 100 Continue) but its
+// handler not yet running (fasthttp reads the first bytes of a body
+// before), holds nothing; the reconnected PATCH at the same offset
+// proceeds at once.
 func TestTusReconnectBeforeHandler(t *testing.T) {
-	data, _ := os.ReadFile(makeImage(t, "64M"))
+	needQemu(t)
+	data := mustRead(t, makeImage(t, "64M"))
 	e := newEnv(t, nil)
 	sess, id := e.create(len(data))
-	pw, first := slowPatch(t, sess, 0, len(data))
+	first := slowPatch(t, e, sess, 0, len(data), nil, "Expect: 100-continue")
+	// The server has read and admitted the old PATCH's headers...
+	r, _ := first.answer("the stalled PATCH's Expect")
+	if r.StatusCode != 100 {
+		t.Fatalf("stalled PATCH: %d, want 100 Continue", r.StatusCode)
+	}
+	// ... and it holds nothing while it waits for body bytes.
+	if e.g.locks.holding(id) || len(e.g.slots) != 0 {
+		t.Fatalf("a PATCH without a body byte holds the upload (%v) or a slot (%d)", e.g.locks.holding(id), len(e.g.slots))
+	}
 	if resp, b := patch(t, sess, 0, data); resp.StatusCode != 204 {
 		t.Fatalf("reconnected PATCH: %d %s", resp.StatusCode, b)
 	}
-	pw.CloseWithError(io.ErrClosedPipe)
-	<-first
 	if img, err := e.st.Image(context.Background(), id); err != nil || img.SHA256 != sha(data) {
 		t.Fatalf("image: %+v %v", img, err)
 	}
+	e.waitSlotFreed(dirUpload)
+	first.c.Close()
+	e.assertNothingLeft(id)
 }
 
-func bytesReceived(e *env) float64 {
-	return testutil.ToFloat64(e.g.metrics.bytes.WithLabelValues(dirUpload))
-}
+func bytesReceived(e *env) float64 { return uploadedBytes(e) }
 
 // TestTusIdleKeepsProgress: a PATCH that stalls ends with 408 but keeps the
 // bytes it received for the next PATCH.
 func TestTusIdleKeepsProgress(t *testing.T) {
-	data, _ := os.ReadFile(makeImage(t, "64M"))
-	e := newEnv(t, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	needQemu(t)
+	data := mustRead(t, makeImage(t, "64M"))
+	// The test only waits for the timeout to fire: 2 s cannot fire early
+	// on a loaded machine.
+	e := newEnv(t, func(c *Config) { c.IdleTimeout = 2 * time.Second })
 	sess, id := e.create(len(data))
-	pw, first := slowPatch(t, sess, 0, len(data))
-	defer pw.Close()
-	pw.Write(data[:50000])
-	r, ok := <-first
-	if !ok || r.StatusCode != 408 {
-		t.Fatalf("stalled PATCH: %v, want 408", r)
+	first := slowPatch(t, e, sess, 0, len(data), data[:50000])
+	r, b := first.answer("a PATCH stalled after 50000 bytes")
+	if r.StatusCode != 408 || errorOf(t, bytes.NewReader(b)).Reason != "idle" || r.Header.Get("Upload-Offset") != "50000" {
+		t.Fatalf("stalled PATCH: %d %s (Upload-Offset %q), want 408 idle at 50000", r.StatusCode, b, r.Header.Get("Upload-Offset"))
 	}
-	if off, _ := headOffset(t, sess); off != 50000 {
-		t.Fatalf("offset after idle: %d, want 50000", off)
-	}
+	e.waitSlotFreed(dirUpload)
+	wantOffset(t, sess, 50000, "after idle")
+	e.assertLeft(nil, []string{id})
 	if resp, b := patch(t, sess, 50000, data[50000:]); resp.StatusCode != 204 {
 		t.Fatalf("rest: %d %s", resp.StatusCode, b)
 	}
+	e.waitSlotFreed(dirUpload)
 	e.assertNothingLeft(id)
 }
 
 // TestTusShutdownSavesProgress: a PATCH running when the gateway shuts
-// down is answered 503 and its bytes are kept.
+// down is answered 503 with Retry-After, and its bytes are kept.
 func TestTusShutdownSavesProgress(t *testing.T) {
-	data, _ := os.ReadFile(makeImage(t, "64M"))
+	needQemu(t)
+	data := mustRead(t, makeImage(t, "64M"))
 	e := newEnv(t, nil)
 	sess, id := e.create(len(data))
-	pw, first := slowPatch(t, sess, 0, len(data))
-	defer pw.Close()
-	pw.Write(data[:70000])
-	waitFor(t, func() bool { return bytesReceived(e) >= 70000 })
+	first := slowPatch(t, e, sess, 0, len(data), data[:70000])
+	waitFor(t, "the PATCH to hold the upload", func() bool { return e.g.locks.holding(id) })
+	waitFor(t, "the PATCH's 70000 bytes to be taken", func() bool { return bytesReceived(e) == 70000 })
 	stopped := make(chan struct{})
 	go func() { e.stop(); close(stopped) }()
-	if r, ok := <-first; ok && r.StatusCode != 503 {
-		t.Fatalf("PATCH during shutdown: %d, want 503", r.StatusCode)
+	r, b := first.answer("the PATCH running at shutdown")
+	if r.StatusCode != 503 || errorOf(t, bytes.NewReader(b)).Reason != "shuttingDown" ||
+		r.Header.Get("Retry-After") != "5" || r.Header.Get("Upload-Offset") != "70000" {
+		t.Fatalf("PATCH during shutdown: %d %s (Retry-After %q, Upload-Offset %q), want 503 shuttingDown, Retry-After 5, offset 70000",
+			r.StatusCode, b, r.Header.Get("Retry-After"), r.Header.Get("Upload-Offset"))
 	}
-	<-stopped
+	within(t, stopped, "the gateway to shut down")
 	st := mustOpen(t, e.db)
-	got, err := st.Session(context.Background(), imagestore.HashSecret(sess[len(sess)-64:]))
+	got, err := st.Session(context.Background(), imagestore.HashSecret(capabilityOf(sess)))
 	if err != nil || got.Offset != 70000 || got.UploadID != id {
 		t.Fatalf("session after shutdown: %+v %v, want offset 70000", got, err)
 	}
+	// The log up to and through the shutdown names no capability.
+	e.logHas("reason=shuttingDown", "upload_id="+id)
+	e.assertLogClean()
 }
 
 // TestTusExpiry: an unfinished upload ends 24 h after its last byte; the
 // sweep removes the session and its partial file.
 func TestTusExpiry(t *testing.T) {
-	data, _ := os.ReadFile(makeImage(t, "64M"))
+	needQemu(t)
+	data := mustRead(t, makeImage(t, "64M"))
 	e := newEnv(t, nil)
-	sess, _ := e.create(len(data))
-	if resp, _ := patch(t, sess, 0, data[:5000]); resp.StatusCode != 204 {
-		t.Fatal("PATCH")
+	sess, id := e.create(len(data))
+	if resp, b := patch(t, sess, 0, data[:5000]); resp.StatusCode != 204 {
+		t.Fatalf("PATCH: %d %s", resp.StatusCode, b)
 	}
 	e.clock.advance(23 * time.Hour)
 	e.g.sweepSessions()
-	if off, _ := headOffset(t, sess); off != 5000 {
-		t.Fatalf("after 23 h: offset %d", off)
-	}
+	wantOffset(t, sess, 5000, "after 23 h")
+	e.assertLeft(nil, []string{id})
 	e.clock.advance(2 * time.Hour)
 	e.g.sweepSessions()
 	if _, code := headOffset(t, sess); code != 404 {
@@ -429,42 +486,50 @@ func TestTusExpiry(t *testing.T) {
 }
 
 func TestTusTerminate(t *testing.T) {
-	data, _ := os.ReadFile(makeImage(t, "64M"))
+	needQemu(t)
+	data := mustRead(t, makeImage(t, "64M"))
 	e := newEnv(t, nil)
 	sess, _ := e.create(len(data))
-	patch(t, sess, 0, data[:5000])
+	if resp, b := patch(t, sess, 0, data[:5000]); resp.StatusCode != 204 || resp.Header.Get("Upload-Offset") != "5000" {
+		t.Fatalf("PATCH: %d %s (Upload-Offset %q), want 204 at 5000", resp.StatusCode, b, resp.Header.Get("Upload-Offset"))
+	}
 	if resp, _ := tusReq(t, "DELETE", sess, nil); resp.StatusCode != 204 {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
 	}
 	if _, code := headOffset(t, sess); code != 404 {
 		t.Fatalf("HEAD after DELETE: %d", code)
 	}
+	e.waitSlotFreed(dirUpload)
 	e.assertNothingLeft()
 }
 
 func TestCORS(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.CORSOrigin = "https://box.example" })
-	up, _ := e.ticket()
-	req, _ := http.NewRequest("OPTIONS", up, nil)
+	up, id := e.ticket()
+	req := newRequest(t, "OPTIONS", up, nil)
 	req.Header.Set("Origin", "https://box.example")
 	req.Header.Set("Access-Control-Request-Method", "POST")
 	req.Header.Set("Access-Control-Request-Headers", "tus-resumable, upload-length")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := do(t, req)
 	if resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "https://box.example" ||
-		!bytes.Contains([]byte(resp.Header.Get("Access-Control-Allow-Headers")), []byte("Upload-Length")) ||
-		!bytes.Contains([]byte(resp.Header.Get("Access-Control-Allow-Methods")), []byte("PATCH")) {
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "Upload-Length") ||
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "PATCH") {
 		t.Fatalf("preflight: %d %v", resp.StatusCode, resp.Header)
 	}
-	r2, _ := tusReq(t, "POST", up, nil, "Upload-Length", "100", "Origin", "https://box.example")
-	if r2.Header.Get("Access-Control-Allow-Origin") != "https://box.example" || !bytes.Contains([]byte(r2.Header.Get("Access-Control-Expose-Headers")), []byte("Location")) {
+	r2, b := tusReq(t, "POST", up, nil, "Upload-Length", "100", "Origin", "https://box.example")
+	if r2.StatusCode != 201 {
+		t.Fatalf("POST from the origin: %d %s, want 201", r2.StatusCode, b)
+	}
+	e.sessionOf(up, r2)
+	if r2.Header.Get("Access-Control-Allow-Origin") != "https://box.example" || !strings.Contains(r2.Header.Get("Access-Control-Expose-Headers"), "Location") {
 		t.Fatalf("answer to the origin lacks CORS headers: %v", r2.Header)
 	}
 	r3, _ := tusReq(t, "HEAD", e.base+fetchPrefix+imagestore.NewSecret(), nil, "Origin", "https://evil.example")
+	if r3.StatusCode != 404 {
+		t.Fatalf("HEAD of an unknown token: %d, want 404", r3.StatusCode)
+	}
 	if r3.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Fatal("CORS headers for a foreign origin")
 	}
+	e.assertLeft(nil, []string{id})
 }
