@@ -25,6 +25,8 @@ func TestPrometheusScrapesRealTransfers(t *testing.T) {
 	needTool(t, "prometheus")
 	needTool(t, "promtool")
 	needTool(t, "curl")
+	needTool(t, "qemu-img")
+	needTool(t, "qemu-io")
 	work := t.TempDir()
 	s := startServe(t, filepath.Join(work, "data"), nil)
 
@@ -33,8 +35,11 @@ func TestPrometheusScrapesRealTransfers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lint := exec.Command("promtool", "check", "metrics")
+	lintCtx, lintCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer lintCancel()
+	lint := exec.CommandContext(lintCtx, "promtool", "check", "metrics")
 	lint.Stdin = resp.Body
+	lint.WaitDelay = 5 * time.Second
 	out, err := lint.CombinedOutput()
 	resp.Body.Close()
 	if err != nil {
@@ -59,6 +64,7 @@ scrape_configs:
 		"--storage.tsdb.path="+filepath.Join(work, "tsdb"), "--web.listen-address="+promAddr)
 	var promLog syncBuffer
 	prom.Stdout, prom.Stderr = &promLog, &promLog
+	prom.WaitDelay = 5 * time.Second // Wait after Kill is bounded
 	if err := prom.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +90,13 @@ scrape_configs:
 	}
 	junk := filepath.Join(work, "junk")
 	b := make([]byte, 64<<10)
-	rand.Read(b)
-	os.WriteFile(junk, b, 0o600)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	b[0] = 0 // never the QCOW2 magic
+	if err := os.WriteFile(junk, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if code, _ := curl(t, "-T", junk, s.ticket(t, "junk").UploadURL); code != 415 {
 		t.Fatalf("junk upload: %d, want 415", code)
 	}
@@ -141,8 +152,8 @@ scrape_configs:
 				func() bool { return promSeries(t, api, q) > 0 })
 		}
 	}
-	if out, err := exec.Command("promtool", "check", "rules", "../../docs/alerts.yml").CombinedOutput(); err != nil {
-		t.Errorf("promtool check rules docs/alerts.yml: %v\n%s", err, out)
+	if r := runCmd(t, nil, "promtool", "check", "rules", "../../docs/alerts.yml"); r.code != 0 {
+		t.Errorf("promtool check rules docs/alerts.yml: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 
