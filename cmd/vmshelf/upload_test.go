@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +40,7 @@ type tcpProxy struct {
 	cutAfter       atomic.Int64 // the first connection to carry this many client bytes is cut; 0: never
 	refuseAfterCut atomic.Bool  // after the cut, refuse new connections
 	refuse         atomic.Bool  // close new connections at once
-	cut            atomic.Bool  // the cut happened
+	cut            atomic.Bool  // the cut happened (rearmCut arms it again)
 	// dropAnswerAfter: the first answer on a connection that carried this
 	// many client bytes is not passed on; the connection is closed instead
 	// (a lost answer). 0: never.
@@ -52,7 +53,23 @@ type tcpProxy struct {
 	conns   map[net.Conn]bool
 	waiters []proxyWaiter
 	wg      sync.WaitGroup
+	cutCh   chan struct{} // closed at the cut, after refuseAfterCut took effect
+	answers []byte        // what the server sent back, all connections (the first answerCap bytes)
+	events  []proxyEvent  // every chunk relayed, both ways (the first eventCap)
 }
+
+// proxyEvent is a chunk the proxy relayed: when, which way, its first bytes.
+type proxyEvent struct {
+	at         time.Time
+	fromClient bool
+	head       string
+}
+
+const eventCap = 1 << 16
+
+// answerCap bounds the server bytes the proxy keeps (answers are small: no
+// test here fetches through the proxy).
+const answerCap = 1 << 20
 
 type proxyWaiter struct {
 	n  int64
@@ -65,7 +82,7 @@ func startProxy(t *testing.T, target string) *tcpProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{t: t, ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p := &tcpProxy{t: t, ln: ln, target: target, conns: map[net.Conn]bool{}, cutCh: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -140,6 +157,7 @@ func (p *tcpProxy) serve(c net.Conn) {
 				if da := p.dropAnswerAfter.Load(); da > 0 && sent.Load() >= da && p.dropped.CompareAndSwap(false, true) {
 					return
 				}
+				p.answered(buf[:m])
 				if _, werr := c.Write(buf[:m]); werr != nil {
 					return
 				}
@@ -168,11 +186,14 @@ func (p *tcpProxy) serve(c net.Conn) {
 			}
 			n += int64(len(data))
 			sent.Store(n)
-			p.passed(int64(len(data)))
+			p.passed(data)
 			if cut {
 				if p.refuseAfterCut.Load() {
 					p.refuse.Store(true)
 				}
+				p.mu.Lock()
+				close(p.cutCh)
+				p.mu.Unlock()
 				return
 			}
 			if r := p.rate.Load(); r > 0 { // throttling, not synchronisation
@@ -187,10 +208,11 @@ func (p *tcpProxy) serve(c net.Conn) {
 	}
 }
 
-func (p *tcpProxy) passed(n int64) {
-	total := p.up.Add(n)
+func (p *tcpProxy) passed(data []byte) {
+	total := p.up.Add(int64(len(data)))
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.record(true, data)
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
 		if total >= w.n {
@@ -200,6 +222,75 @@ func (p *tcpProxy) passed(n int64) {
 		}
 	}
 	p.waiters = kept
+}
+
+// answered keeps server bytes for sessionLocations.
+func (p *tcpProxy) answered(b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if room := answerCap - len(p.answers); room > 0 {
+		p.answers = append(p.answers, b[:min(len(b), room)]...)
+	}
+	p.record(false, b)
+}
+
+// record notes a relayed chunk; p.mu is held.
+func (p *tcpProxy) record(fromClient bool, b []byte) {
+	if len(p.events) < eventCap {
+		p.events = append(p.events, proxyEvent{time.Now(), fromClient, string(b[:min(len(b), 32)])})
+	}
+}
+
+// afterAnswer finds the first answer chunk starting with prefix and the
+// first client chunk after it: when each passed the proxy.
+func (p *tcpProxy) afterAnswer(prefix string) (answer, next time.Time, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, e := range p.events {
+		if e.fromClient || !strings.HasPrefix(e.head, prefix) {
+			continue
+		}
+		for _, n := range p.events[i+1:] {
+			if n.fromClient {
+				return e.at, n.at, true
+			}
+		}
+		return e.at, time.Time{}, false
+	}
+	return time.Time{}, time.Time{}, false
+}
+
+var locationHeader = regexp.MustCompile(`(?im)^location:[ \t]*(\S+)\r?$`)
+
+// sessionLocations is every Location header the server sent back through
+// the proxy: one per upload session created (tus creation's 201).
+func (p *tcpProxy) sessionLocations() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var locs []string
+	for _, m := range locationHeader.FindAllSubmatch(p.answers, -1) {
+		locs = append(locs, string(m[1]))
+	}
+	return locs
+}
+
+// cutDone is closed when the armed cut has happened.
+func (p *tcpProxy) cutDone() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cutCh
+}
+
+// rearmCut lets the next connection to carry cutAfter bytes be cut too.
+func (p *tcpProxy) rearmCut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.cutCh:
+		p.cutCh = make(chan struct{})
+	default:
+	}
+	p.cut.Store(false)
 }
 
 // reached is closed once clients have sent n bytes in all.
@@ -241,12 +332,24 @@ func (p *tcpProxy) close() {
 	p.wg.Wait()
 }
 
-// makeImageData writes a QCOW2 (64 MiB virtual) whose first dataMiB MiB
-// hold 0xab, so that the file is a little over dataMiB MiB.
-func makeImageData(t *testing.T, dir, name string, dataMiB int) (string, []byte) {
+// needQemu is needTool for makeImageData's tools; a test calls it first,
+// before it starts anything, so that a skip outside CI is never mid-test.
+func needQemu(t *testing.T) {
 	t.Helper()
 	needTool(t, "qemu-img")
 	needTool(t, "qemu-io")
+}
+
+// makeImageData writes a QCOW2 (64 MiB virtual) whose first dataMiB MiB
+// hold 0xab, so that the file is a little over dataMiB MiB. The test has
+// called needQemu at its start.
+func makeImageData(t *testing.T, dir, name string, dataMiB int) (string, []byte) {
+	t.Helper()
+	for _, tool := range []string{"qemu-img", "qemu-io"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s: %v (the test should call needQemu before it starts anything)", tool, err)
+		}
+	}
 	p := filepath.Join(dir, name)
 	if r := runCmd(t, nil, "qemu-img", "create", "-f", "qcow2", p, "64M"); r.code != 0 {
 		t.Fatalf("qemu-img create: %s", r.stderr)
@@ -334,7 +437,8 @@ func (s *server) readState(t *testing.T, file string) uploadState {
 }
 
 // head asks the data plane directly (not through a proxy) how far a
-// session got.
+// session got: the status, and Upload-Offset when the status is 200 (a 200
+// without a valid Upload-Offset fails the test; otherwise -1).
 func (s *server) head(t *testing.T, sessionURL string) (int, int64) {
 	t.Helper()
 	u, err := url.Parse(sessionURL)
@@ -351,12 +455,76 @@ func (s *server) head(t *testing.T, sessionURL string) (int, int64) {
 		t.Fatalf("HEAD session: %v", err)
 	}
 	resp.Body.Close()
-	off, _ := strconv.ParseInt(resp.Header.Get("Upload-Offset"), 10, 64)
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, -1
+	}
+	off, err := strconv.ParseInt(resp.Header.Get("Upload-Offset"), 10, 64)
+	if err != nil || off < 0 {
+		t.Fatalf("HEAD session: 200 with Upload-Offset %q", resp.Header.Get("Upload-Offset"))
+	}
 	return resp.StatusCode, off
 }
 
+// waitSaved polls HEAD on the session (directly, 25 ms apart, at most
+// 15 s) until the edge reports an offset in [lo, hi], and returns it.
+func (s *server) waitSaved(t *testing.T, sessionURL string, lo, hi int64, c *child) int64 {
+	t.Helper()
+	code, off := 0, int64(-1)
+	for range 600 {
+		if code, off = s.head(t, sessionURL); code == http.StatusOK && off >= lo && off <= hi {
+			return off
+		}
+		if c != nil {
+			select {
+			case <-c.exited:
+				t.Fatalf("the client exited (%v) while the test waited for the edge to report an offset in [%d, %d]; stderr:\n%s", c.waitErr, lo, hi, c.stderr.String())
+			default:
+			}
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("the edge did not report an offset in [%d, %d] within 15s: the last HEAD said %d, offset %d", lo, hi, code, off)
+	return 0
+}
+
+// waitExit waits for a background child to exit, at most d, and returns
+// its result.
+func waitExit(t *testing.T, c *child, d time.Duration, what string) result {
+	t.Helper()
+	select {
+	case <-c.exited:
+	case <-time.After(d):
+		t.Fatalf("%s did not finish within %v; stderr:\n%s", what, d, c.stderr.String())
+	}
+	code := 0
+	if c.waitErr != nil {
+		var ee *exec.ExitError
+		if !errors.As(c.waitErr, &ee) {
+			t.Fatalf("%s: %v", what, c.waitErr)
+		}
+		code = ee.ExitCode()
+	}
+	return result{c.stdout.String(), c.stderr.String(), code}
+}
+
+// ticketsIssued is vmshelf_tickets_issued_total of s; a missing series
+// fails the test.
+func (s *server) ticketsIssued(t *testing.T) float64 {
+	t.Helper()
+	v, ok := metricValue(s.scrape(t), "vmshelf_tickets_issued_total", nil)
+	if !ok {
+		t.Fatal("/metrics has no vmshelf_tickets_issued_total")
+	}
+	return v
+}
+
+// resumeMargin is what request heads, HEADs and 100-continue exchanges may
+// add to the file bytes sent through the proxy.
+const resumeMargin = 64 << 10
+
 // TestE2EUploadCLI: a straight upload, with the flags from the environment.
 func TestE2EUploadCLI(t *testing.T) {
+	needQemu(t)
 	work := t.TempDir()
 	s := startServe(t, filepath.Join(work, "data"), nil)
 	disk, data := makeImageData(t, work, "disk.qcow2", 4)
@@ -371,8 +539,7 @@ func TestE2EUploadCLI(t *testing.T) {
 		t.Errorf("no progress line reached 100%%:\n%s", r.stderr)
 	}
 	t.Logf("uploaded %d bytes in %v", len(data), time.Since(start))
-	mfs := s.scrape(t)
-	if v, _ := metricValue(mfs, "vmshelf_tickets_issued_total", nil); v != 1 {
+	if v := s.ticketsIssued(t); v != 1 {
 		t.Errorf("vmshelf_tickets_issued_total = %v, want 1", v)
 	}
 }
@@ -380,6 +547,7 @@ func TestE2EUploadCLI(t *testing.T) {
 // TestE2EUploadRefusals: a bad image is refused before a ticket is taken;
 // bad command lines are usage errors; a verdict of the edge is exit 1.
 func TestE2EUploadRefusals(t *testing.T) {
+	needQemu(t)
 	work := t.TempDir()
 	// The edge accepts less virtual size than the local check's default.
 	s := startServe(t, filepath.Join(work, "data"), []string{"--max-virtual-gib", "0.03"})
@@ -454,36 +622,88 @@ func TestE2EUploadRefusals(t *testing.T) {
 	}
 }
 
-// TestE2EUploadResumesAfterCut: the first data connection is cut halfway;
-// the upload resumes from what the edge kept instead of starting over.
+// TestE2EUploadResumesAfterCut: the first data connection is cut halfway
+// and the proxy refuses connections until the test has seen what the edge
+// kept; the upload then resumes that session from the edge's offset
+// instead of starting over: the same session and ticket, and only the rest
+// of the file is sent.
 func TestE2EUploadResumesAfterCut(t *testing.T) {
+	needQemu(t)
 	work := t.TempDir()
 	data := filepath.Join(work, "data")
 	p := startProxy(t, freeAddr(t))
 	disk, b := makeImageData(t, work, "disk.qcow2", 8)
-	p.cutAfter.Store(int64(len(b) / 2))
+	size := int64(len(b))
+	cutAt := size / 2 // client bytes on the cut connection, request heads included
+	p.cutAfter.Store(cutAt)
+	p.refuseAfterCut.Store(true)
 	// serve on the address the proxy forwards to.
 	s := startServeAt(t, data, p.target, freeAddr(t), []string{"--public-url", p.base()})
 
 	start := time.Now()
-	r := vmshelf(t, s.uploadArgs(disk, "cut")...)
-	s.wantStored(t, r, disk, b, "cut")
-	if !p.cut.Load() {
-		t.Fatal("the proxy never cut the connection")
+	c := startChild(t, binPath, s.uploadArgs(disk, "cut")...)
+	select {
+	case <-p.cutDone():
+	case <-c.exited:
+		t.Fatalf("the upload ended (%v) before the cut; stderr:\n%s", c.waitErr, c.stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the proxy did not cut the connection within 30s; stderr:\n%s", c.stderr.String())
 	}
-	if !strings.Contains(r.stderr, "retry 1 of 10") {
-		t.Errorf("the upload does not say it retried:\n%s", r.stderr)
+	// The state file was written before the first byte: it names the
+	// session the cut connection was writing to.
+	st := s.readState(t, disk)
+	locs := p.sessionLocations()
+	if len(locs) != 1 || locs[0] != st.SessionURL {
+		t.Fatalf("before the cut the edge created %d sessions; want 1, the state file's", len(locs))
 	}
-	if got := p.up.Load(); got >= 2*int64(len(b)) {
-		t.Errorf("clients sent %d bytes through the proxy for a %d-byte file: not resumed", got, len(b))
+	// The edge keeps every byte of the cut connection: the cut point less
+	// the request heads (a few hundred bytes).
+	saved := s.waitSaved(t, st.SessionURL, cutAt-resumeMargin, cutAt, c)
+	before := p.up.Load()
+	p.refuse.Store(false)
+
+	r := waitExit(t, c, 60*time.Second, "the upload after the cut")
+	img := s.wantStored(t, r, disk, b, "cut")
+	if !strings.Contains(r.stderr, "retry 1 of 10") || !strings.Contains(r.stderr, "the edge has") {
+		t.Errorf("the upload does not say it retried and resumed from the edge's offset:\n%s", r.stderr)
 	}
-	t.Logf("%d bytes sent for %d in %v", p.up.Load(), len(b), time.Since(start))
+	// The same session and ticket: no second ticket, no second session,
+	// the state file's session has every byte, one image.
+	if img.UploadID != st.UploadID {
+		t.Errorf("stored image %s; the session before the cut was for %s: it started over", img.UploadID, st.UploadID)
+	}
+	if n := s.ticketsIssued(t); n != 1 {
+		t.Errorf("vmshelf_tickets_issued_total = %v, want 1: a second ticket means it started over", n)
+	}
+	if locs := p.sessionLocations(); len(locs) != 1 {
+		t.Errorf("the edge created %d upload sessions, want 1", len(locs))
+	}
+	if code, off := s.head(t, st.SessionURL); code != http.StatusOK || off != size {
+		t.Errorf("HEAD on the session of before the cut: %d, offset %d; want 200 and all %d bytes", code, off, size)
+	}
+	if imgs := s.status(t, s.token).Images; len(imgs) != 1 {
+		t.Errorf("status lists %d images, want 1: %+v", len(imgs), imgs)
+	}
+	// Bytes: before the cut exactly cutAt went through; after it, the
+	// rest of the file from the saved offset (starting over would resend
+	// all of it: size > size-saved+resumeMargin, as saved ≈ size/2).
+	if before != cutAt {
+		t.Errorf("%d bytes passed before the cut, want exactly the cut point %d", before, cutAt)
+	}
+	after := p.up.Load() - before
+	if after < size-saved || after > size-saved+resumeMargin {
+		t.Errorf("after the cut %d bytes were sent; the edge had %d of %d, so %d to %d were due: not resumed",
+			after, saved, size, size-saved, size-saved+resumeMargin)
+	}
+	t.Logf("cut at %d, the edge kept %d of %d; %d bytes sent after the cut, %d in all, in %v",
+		cutAt, saved, size, after, p.up.Load(), time.Since(start))
 }
 
 // TestE2EUploadLostLastAnswer: the answer to the last PATCH is lost; the
 // edge has stored the image, HEAD says every byte is there, and the upload
 // ends with the image without sending anything again.
 func TestE2EUploadLostLastAnswer(t *testing.T) {
+	needQemu(t)
 	work := t.TempDir()
 	p := startProxy(t, freeAddr(t))
 	disk, b := makeImageData(t, work, "disk.qcow2", 4)
@@ -500,10 +720,88 @@ func TestE2EUploadLostLastAnswer(t *testing.T) {
 	}
 }
 
+// TestE2EUploadBusyRetryAfter: serve with --max-transfers 1 and its slot
+// held answers the upload 503 busy with Retry-After 5 (at tus creation,
+// which checks for a free slot); the command
+// waits that long (measured at the proxy in front of serve, from the 503
+// passing to the client's next byte) and then, the slot free, finishes.
+func TestE2EUploadBusyRetryAfter(t *testing.T) {
+	needQemu(t)
+	work := t.TempDir()
+	p := startProxy(t, freeAddr(t))
+	disk, b := makeImageData(t, work, "disk.qcow2", 1)
+	s := startServeAt(t, filepath.Join(work, "data"), p.target, freeAddr(t), []string{"--public-url", p.base(), "--max-transfers", "1"})
+	const retryAfter = 5 * time.Second // serve's busy answer
+
+	// A PUT of the same image that stops after its first 64 KiB holds
+	// the one slot.
+	holder := rawUpload(t, s, s.ticket(t, "holder"), int64(len(b)))
+	if _, err := holder.Write(b[:64<<10]); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := func() float64 {
+		v, ok := metricValue(s.scrape(t), "vmshelf_transfers_in_flight", map[string]string{"direction": "upload"})
+		if !ok {
+			t.Fatal("/metrics has no vmshelf_transfers_in_flight{direction=upload}")
+		}
+		return v
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for range 400 {
+			if cond() {
+				return
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		t.Fatalf("%s: not within 10s", what)
+	}
+	waitFor("the holder takes the slot", func() bool { return inFlight() == 1 })
+
+	c := startChild(t, binPath, s.uploadArgs(disk, "busy")...)
+	waitFor("a 503 answer passes the proxy", func() bool {
+		select {
+		case <-c.exited:
+			t.Fatalf("the upload ended (%v) before it was refused busy; stderr:\n%s", c.waitErr, c.stderr.String())
+		default:
+		}
+		answered, _, _ := p.afterAnswer("HTTP/1.1 503")
+		return !answered.IsZero()
+	})
+	if err := holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the holder's slot is free", func() bool { return inFlight() == 0 })
+
+	r := waitExit(t, c, 60*time.Second, "the busy upload")
+	s.wantStored(t, r, disk, b, "busy")
+	answered, next, ok := p.afterAnswer("HTTP/1.1 503")
+	if !ok {
+		t.Fatal("no request followed the 503")
+	}
+	const slack = 2 * time.Second // the client binary is not built with -race
+	gap := next.Sub(answered)
+	if gap < retryAfter || gap > retryAfter+slack {
+		t.Errorf("the retry came %v after the 503 with Retry-After %v; want %v to %v", gap, retryAfter, retryAfter, retryAfter+slack)
+	}
+	t.Logf("the retry came %v after the 503", gap)
+	if !strings.Contains(r.stderr, "(503 busy)); retry 1 of 10 in 5s") {
+		t.Errorf("stderr does not say it waits the 5 s the edge asked:\n%s", r.stderr)
+	}
+	mfs := s.scrape(t)
+	if v, ok := metricValue(mfs, "vmshelf_transfer_rejections_total", map[string]string{"direction": "upload", "reason": "busy"}); !ok || v != 1 {
+		t.Errorf("vmshelf_transfer_rejections_total{upload,busy} = %v (present %v), want 1", v, ok)
+	}
+	if v, ok := metricValue(mfs, "vmshelf_tickets_issued_total", nil); !ok || v != 2 {
+		t.Errorf("vmshelf_tickets_issued_total = %v (present %v), want 2 (the holder's and the upload's)", v, ok)
+	}
+}
+
 // TestE2EUploadResumesAfterKill: the command is killed mid-upload; run
 // again, it resumes from the edge's saved offset (> 0) and sends only the
 // rest.
 func TestE2EUploadResumesAfterKill(t *testing.T) {
+	needQemu(t)
 	if r := vmshelf(t, "serve", "-h"); !strings.Contains(r.stderr, "-tus-checkpoint-mib") {
 		t.Fatal("serve has no --tus-checkpoint-mib: this test needs progress made durable every MiB")
 	}
@@ -541,11 +839,18 @@ func TestE2EUploadResumesAfterKill(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upload did not die within 10s of SIGKILL")
+	}
 	p.waitIdle()
-	code, saved := s.head(t, st.SessionURL)
-	if code != http.StatusOK || saved <= 0 || saved >= size {
-		t.Fatalf("after the kill HEAD says %d, offset %d of %d; want 200 and a saved offset > 0", code, saved, size)
+	// The edge keeps every byte that reached it before the kill, the
+	// request heads aside.
+	sent := p.up.Load()
+	saved := s.waitSaved(t, st.SessionURL, sent-resumeMargin, sent, nil)
+	if saved <= 0 || saved >= size {
+		t.Fatalf("after the kill the edge has %d of %d; want a saved offset > 0 and short of the end", saved, size)
 	}
 	if strings.Contains(stdout.String()+stderr.String(), st.SessionURL) {
 		t.Errorf("the command printed the session URL")
@@ -562,9 +867,8 @@ func TestE2EUploadResumesAfterKill(t *testing.T) {
 	if !strings.Contains(r.stderr, "resuming") || !strings.Contains(r.stderr, "the edge has") {
 		t.Errorf("the rerun does not say it resumed from an offset > 0:\n%s", r.stderr)
 	}
-	const margin = 64 << 10 // request heads
-	if got := p.up.Load(); got > size-saved+margin {
-		t.Errorf("the rerun sent %d bytes; the edge had %d of %d, so at most %d were needed", got, saved, size, size-saved+margin)
+	if got := p.up.Load(); got < size-saved || got > size-saved+resumeMargin {
+		t.Errorf("the rerun sent %d bytes; the edge had %d of %d, so %d to %d were due", got, saved, size, size-saved, size-saved+resumeMargin)
 	}
 	t.Logf("resumed at %d of %d; the rerun sent %d bytes in %v", saved, size, p.up.Load(), time.Since(start))
 }
@@ -574,6 +878,7 @@ func TestE2EUploadResumesAfterKill(t *testing.T) {
 // flags is refused; the same command resumes. A file changed since is
 // uploaded anew, and the stale session is terminated.
 func TestE2EUploadGivesUpThenResumes(t *testing.T) {
+	needQemu(t)
 	work := t.TempDir()
 	data := filepath.Join(work, "data")
 	p := startProxy(t, freeAddr(t))
@@ -605,7 +910,7 @@ func TestE2EUploadGivesUpThenResumes(t *testing.T) {
 	}
 
 	// Again, but the file changes before the rerun.
-	p.cut.Store(false)
+	p.rearmCut()
 	r = vmshelf(t, args...)
 	refusal(t, r, 3)
 	st2 := s.readState(t, disk)
@@ -625,7 +930,7 @@ func TestE2EUploadGivesUpThenResumes(t *testing.T) {
 
 	// Again, and the session ends on the edge before the rerun: it starts
 	// over with a new ticket and says so.
-	p.cut.Store(false)
+	p.rearmCut()
 	r = vmshelf(t, args...)
 	refusal(t, r, 3)
 	st3 := s.readState(t, disk)
@@ -657,6 +962,7 @@ func TestE2EUploadGivesUpThenResumes(t *testing.T) {
 // TestE2EUploadInterrupted: Ctrl-C (SIGINT) stops the upload with exit 3
 // and keeps the state; the same command then finishes it.
 func TestE2EUploadInterrupted(t *testing.T) {
+	needQemu(t)
 	work := t.TempDir()
 	p := startProxy(t, freeAddr(t))
 	p.rate.Store(2 << 20)
@@ -728,6 +1034,7 @@ func readmeBlocks(t *testing.T, heading string) []string {
 func TestE2EReadmeResumableUploads(t *testing.T) {
 	needTool(t, "bash")
 	needTool(t, "curl")
+	needQemu(t)
 	work := t.TempDir()
 	s := startServe(t, filepath.Join(work, "vmshelf-data"), nil)
 	_, firstBytes := makeImageData(t, work, "disk.qcow2", 2)
@@ -747,6 +1054,10 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	cmd.Env = cleanEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// Its own process group, so that a timeout kills curl and vmshelf too;
+	// and Wait does not wait for a pipe a stray grandchild keeps open.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 5 * time.Second
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -758,8 +1069,12 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 			t.Fatalf("README's blocks failed: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 		}
 	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the group this test started
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("bash did not exit within 10s of SIGKILL")
+		}
 		t.Fatalf("README's blocks did not finish within 60s; stderr:\n%s", stderr.String())
 	}
 
@@ -813,9 +1128,11 @@ func tusJS(t *testing.T) string {
 }
 
 // TestE2ETusJSClient: the tus reference client uploads straight through,
-// and across a restart of serve in the middle of its upload.
+// and across a restart of serve in the middle of its upload, resuming its
+// session instead of starting over.
 func TestE2ETusJSClient(t *testing.T) {
 	script := tusJS(t)
+	needQemu(t)
 
 	t.Run("straight", func(t *testing.T) {
 		work := t.TempDir()
@@ -836,6 +1153,7 @@ func TestE2ETusJSClient(t *testing.T) {
 		p := startProxy(t, freeAddr(t))
 		p.rate.Store(2 << 20)
 		disk, b := makeImageData(t, work, "disk.qcow2", 12)
+		size := int64(len(b))
 		serveArgs := []string{"--public-url", p.base()}
 		s := startServeAt(t, data, p.target, freeAddr(t), serveArgs)
 		tk := s.ticket(t, "tus-js across a restart")
@@ -845,12 +1163,16 @@ func TestE2ETusJSClient(t *testing.T) {
 		stdout, stderr, exited := c.stdout, c.stderr, c.exited
 
 		select {
-		case <-p.reached(int64(len(b) / 2)):
+		case <-p.reached(size / 2):
 		case <-exited:
 			t.Fatalf("node ended (%v) before half the bytes passed; stderr:\n%s", c.waitErr, stderr.String())
 		case <-time.After(30 * time.Second):
 			t.Fatalf("half the bytes did not pass within 30s; stderr:\n%s", stderr.String())
 		}
+		// No connection reaches the edge again until the test has seen
+		// what the first serve kept (tus-js-client retries meanwhile: up
+		// to 15 s of its retryDelays).
+		p.refuse.Store(true)
 		began := time.Now()
 		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -864,9 +1186,28 @@ func TestE2ETusJSClient(t *testing.T) {
 			t.Fatalf("serve did not exit within 20s of SIGTERM with a resumable upload running; stderr:\n%s", s.stderr)
 		}
 		s.stopped = true
+		locs := p.sessionLocations()
+		if len(locs) != 1 {
+			t.Fatalf("before the restart the edge created %d upload sessions, want 1", len(locs))
+		}
+		loc, err := url.Parse(locs[0])
+		if err != nil {
+			t.Fatalf("the session's Location: %v", err)
+		}
+		id, ok := strings.CutPrefix(loc.Path, "/market/vm-images/upload-sessions/")
+		if !ok || !hex64.MatchString(id) {
+			t.Fatalf("the session's Location has path %q", loc.Path)
+		}
+		s.secret(id)
 		s.assertNoSecrets()
 		s2 := startServeAt(t, data, s.dataAddr, s.ctlAddr, serveArgs)
 		s2.secret(tk.Ticket)
+		s2.secret(id)
+		// What the edge kept: at least a quarter (half had passed at the
+		// SIGTERM), not all.
+		saved := s2.waitSaved(t, locs[0], size/4, size-1, c)
+		before := p.up.Load()
+		p.refuse.Store(false)
 
 		select {
 		case <-exited:
@@ -884,11 +1225,28 @@ func TestE2ETusJSClient(t *testing.T) {
 		if !strings.Contains(stderr.String(), "retry") {
 			t.Errorf("tus-js-client never retried, so the restart was not in the middle of its upload; stderr:\n%s", stderr.String())
 		}
-		if got := p.up.Load(); got >= 2*int64(len(b)) {
-			t.Errorf("tus-js-client sent %d bytes for a %d-byte file: it started over instead of resuming", got, len(b))
+		// The same session: no second one created, and it has every byte;
+		// one image, the ticket's.
+		if locs := p.sessionLocations(); len(locs) != 1 {
+			t.Errorf("the edges created %d upload sessions, want 1: tus-js-client started over", len(locs))
+		}
+		if code, off := s2.head(t, locs[0]); code != http.StatusOK || off != size {
+			t.Errorf("HEAD on the session of before the restart: %d, offset %d; want 200 and all %d bytes", code, off, size)
+		}
+		imgs := s2.status(t, s2.token).Images
+		if len(imgs) != 1 || imgs[0].UploadID != tk.UploadID {
+			t.Errorf("status lists %+v; want one image, %s", imgs, tk.UploadID)
 		}
 		wantImage(t, s2, tk.UploadID, b)
-		t.Logf("tus-js-client sent %d bytes for %d; its retries:\n%s", p.up.Load(), len(b), stderr.String())
+		// Bytes after the restart: the rest from the saved offset (starting
+		// over would resend all of it, at least size-saved+size/4).
+		after := p.up.Load() - before
+		if after < size-saved || after > size-saved+resumeMargin {
+			t.Errorf("tus-js-client sent %d bytes after the restart; the edge had %d of %d, so %d to %d were due: not resumed",
+				after, saved, size, size-saved, size-saved+resumeMargin)
+		}
+		t.Logf("the edge kept %d of %d; tus-js-client sent %d after the restart, %d in all; its retries:\n%s",
+			saved, size, after, p.up.Load(), stderr.String())
 	})
 }
 
@@ -1016,10 +1374,18 @@ func startChild(t *testing.T, name string, args ...string) *child {
 	c.cmd.Env = cleanEnv()
 	c.cmd.Stdout, c.cmd.Stderr = c.stdout, c.stderr
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	c.cmd.WaitDelay = 5 * time.Second // Wait returns even if a grandchild holds a pipe
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { c.waitErr = c.cmd.Wait(); close(c.exited) }()
-	t.Cleanup(func() { _ = c.cmd.Process.Kill(); <-c.exited })
+	t.Cleanup(func() {
+		_ = c.cmd.Process.Kill() // an error: it has exited already
+		select {
+		case <-c.exited:
+		case <-time.After(15 * time.Second):
+			t.Errorf("%s did not exit within 15s of SIGKILL at cleanup", name)
+		}
+	})
 	return c
 }
