@@ -34,7 +34,10 @@ func TestAuth(t *testing.T) {
 	for _, ro := range routes {
 		for _, h := range headers {
 			t.Run(ro.path+"/"+h.name, func(t *testing.T) {
-				req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.ts.URL+ro.path, strings.NewReader(ro.body))
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.ts.URL+ro.path, strings.NewReader(ro.body))
+				if err != nil {
+					t.Fatal(err)
+				}
 				if h.header != "" {
 					req.Header.Set("Authorization", h.header)
 				}
@@ -53,7 +56,10 @@ func TestAuth(t *testing.T) {
 
 	t.Run("ok", func(t *testing.T) {
 		wantOK := func(h string) {
-			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, e.ts.URL+"/market/vms/status", nil)
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.ts.URL+"/market/vms/status", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			req.Header.Set("Authorization", h)
 			if r := e.send(req); r.status != http.StatusOK {
 				t.Errorf("Authorization %q: status %d, body %s", h[:10], r.status, r.body)

@@ -29,6 +29,10 @@ import (
 
 const publicURL = "http://127.0.0.1:8480"
 
+// clientTimeout bounds every request a test sends: the answers are local
+// and small, so this is far beyond what a loaded machine needs.
+const clientTimeout = 30 * time.Second
+
 // t0 is the test clock's start; a fixed instant makes expiry checks exact.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -117,6 +121,9 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	}
 	e.ts = httptest.NewServer(e.srv.Handler())
 	t.Cleanup(e.ts.Close)
+	// A hung handler fails the request, and the test names it (send),
+	// instead of hanging the package until go test's own timeout.
+	e.ts.Client().Timeout = clientTimeout
 	t.Cleanup(func() {
 		logs := e.logs.String()
 		e.mu.Lock()
@@ -232,7 +239,9 @@ func wantError(t *testing.T, r response, status int, reason string) {
 		t.Errorf("error body has fields %v, want exactly error and reason", m)
 	}
 	var b apierr.Body
-	_ = json.Unmarshal(r.body, &b)
+	if err := json.Unmarshal(r.body, &b); err != nil {
+		t.Fatalf("error body does not have the SPEC fields' types: %v: %s", err, r.body)
+	}
 	if b.Reason != reason {
 		t.Errorf("reason %q, want %q (body %s)", b.Reason, reason, r.body)
 	}

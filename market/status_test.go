@@ -134,7 +134,9 @@ func TestHealth(t *testing.T) {
 func TestReadyzFails(t *testing.T) {
 	t.Run("store", func(t *testing.T) {
 		e := newEnv(t)
-		_ = e.st.Close()
+		if err := e.st.Close(); err != nil {
+			t.Fatalf("closing the store: %v", err)
+		}
 		r := e.do(http.MethodGet, "/readyz", "", nil)
 		wantError(t, r, http.StatusServiceUnavailable, "notReady")
 		if !strings.Contains(string(r.body), "record store") || strings.Contains(string(r.body), "sqlite") {

@@ -56,9 +56,9 @@ func TestTicketIssued(t *testing.T) {
 	}
 
 	// ...and not in clear: no file of the database holds the ticket text.
-	files, _ := filepath.Glob(e.dbPath + "*")
-	if len(files) == 0 {
-		t.Fatal("no database files found")
+	files, err := filepath.Glob(e.dbPath + "*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("database files: %v, %v; want at least the database", files, err)
 	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -72,9 +72,18 @@ func TestTicketIssued(t *testing.T) {
 
 	// Two tickets are two different secrets and ids.
 	r2 := e.post("/market/vm-images/ticket", token, `{"name":"other"}`)
-	var got2 struct{ Ticket, UploadID string }
+	if r2.status != http.StatusCreated {
+		t.Fatalf("second ticket: status %d, want 201: %s", r2.status, r2.body)
+	}
+	var got2 struct {
+		Ticket   string `json:"ticket"`
+		UploadID string `json:"upload_id"`
+	}
 	decode(t, r2, &got2)
 	e.remember(got2.Ticket)
+	if len(got2.Ticket) != 64 || !imagestore.ValidUploadID(got2.UploadID) {
+		t.Errorf("second ticket %q, upload id %q: not a ticket and an id", got2.Ticket, got2.UploadID)
+	}
 	if got2.Ticket == got.Ticket || got2.UploadID == got.UploadID {
 		t.Error("a second ticket repeated the first's secret or id")
 	}

@@ -66,6 +66,7 @@ func committed(t *testing.T, f *FS, id string) []byte {
 }
 
 func TestSyncCloseResume(t *testing.T) {
+	needProcFDs(t)
 	ctx := context.Background()
 	f, dir := openTemp(t)
 	id := imagestore.NewUploadID()
@@ -97,8 +98,8 @@ func TestSyncCloseResume(t *testing.T) {
 	if _, err := f.Open(ctx, id); !errors.Is(err, imagestore.ErrNotFound) {
 		t.Errorf("Open of a closed partial: %v, want ErrNotFound", err)
 	}
-	if ids, _ := f.List(ctx); len(ids) != 0 {
-		t.Errorf("List after Close: %v", ids)
+	if ids, err := f.List(ctx); err != nil || len(ids) != 0 {
+		t.Errorf("List after Close = %v, %v; want none", ids, err)
 	}
 	// The closed writer is done.
 	if _, err := w.Write([]byte("x")); !errors.Is(err, os.ErrClosed) {
@@ -158,6 +159,7 @@ func TestSyncCloseResume(t *testing.T) {
 }
 
 func TestResumeCutsTail(t *testing.T) {
+	needProcFDs(t)
 	ctx := context.Background()
 	f, dir := openTemp(t)
 	prefix, junk, rest := pattern(3, 5000), pattern(4, 3000), pattern(5, 4321)
@@ -189,8 +191,8 @@ func TestResumeCutsTail(t *testing.T) {
 				t.Fatalf("partial after Resume: %v, %v; want %d bytes", st, err, tc.offset)
 			}
 			buf := make([]byte, 20)
-			if _, err := w.ReadAt(buf, tc.offset); err != io.EOF {
-				t.Errorf("ReadAt at the offset: %v, want io.EOF", err)
+			if n, err := w.ReadAt(buf, tc.offset); n != 0 || err != io.EOF {
+				t.Errorf("ReadAt at the offset = %d, %v; want 0, io.EOF", n, err)
 			}
 			if _, err := w.Write(rest); err != nil {
 				t.Fatal(err)
@@ -210,6 +212,7 @@ func TestResumeCutsTail(t *testing.T) {
 }
 
 func TestResumeErrors(t *testing.T) {
+	needProcFDs(t)
 	ctx := context.Background()
 	f, dir := openTemp(t)
 	id := imagestore.NewUploadID()
@@ -305,6 +308,7 @@ func TestResumeWriteback(t *testing.T) {
 }
 
 func TestSyncAfterFailedWrite(t *testing.T) {
+	needProcFDs(t)
 	ctx := context.Background()
 	f, dir := openTemp(t)
 	f.syncRange = func(*os.File, int64, int64) error { return syscall.EIO }
@@ -341,6 +345,7 @@ func TestSyncAfterFailedWrite(t *testing.T) {
 }
 
 func TestCloseAfterEnd(t *testing.T) {
+	needProcFDs(t)
 	ctx := context.Background()
 	f, dir := openTemp(t)
 
@@ -415,6 +420,7 @@ func TestRemovePartial(t *testing.T) {
 }
 
 func TestRemovePartialsKeep(t *testing.T) {
+	needProcFDs(t)
 	ctx := context.Background()
 	f, dir := openTemp(t)
 	pdir := filepath.Join(dir, ".partial")
@@ -453,8 +459,8 @@ func TestRemovePartialsKeep(t *testing.T) {
 	if err != nil || len(left) != 1 || left[0].Name() != live {
 		t.Fatalf(".partial after RemovePartials = %v, %v; want only the live upload", left, err)
 	}
-	if ids, _ := f.List(ctx); len(ids) != 1 {
-		t.Errorf("committed blobs after RemovePartials: %v", ids)
+	if ids, err := f.List(ctx); err != nil || len(ids) != 1 {
+		t.Errorf("committed blobs after RemovePartials = %v, %v; want the one committed", ids, err)
 	}
 	// The survivor resumes with its bytes.
 	w, err := f.Resume(ctx, live, int64(len("live upload")))
@@ -469,9 +475,11 @@ func TestRemovePartialsKeep(t *testing.T) {
 	if n, err := f.RemovePartials(ctx, nil); err != nil || n != 1 {
 		t.Fatalf("RemovePartials(nil) = %d, %v; want 1", n, err)
 	}
-	if left, _ := os.ReadDir(pdir); len(left) != 0 {
-		t.Errorf(".partial after RemovePartials(nil): %v", left)
+	// Emptied, not removed: Create needs the directory.
+	if left, err := os.ReadDir(pdir); err != nil || len(left) != 0 {
+		t.Errorf(".partial after RemovePartials(nil) = %v, %v; want an empty directory", left, err)
 	}
+	put(t, f, imagestore.NewUploadID(), []byte("after the sweep"))
 	if fds := openFDsUnder(t, dir); len(fds) != 0 {
 		t.Errorf("descriptors left open: %v", fds)
 	}

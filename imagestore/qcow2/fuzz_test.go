@@ -142,9 +142,17 @@ func TestFuzzSeeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < len(seedCases) {
-		t.Fatalf("%d seed files, want at least %d (go test -run TestFuzzSeeds -update-fuzz-seeds)", len(files), len(seedCases))
+	// Each named seed is there and holds exactly its synthetic image.
+	want := map[string][]byte{}
+	for _, c := range q.Synthetic() {
+		if name, ok := seedCases[c.Name]; ok {
+			want[name] = c.Data
+		}
 	}
+	if len(want) != len(seedCases) {
+		t.Fatalf("%d of the %d seed cases are synthetic cases: %v", len(want), len(seedCases), seedCases)
+	}
+	seen := map[string]bool{}
 	for _, fi := range files {
 		raw, err := os.ReadFile(filepath.Join(dir, fi.Name()))
 		if err != nil {
@@ -160,8 +168,19 @@ func TestFuzzSeeds(t *testing.T) {
 			t.Errorf("%s: not a []byte seed: %v", fi.Name(), err)
 			continue
 		}
+		if w, ok := want[fi.Name()]; ok {
+			seen[fi.Name()] = true
+			if !bytes.Equal([]byte(data), w) {
+				t.Errorf("%s: not the synthetic image it is named for (go test -run TestFuzzSeeds -update-fuzz-seeds)", fi.Name())
+			}
+		}
 		if _, _, err := qcow2.Inspect(strings.NewReader(data), int64(len(data)), q.Limits); err != nil {
 			t.Errorf("%s: %v", fi.Name(), err)
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("seed file %s missing (go test -run TestFuzzSeeds -update-fuzz-seeds)", name)
 		}
 	}
 }

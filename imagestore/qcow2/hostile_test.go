@@ -19,6 +19,9 @@ import (
 type sparseFile struct {
 	size int64
 	segs []segment // sorted by off, not overlapping
+	// read counts the bytes ReadAt returned and reads the calls: the
+	// gate's work, measured without a clock.
+	read, reads int64
 }
 
 type segment struct {
@@ -44,6 +47,8 @@ func (f *sparseFile) ReadAt(p []byte, off int64) (int, error) {
 		n = int(rest)
 	}
 	clear(p[:n])
+	f.read += int64(n)
+	f.reads++
 	i := sort.Search(len(f.segs), func(i int) bool { return f.segs[i].off+int64(len(f.segs[i].data)) > off })
 	for ; i < len(f.segs) && f.segs[i].off < off+int64(n); i++ {
 		s := f.segs[i]
@@ -144,11 +149,20 @@ func decide(t *testing.T, f *sparseFile) (string, uint64, time.Duration) {
 
 // TestHostileSizes: headers that claim the most the header rules allow
 // are decided in bounded memory (never proportional to l1_size, the
-// reftable, the virtual size or the metadata volume) and quickly.
+// reftable, the virtual size or the metadata volume) and with work
+// proportional to the file: the bytes read are counted, not timed, so
+// the bound holds on a loaded machine under -race (where the slowest case
+// takes seconds, nearly all of it in sparseFile).
 func TestHostileSizes(t *testing.T) {
 	const (
-		memBound  = 3 << 20 // a 2 MiB cluster buffer, 64 KiB chunks, the cluster map
-		timeBound = 5 * time.Second
+		memBound = 3 << 20 // a 2 MiB cluster buffer, 64 KiB chunks, the cluster map
+		// readFactor bounds the bytes read, as a multiple of the file's
+		// size; the hungriest case, a full 32 MiB L1 table that maps
+		// nothing, reads 1.8 times its file.
+		readFactor = 2
+		// hangBound only catches runaway CPU work that reads nothing
+		// (a loop over claimed entries): far beyond any honest run.
+		hangBound = time.Minute
 		fullL1    = 4 << 20 // entries: the 32 MiB QEMU allows
 	)
 	cases := []struct {
@@ -210,15 +224,18 @@ func TestHostileSizes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f := c.build()
 			got, alloc, took := decide(t, f)
-			t.Logf("file %d bytes: %q after %v, %d bytes allocated", f.size, got, took, alloc)
+			t.Logf("file %d bytes: %q after %v, %d bytes allocated, %d bytes read in %d reads", f.size, got, took, alloc, f.read, f.reads)
 			if got != c.want {
 				t.Errorf("verdict %q, want %q", got, c.want)
 			}
 			if alloc > memBound {
 				t.Errorf("allocated %d bytes, bound %d", alloc, memBound)
 			}
-			if took > timeBound {
-				t.Errorf("took %v, bound %v", took, timeBound)
+			if f.read > readFactor*f.size {
+				t.Errorf("read %d bytes of a %d-byte file, bound %d×", f.read, f.size, readFactor)
+			}
+			if took > hangBound {
+				t.Errorf("took %v, bound %v", took, hangBound)
 			}
 		})
 	}

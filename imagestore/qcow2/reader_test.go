@@ -102,6 +102,44 @@ func readSecond(img *lq.Qcow2, p []byte, off int64) error {
 	return err
 }
 
+// How much of an accepted image agreeWithQemu reads through go-qcow2reader
+// and compares with `qemu-img convert` (docs/image-safety.md,
+// "go-qcow2reader, carefully"): the whole virtual disk up to wholeDiskMax,
+// or up to wholeDiskMaxExtL2 with extended L2 entries, which
+// go-qcow2reader v0.7 re-reads for every cluster (slow under -race).
+const (
+	wholeDiskMax      = 2 << 30
+	wholeDiskMaxExtL2 = 64 << 20
+)
+
+// readsWhole reports whether agreeWithQemu reads h's whole virtual disk.
+func readsWhole(h *qcow2.Header) bool {
+	if h.IncompatibleFeatures&qcow2.IncompatExtendedL2 != 0 {
+		return h.VirtualSize <= wholeDiskMaxExtL2
+	}
+	return h.VirtualSize <= wholeDiskMax
+}
+
+// readMapped reads, through img, the first and the last cluster of an
+// accepted image (data, with header h) and every cluster its active L1
+// and L2 tables map. Each read must return all its bytes without an
+// error. It needs no tool, and costs what the image holds, not what its
+// virtual size claims. It returns how many clusters it read.
+func readMapped(t testing.TB, img *lq.Qcow2, data []byte, h *qcow2.Header) int {
+	t.Helper()
+	vsize, cs := int64(h.VirtualSize), int64(h.ClusterSize())
+	// No cap: there are at most as many mapped clusters as L2 entries fit
+	// in the file.
+	offs := append(mappedClusters(data, h, len(data)), 0, (vsize-1)&^(cs-1))
+	buf := make([]byte, cs)
+	for _, off := range offs {
+		if err := readSecond(img, buf[:min(cs, vsize-off)], off); err != nil {
+			t.Fatalf("go-qcow2reader: reading the cluster at %d: %v", off, err)
+		}
+	}
+	return len(offs)
+}
+
 // mappedClusters returns up to max guest offsets the active layer of an
 // accepted image maps (any nonzero L2 entry), found from its L1 and L2
 // tables directly: reading only there keeps the fuzz target's reads

@@ -1,12 +1,14 @@
 package qcow2test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore/qcow2"
 )
@@ -105,9 +107,9 @@ func QemuImages(t testing.TB, dir string) []Case {
 		p, err := exec.LookPath(name)
 		if err != nil {
 			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s not found (install qemu-utils): %v", name, err)
+				t.Fatalf("%s not found (apt-get install qemu-utils): %v", name, err)
 			}
-			t.Skipf("%s not found (install qemu-utils): %v", name, err)
+			t.Skipf("%s not found, test skipped (apt-get install qemu-utils): %v", name, err)
 		}
 		tools[name] = p
 	}
@@ -129,18 +131,30 @@ func QemuImages(t testing.TB, dir string) []Case {
 	return cases
 }
 
+// runTimeout bounds one qemu-img or qemu-io command; the slowest writes a
+// few MiB. A hung tool fails the test, naming the command, instead of
+// hanging the package until go test's own timeout.
+const runTimeout = 2 * time.Minute
+
 // run runs a qemu tool in dir. LUKS creation times PBKDF2 with the thread
 // CPU clock and gives up ("Unable to get accurate CPU usage") when a
 // coarse clock measures 0 ms, about one run in three here: that failure
-// is retried.
+// is retried, at most 10 times.
 func run(t testing.TB, dir, bin string, args ...string) {
 	t.Helper()
 	var out []byte
 	var err error
 	for range 10 {
-		cmd := exec.Command(bin, args...)
+		ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
+		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Dir = dir
-		if out, err = cmd.CombinedOutput(); err == nil {
+		out, err = cmd.CombinedOutput()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			t.Fatalf("%s %s did not finish within %v", filepath.Base(bin), strings.Join(args, " "), runTimeout)
+		}
+		if err == nil {
 			return
 		}
 		if !strings.Contains(string(out), "accurate CPU usage") {
