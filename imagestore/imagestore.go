@@ -24,6 +24,8 @@ var (
 	ErrTicketUsed    = errors.New("ticket already used")
 	ErrTicketExpired = errors.New("ticket expired")
 	ErrQuota         = errors.New("image quota reached")
+	// ErrDamaged is a store whose own integrity check failed.
+	ErrDamaged = errors.New("store damaged")
 )
 
 // Tenant is a box of the mesh, known to the edge by a bearer token.
@@ -137,6 +139,10 @@ func ValidUploadID(id string) bool {
 // ticket is one conditional update, never read-then-write.
 type Store interface {
 	Ping(ctx context.Context) error
+	// Verify checks the store's own integrity (SQLite: PRAGMA
+	// quick_check) and returns an error wrapping ErrDamaged if it fails.
+	// It reads the whole store: start-up runs it, probes do not.
+	Verify(ctx context.Context) error
 	Close() error
 
 	// CreateTenant stores t with the hash of its token; ErrExists if the
@@ -225,6 +231,25 @@ type Blobs interface {
 	RemovePartials(ctx context.Context, keep func(id string) bool) (int, error)
 	// Available returns the bytes free for new blobs.
 	Available(ctx context.Context) (int64, error)
+
+	// Quarantine takes committed blob id out of service (Open and List no
+	// longer see it) without deleting a byte: a blob no record names may
+	// still be somebody's only copy of a disk, so absence of a record is
+	// never a reason to delete it. ErrNotFound if there is no such blob,
+	// ErrExists if a quarantined blob already has that id.
+	Quarantine(ctx context.Context, id string) error
+	// Quarantined lists the quarantined blobs, sorted by id.
+	Quarantined(ctx context.Context) ([]QuarantinedBlob, error)
+	// RemoveQuarantined deletes one quarantined blob. Only an operator's
+	// explicit request may call it; ErrNotFound if there is none.
+	RemoveQuarantined(ctx context.Context, id string) error
+}
+
+// QuarantinedBlob is a blob set aside because no record named it.
+type QuarantinedBlob struct {
+	ID            string
+	Size          int64
+	QuarantinedAt time.Time
 }
 
 // BlobWriter is a blob being written. Exactly one of Commit, Abort and

@@ -191,7 +191,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
+	// A damaged db must stop here: reading it as it is could make images
+	// look unrecorded, and every tenant request would fail later anyway.
+	if err := st.Verify(ctx); err != nil {
+		if errors.Is(err, imagestore.ErrDamaged) {
+			return usagef("data dir %s: %s is damaged (%v); refusing to start: stop, restore %s from a backup, then start again",
+				f.dataDir, dbFile, err, dbFile)
+		}
+		return fmt.Errorf("check store: %w", err)
+	}
 	if err := imagestore.Reconcile(ctx, st, blobs, log); err != nil {
+		var lost *imagestore.StoreLostError
+		if errors.As(err, &lost) {
+			return usagef("data dir %s: %s is new or holds no image record, but %s holds %d image files; "+
+				"refusing to start so that none is lost: restore %s from a backup, or move the files out of %s",
+				f.dataDir, dbFile, imagesDir, lost.Files, dbFile, imagesDir)
+		}
 		return err
 	}
 	if f.dev {

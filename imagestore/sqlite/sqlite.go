@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	msqlite "modernc.org/sqlite"
@@ -134,6 +135,39 @@ func (s *Store) Ping(ctx context.Context) error {
 	var v int
 	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
 		return fmt.Errorf("sqlite: ping: %w", err)
+	}
+	return nil
+}
+
+// Verify runs PRAGMA quick_check: every page and index entry of the file
+// is read and checked for consistency (quick: indexes are not compared
+// with their tables' content). A damaged file answers with one line per
+// problem instead of "ok"; the first few go into the error.
+func (s *Store) Verify(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, "PRAGMA quick_check(5)")
+	if err != nil {
+		return fmt.Errorf("sqlite: quick_check: %w", err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return fmt.Errorf("sqlite: quick_check: %w", err)
+		}
+		if line != "ok" { // SQLite's lines may hold newlines; callers print one line
+			problems = append(problems, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		var se *msqlite.Error
+		if errors.As(err, &se) && (se.Code()&0xff == sqlite3.SQLITE_CORRUPT || se.Code()&0xff == sqlite3.SQLITE_NOTADB) {
+			return fmt.Errorf("sqlite: quick_check: %w: %v", imagestore.ErrDamaged, err)
+		}
+		return fmt.Errorf("sqlite: quick_check: %w", err)
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("sqlite: quick_check: %w: %s", imagestore.ErrDamaged, strings.Join(problems, "; "))
 	}
 	return nil
 }

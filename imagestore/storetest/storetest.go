@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		fn   func(t *testing.T, s imagestore.Store)
 	}{
 		{"Ping", testPing},
+		{"Verify", testVerify},
 		{"CreateTenant", testCreateTenant},
 		{"TenantErrors", testTenantErrors},
 		{"Tenants", testTenants},
@@ -182,6 +183,16 @@ func checkImage(t *testing.T, op string, got, want imagestore.Image) {
 
 func testPing(t *testing.T, s imagestore.Store) {
 	must(t, "Ping", s.Ping(t.Context()))
+}
+
+// testVerify: a sound store passes its integrity check, empty and filled.
+func testVerify(t *testing.T, s imagestore.Store) {
+	must(t, "Verify empty", s.Verify(t.Context()))
+	tn := newTenant(t, s, "verify")
+	for i := range 50 {
+		newImage(t, s, tn.ID, uploadID(i), t0, int64(i))
+	}
+	must(t, "Verify filled", s.Verify(t.Context()))
 }
 
 func testCreateTenant(t *testing.T, s imagestore.Store) {
