@@ -24,9 +24,21 @@ var (
 	ErrTicketUsed    = errors.New("ticket already used")
 	ErrTicketExpired = errors.New("ticket expired")
 	ErrQuota         = errors.New("image quota reached")
-	// ErrDamaged is a store whose own integrity check failed.
+	// ErrDamaged is a store whose own integrity check failed, or that met
+	// a damaged page while answering.
 	ErrDamaged = errors.New("store damaged")
+	// ErrNoSpace is a store write that failed because its disk is full.
+	ErrNoSpace = errors.New("no space left for the store")
+	// ErrUnwritable is a store write that failed for another storage
+	// reason (I/O error, read-only file system, permissions).
+	ErrUnwritable = errors.New("store not writable")
 )
+
+// DefaultHeadroom is the free space an upload must leave on the disk of
+// the images, and below which no ticket is issued: a full disk is the
+// normal state of a small home server, and the store and the system need
+// room of their own.
+const DefaultHeadroom = 1 << 30
 
 // Tenant is a box of the mesh, known to the edge by a bearer token.
 type Tenant struct {
@@ -138,6 +150,9 @@ func ValidUploadID(id string) bool {
 // Store holds the records. Every method is one transaction; single use of a
 // ticket is one conditional update, never read-then-write.
 type Store interface {
+	// Ping reads from the store. Besides a failed read it reports what
+	// the store knows of its own health: ErrDamaged once it met a damaged
+	// page, ErrNoSpace or ErrUnwritable while its last write failed so.
 	Ping(ctx context.Context) error
 	// Verify checks the store's own integrity (SQLite: PRAGMA
 	// quick_check) and returns an error wrapping ErrDamaged if it fails.

@@ -75,24 +75,32 @@ func TestVerifyDamagedPage(t *testing.T) {
 // a pattern no SQLite page starts with.
 func damagePage(t *testing.T, path string) {
 	t.Helper()
-	const page = 4096
 	st, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages := st.Size() / page
+	pages := st.Size() / pageSize
 	if pages < 8 {
 		t.Fatalf("database has %d pages; the test needs a middle page to damage", pages)
 	}
+	damagePageNo(t, path, pages/2+1)
+}
+
+// pageSize is SQLite's default, which the store keeps.
+const pageSize = 4096
+
+// damagePageNo overwrites page number n (1-based, as SQLite counts).
+func damagePageNo(t *testing.T, path string, n int64) {
+	t.Helper()
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	junk := make([]byte, page)
+	junk := make([]byte, pageSize)
 	for i := range junk {
 		junk[i] = 0xa5
 	}
-	if _, err := f.WriteAt(junk, pages/2*page); err != nil {
+	if _, err := f.WriteAt(junk, (n-1)*pageSize); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
