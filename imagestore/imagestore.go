@@ -218,6 +218,10 @@ type Store interface {
 	ExpireSessions(ctx context.Context, now time.Time) ([]string, error)
 	// SessionUploadIDs lists the upload ids of all live sessions.
 	SessionUploadIDs(ctx context.Context) ([]string, error)
+	// PendingSessionBytes is what the live sessions have yet to receive
+	// (Length − Offset, summed): space the disk must keep for them, an
+	// abandoned session's included, until it ends or expires.
+	PendingSessionBytes(ctx context.Context) (int64, error)
 
 	Stats(ctx context.Context) (Stats, error)
 }
