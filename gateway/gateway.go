@@ -30,7 +30,7 @@ const (
 	fetchPrefix  = "/market/vm-images/fetch/"
 
 	// DefaultHeadroom is the free space an upload must leave on the disk.
-	DefaultHeadroom = 1 << 30
+	DefaultHeadroom = imagestore.DefaultHeadroom
 )
 
 // Config is what the data plane needs to know; cmd/vmshelf fills it from

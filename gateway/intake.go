@@ -166,8 +166,11 @@ func (g *Gateway) finish(w imagestore.BlobWriter, in *intake, img imagestore.Ima
 		if derr := g.blobs.Delete(cctx, img.UploadID); derr != nil {
 			g.log.Error("delete unrecorded image", "upload_id", img.UploadID, "err", derr)
 		}
-		if errors.Is(err, imagestore.ErrQuota) {
+		switch {
+		case errors.Is(err, imagestore.ErrQuota):
 			return imagestore.Image{}, apierr.New(fasthttp.StatusConflict, "imageQuota", "you already hold as many images as this edge allows; remove one first")
+		case errors.Is(err, imagestore.ErrNoSpace):
+			return imagestore.Image{}, writeFailure(err)
 		}
 		return imagestore.Image{}, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not record the image")
 	}

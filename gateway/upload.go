@@ -96,6 +96,8 @@ func ticketError(err error) *apierr.Error {
 		return apierr.New(fasthttp.StatusGone, "ticketUsed", "this upload ticket was already used; ask for a new one")
 	case errors.Is(err, imagestore.ErrTicketExpired):
 		return apierr.New(fasthttp.StatusGone, "ticketExpired", "this upload ticket has expired; ask for a new one")
+	case errors.Is(err, imagestore.ErrNoSpace):
+		return writeFailure(err)
 	}
 	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the ticket up")
 }
@@ -283,7 +285,7 @@ func imageError(err error) *apierr.Error {
 // writeFailure tells a full disk (507, the client may retry later) from
 // other storage errors (500).
 func writeFailure(err error) *apierr.Error {
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, imagestore.ErrNoSpace) {
 		return apierr.Wrap(err, fasthttp.StatusInsufficientStorage, "noSpace", "the edge ran out of disk space while storing the image; try again later")
 	}
 	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not store the image")

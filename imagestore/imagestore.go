@@ -24,7 +24,21 @@ var (
 	ErrTicketUsed    = errors.New("ticket already used")
 	ErrTicketExpired = errors.New("ticket expired")
 	ErrQuota         = errors.New("image quota reached")
+	// ErrDamaged is a store whose own integrity check failed, or that met
+	// a damaged page while answering.
+	ErrDamaged = errors.New("store damaged")
+	// ErrNoSpace is a store write that failed because its disk is full.
+	ErrNoSpace = errors.New("no space left for the store")
+	// ErrUnwritable is a store write that failed for another storage
+	// reason (I/O error, read-only file system, permissions).
+	ErrUnwritable = errors.New("store not writable")
 )
+
+// DefaultHeadroom is the free space an upload must leave on the disk of
+// the images, and below which no ticket is issued: a full disk is the
+// normal state of a small home server, and the store and the system need
+// room of their own.
+const DefaultHeadroom = 1 << 30
 
 // Tenant is a box of the mesh, known to the edge by a bearer token.
 type Tenant struct {
@@ -136,7 +150,14 @@ func ValidUploadID(id string) bool {
 // Store holds the records. Every method is one transaction; single use of a
 // ticket is one conditional update, never read-then-write.
 type Store interface {
+	// Ping reads from the store. Besides a failed read it reports what
+	// the store knows of its own health: ErrDamaged once it met a damaged
+	// page, ErrNoSpace or ErrUnwritable while its last write failed so.
 	Ping(ctx context.Context) error
+	// Verify checks the store's own integrity (SQLite: PRAGMA
+	// quick_check) and returns an error wrapping ErrDamaged if it fails.
+	// It reads the whole store: start-up runs it, probes do not.
+	Verify(ctx context.Context) error
 	Close() error
 
 	// CreateTenant stores t with the hash of its token; ErrExists if the
@@ -197,6 +218,10 @@ type Store interface {
 	ExpireSessions(ctx context.Context, now time.Time) ([]string, error)
 	// SessionUploadIDs lists the upload ids of all live sessions.
 	SessionUploadIDs(ctx context.Context) ([]string, error)
+	// PendingSessionBytes is what the live sessions have yet to receive
+	// (Length − Offset, summed): space the disk must keep for them, an
+	// abandoned session's included, until it ends or expires.
+	PendingSessionBytes(ctx context.Context) (int64, error)
 
 	Stats(ctx context.Context) (Stats, error)
 }
@@ -225,6 +250,25 @@ type Blobs interface {
 	RemovePartials(ctx context.Context, keep func(id string) bool) (int, error)
 	// Available returns the bytes free for new blobs.
 	Available(ctx context.Context) (int64, error)
+
+	// Quarantine takes committed blob id out of service (Open and List no
+	// longer see it) without deleting a byte: a blob no record names may
+	// still be somebody's only copy of a disk, so absence of a record is
+	// never a reason to delete it. ErrNotFound if there is no such blob,
+	// ErrExists if a quarantined blob already has that id.
+	Quarantine(ctx context.Context, id string) error
+	// Quarantined lists the quarantined blobs, sorted by id.
+	Quarantined(ctx context.Context) ([]QuarantinedBlob, error)
+	// RemoveQuarantined deletes one quarantined blob. Only an operator's
+	// explicit request may call it; ErrNotFound if there is none.
+	RemoveQuarantined(ctx context.Context, id string) error
+}
+
+// QuarantinedBlob is a blob set aside because no record named it.
+type QuarantinedBlob struct {
+	ID            string
+	Size          int64
+	QuarantinedAt time.Time
 }
 
 // BlobWriter is a blob being written. Exactly one of Commit, Abort and

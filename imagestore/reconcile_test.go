@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,8 +19,9 @@ import (
 
 // TestReconcile runs Reconcile over the real stores after a simulated
 // crash: a live resumable upload's partial survives, a partial without a
-// session is removed, a committed blob without a record is removed, a
-// recorded image is kept, and a record without its blob is only reported.
+// session is removed, a committed blob without a record is
+// quarantined (never deleted), a recorded image is kept, and a record
+// without its blob is only reported.
 func TestReconcile(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
@@ -110,8 +112,19 @@ func TestReconcile(t *testing.T) {
 	if !strings.Contains(out, "upload_id="+lost) {
 		t.Errorf("log does not report the record without a file:\n%s", out)
 	}
-	if !strings.Contains(out, "partial_uploads_removed=1") || !strings.Contains(out, "orphan_files_removed=1") {
-		t.Errorf("log does not count one partial and one orphan removed:\n%s", out)
+	if !strings.Contains(out, "partial_uploads_removed=1") || !strings.Contains(out, "files_quarantined=1") {
+		t.Errorf("log does not count one partial removed and one orphan quarantined:\n%s", out)
+	}
+	// The orphan is set aside with every byte, not deleted.
+	q, err := blobs.Quarantined(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q) != 1 || q[0].ID != orphan || q[0].Size != int64(len("orphan")) {
+		t.Fatalf("quarantine after Reconcile = %+v, want only %s (6 bytes)", q, orphan)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "vm-images", ".quarantine", orphan+".qcow2")); err != nil || string(got) != "orphan" {
+		t.Errorf("quarantined file = %q, %v; want the orphan's bytes", got, err)
 	}
 
 	// A second run finds nothing more to do.
@@ -119,8 +132,8 @@ func TestReconcile(t *testing.T) {
 	if err := imagestore.Reconcile(ctx, st, blobs, log); err != nil {
 		t.Fatalf("second Reconcile: %v", err)
 	}
-	if strings.Contains(logBuf.String(), "removed") {
-		t.Errorf("second Reconcile removed something:\n%s", logBuf.String())
+	if strings.Contains(logBuf.String(), "start-up cleanup") {
+		t.Errorf("second Reconcile removed or quarantined something:\n%s", logBuf.String())
 	}
 	w, err = blobs.Resume(ctx, live, int64(len(liveBytes)))
 	if err != nil {
@@ -161,5 +174,72 @@ func commit(t *testing.T, blobs imagestore.Blobs, id string, data []byte) {
 	}
 	if err := w.Commit(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReconcileRefusesLostStore: a store with no image record beside
+// committed image files (vmshelf.db deleted, emptied or replaced) is a
+// refusal, and Reconcile touches nothing: not the images, not the
+// partials of uploads whose sessions the lost store knew.
+func TestReconcileRefusesLostStore(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	blobs, err := blobfs.Open(filepath.Join(dir, "vm-images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{imagestore.NewUploadID(), imagestore.NewUploadID(), imagestore.NewUploadID()}
+	for _, id := range ids {
+		commit(t, blobs, id, []byte("disk "+id))
+	}
+	partial := imagestore.NewUploadID()
+	writePartial(t, blobs, partial, []byte("half"))
+
+	// A store created anew: it has tenants (the dev tenant, say) but no image.
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "vmshelf.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.CreateTenant(ctx, imagestore.Tenant{Name: "dev"}, imagestore.HashSecret("tok")); err != nil {
+		t.Fatal(err)
+	}
+	err = imagestore.Reconcile(ctx, st, blobs, slog.New(slog.DiscardHandler))
+	var lost *imagestore.StoreLostError
+	if !errors.As(err, &lost) || lost.Files != 3 {
+		t.Fatalf("Reconcile on a lost store: %v, want StoreLostError{Files: 3}", err)
+	}
+	files, err := blobs.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(files, slices.Sorted(slices.Values(ids))) {
+		t.Errorf("image files after the refusal = %v, want all of %v", files, ids)
+	}
+	for _, id := range ids {
+		if got, err := os.ReadFile(filepath.Join(dir, "vm-images", id+".qcow2")); err != nil || string(got) != "disk "+id {
+			t.Errorf("image %s after the refusal = %q, %v", id, got, err)
+		}
+	}
+	if q, err := blobs.Quarantined(ctx); err != nil || len(q) != 0 {
+		t.Errorf("quarantine after the refusal = %v, %v; want empty", q, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "vm-images", ".partial", partial)); err != nil {
+		t.Errorf("partial of an upload the lost store knew: %v, want kept", err)
+	}
+
+	// An empty store beside an empty image directory is a new edge: fine.
+	empty := t.TempDir()
+	st2, err := sqlite.Open(ctx, filepath.Join(empty, "vmshelf.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	blobs2, err := blobfs.Open(filepath.Join(empty, "vm-images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := imagestore.Reconcile(ctx, st2, blobs2, slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("Reconcile of a new edge: %v", err)
 	}
 }

@@ -79,6 +79,9 @@ type statsCollector struct {
 	images *prometheus.Desc
 	bytes  *prometheus.Desc
 	free   *prometheus.Desc
+	// quarantined files are images start-up set aside because no record
+	// named them: somebody's disk, maybe, waiting for an operator.
+	quarantined *prometheus.Desc
 }
 
 func newStatsCollector(st imagestore.Store, blobs imagestore.Blobs) *statsCollector {
@@ -92,6 +95,8 @@ func newStatsCollector(st imagestore.Store, blobs imagestore.Blobs) *statsCollec
 		// the figure to alert on before boxes see noSpace.
 		free: prometheus.NewDesc("vmshelf_image_storage_free_bytes",
 			"Bytes free for new images where they are stored.", nil, nil),
+		quarantined: prometheus.NewDesc("vmshelf_quarantined_image_files",
+			"Image files set aside at start-up because no record named them; see 'vmshelf quarantine list'.", nil, nil),
 	}
 }
 
@@ -99,6 +104,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.images
 	ch <- c.bytes
 	ch <- c.free
+	ch <- c.quarantined
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -108,6 +114,11 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.free, err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(free))
+	}
+	if q, err := c.blobs.Quarantined(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(c.quarantined, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(c.quarantined, prometheus.GaugeValue, float64(len(q)))
 	}
 	st, err := c.st.Stats(ctx)
 	if err != nil {

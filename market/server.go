@@ -35,7 +35,17 @@ type Config struct {
 	Now func() time.Time
 	// Log receives at most one line per failed request; nil discards.
 	Log *slog.Logger
+	// Headroom is the free space below which no ticket is issued (an
+	// upload must leave as much); 0 means imagestore.DefaultHeadroom.
+	Headroom int64
+	// MinFree is the free space below which /readyz answers 503 noSpace:
+	// the disk is full for the store's and the system's own writes. 0
+	// means DefaultMinFree.
+	MinFree int64
 }
+
+// DefaultMinFree is Config.MinFree's default.
+const DefaultMinFree = 32 << 20
 
 // Server is the control plane. Build it with New; it is safe for concurrent
 // use.
@@ -77,6 +87,12 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Headroom <= 0 {
+		cfg.Headroom = imagestore.DefaultHeadroom
+	}
+	if cfg.MinFree <= 0 {
+		cfg.MinFree = DefaultMinFree
 	}
 	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log}
 	if s.metrics, err = newMetrics(reg, st, blobs, cfg.Log); err != nil {
@@ -126,6 +142,12 @@ func writeBody(w http.ResponseWriter, status int, body []byte) {
 // business and would let anyone fill the log). Nothing logged here carries
 // a token: only method, route, status, reason and the internal cause.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var answered *apierr.Error
+	if !errors.As(err, &answered) && errors.Is(err, imagestore.ErrNoSpace) {
+		// A full disk is the client's answer, not a server fault: it can
+		// retry once space is freed (a remove, above all, still works).
+		err = errNoSpace(err)
+	}
 	e := apierr.From(err)
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", "Bearer")
@@ -140,6 +162,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	s.log.Log(r.Context(), level, "control request failed", attrs...)
 	writeBody(w, e.Status, append(e.JSON(), '\n'))
+}
+
+// errNoSpace is the 507 of a request the full disk refused.
+func errNoSpace(cause error) *apierr.Error {
+	return apierr.Wrap(cause, http.StatusInsufficientStorage, "noSpace",
+		"the edge's disk is full; uploads are refused until space is freed (removing an image works)")
 }
 
 // routeLabel is the registered pattern of r, never the raw path: the path

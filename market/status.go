@@ -82,25 +82,32 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz is ready when the store answers and the image directory is
-// reachable. The sentence names which failed; the cause goes to the log
-// only.
+// readyz is ready when the store answers and can write, and the disk has
+// room for the store's own writes. A 503 names the reason: storeCorrupt
+// (a damaged page was met: restore the db), storeUnwritable (writes fail:
+// I/O errors, a read-only file system), noSpace (the disk is full: remove
+// images or free space), notReady (the store or the image directory does
+// not answer). The cause goes to the log only.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 	defer cancel()
 	storeErr := s.st.Ping(ctx)
-	_, blobErr := s.blobs.Available(ctx)
-	var msg string
+	avail, blobErr := s.blobs.Available(ctx)
+	var e *apierr.Error
 	switch {
-	case storeErr != nil && blobErr != nil:
-		msg = "neither the record store nor the image storage is reachable"
-	case storeErr != nil:
-		msg = "the record store is not reachable"
+	case errors.Is(storeErr, imagestore.ErrDamaged):
+		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "storeCorrupt", "the record store is damaged; restore it from a backup")
+	case errors.Is(storeErr, imagestore.ErrUnwritable):
+		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "storeUnwritable", "the record store cannot write")
+	case storeErr != nil && !errors.Is(storeErr, imagestore.ErrNoSpace):
+		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "notReady", "the record store is not reachable")
 	case blobErr != nil:
-		msg = "the image storage is not reachable"
-	default:
+		e = apierr.Wrap(blobErr, http.StatusServiceUnavailable, "notReady", "the image storage is not reachable")
+	case avail < s.cfg.MinFree:
+		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "noSpace", "the disk is full; remove images or free space")
+	default: // a store write that failed for space before the room came back is no reason to wait
 		s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 		return
 	}
-	s.fail(w, r, apierr.Wrap(errors.Join(storeErr, blobErr), http.StatusServiceUnavailable, "notReady", msg))
+	s.fail(w, r, e)
 }

@@ -2,6 +2,7 @@ package market
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -44,6 +45,18 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	}
 	if !t.Sharing {
 		s.fail(w, r, errNotSharing)
+		return
+	}
+
+	// A ticket for an upload the disk cannot take would only be refused
+	// later, after the client read and maybe sent its image.
+	avail, err := s.blobs.Available(r.Context())
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("read free disk space: %w", err))
+		return
+	}
+	if avail < s.cfg.Headroom {
+		s.fail(w, r, errNoSpace(fmt.Errorf("%d bytes free, below the %d bytes of headroom", avail, s.cfg.Headroom)))
 		return
 	}
 

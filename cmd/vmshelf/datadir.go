@@ -39,7 +39,7 @@ func prepareDataDir(dir string) error {
 // create is set. The CLI commands use it while serve runs: SQLite's WAL and
 // busy timeout let them share. Only serve and 'tenant add' create a store,
 // so a mistyped --data-dir is an error instead of a new, empty store.
-func openStore(ctx context.Context, dir string, create bool) (*sqlite.Store, *blobfs.FS, error) {
+func openStore(ctx context.Context, dir string, create bool, opts ...sqlite.Option) (*sqlite.Store, *blobfs.FS, error) {
 	if !create {
 		if _, err := os.Stat(filepath.Join(dir, dbFile)); err != nil {
 			return nil, nil, usagef("no vmshelf store in %s (check --data-dir)", dir)
@@ -48,7 +48,7 @@ func openStore(ctx context.Context, dir string, create bool) (*sqlite.Store, *bl
 	if err := prepareDataDir(dir); err != nil {
 		return nil, nil, err
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(dir, dbFile))
+	st, err := sqlite.Open(ctx, filepath.Join(dir, dbFile), opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open store: %w", err)
 	}

@@ -1047,6 +1047,9 @@ func TestE2EKillMidUploadThenRestart(t *testing.T) {
 	s := startServe(t, data, nil)
 	disk, diskBytes := makeImage(t, work, "disk.qcow2")
 	partial := filepath.Join(data, "vm-images", ".partial")
+	// One stored image: a store with records, so that the orphan below is
+	// quarantined (a store with none beside image files refuses to start).
+	kept := s.upload(t, s.ticket(t, "kept"), disk, diskBytes)
 
 	tk := s.ticket(t, "doomed")
 	conn := rawUpload(t, s, tk, int64(len(diskBytes)))
@@ -1082,17 +1085,20 @@ func TestE2EKillMidUploadThenRestart(t *testing.T) {
 		t.Errorf("after restart .partial holds %v, want nothing", es)
 	}
 	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the orphan file survived the restart (stat: %v)", err)
+		t.Errorf("the orphan file is still served from vm-images after the restart (stat: %v)", err)
 	}
-	if st := s2.status(t, s2.token); len(st.Images) != 0 {
-		t.Errorf("status lists images after the crash: %+v", st.Images)
+	if b, err := os.ReadFile(filepath.Join(data, "vm-images", ".quarantine", filepath.Base(orphan))); err != nil || !bytes.Equal(b, diskBytes) {
+		t.Errorf("the orphan file was not quarantined intact: %v", err)
+	}
+	if st := s2.status(t, s2.token); len(st.Images) != 1 || st.Images[0].UploadID != kept.UploadID {
+		t.Errorf("status after the crash lists %+v, want only %s", st.Images, kept.UploadID)
 	}
 	code, body := curl(t, "-T", disk, tk.UploadURL)
 	wantError(t, "the killed upload's ticket", code, body, http.StatusGone, "ticketUsed")
 
 	s2.upload(t, s2.ticket(t, "after the crash"), disk, diskBytes)
-	if st := s2.status(t, s2.token); len(st.Images) != 1 {
-		t.Errorf("status lists %d images after one upload, want 1", len(st.Images))
+	if st := s2.status(t, s2.token); len(st.Images) != 2 {
+		t.Errorf("status lists %d images after a second upload, want 2", len(st.Images))
 	}
 }
 

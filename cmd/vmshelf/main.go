@@ -24,6 +24,8 @@ usage:
   vmshelf fetch-url UPLOAD_ID [--ttl 1h]    mint a fetch capability and print its URL once
   vmshelf upload --control URL --token-file F --name NAME [--efi] FILE   check, then upload resumably with progress
   vmshelf check FILE [--max-virtual-gib N]  the gateway's QCOW2 checks, offline (exit 0 good, 1 bad, 2 unreadable)
+  vmshelf quarantine list                   image files start-up set aside because no record named them
+  vmshelf quarantine rm UPLOAD_ID...        delete quarantined image files (only these, only on request)
 
 Every flag can also come from the environment as VMSHELF_<FLAG> (upper case,
 "-" as "_"). "vmshelf COMMAND -h" lists a command's flags.
@@ -59,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return upload(ctx, args[1:], stdout, stderr)
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
+	case "quarantine":
+		return quarantine(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

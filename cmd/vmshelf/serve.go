@@ -22,6 +22,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/gateway"
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/market"
 )
 
@@ -39,7 +40,7 @@ type serveFlags struct {
 	vmStorageClass, stripeAPIBase             string
 	checkoutReturnURL, currency               string
 	corsOrigin                                string
-	tusCheckpointMiB                          int
+	tusCheckpointMiB, headroomMiB             int
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
@@ -68,6 +69,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.currency, "currency", "eur", "currency of listings")
 	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser; off when empty")
 	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB")
+	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
 	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return nil, err
@@ -103,6 +105,8 @@ func (f *serveFlags) validate() error {
 		return usagef("--vm-cpu, --vm-memory-mib and --vm-disk-gib must be positive (memory at least 64 MiB)")
 	case f.tusCheckpointMiB < 1:
 		return usagef("--tus-checkpoint-mib must be at least 1")
+	case f.headroomMiB < 1:
+		return usagef("--headroom-mib must be at least 1")
 	case f.corsOrigin != "" && f.corsOrigin != "*" && !isOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
 	case len(f.currency) != 3:
@@ -186,12 +190,27 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer lock.Close()
-	st, blobs, err := openStore(ctx, f.dataDir, true)
+	st, blobs, err := openStore(ctx, f.dataDir, true, sqlite.WithReserve(storeReserve))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	// A damaged db must stop here: reading it as it is could make images
+	// look unrecorded, and every tenant request would fail later anyway.
+	if err := st.Verify(ctx); err != nil {
+		if errors.Is(err, imagestore.ErrDamaged) {
+			return usagef("data dir %s: %s is damaged (%v); refusing to start: stop, restore %s from a backup, then start again",
+				f.dataDir, dbFile, err, dbFile)
+		}
+		return fmt.Errorf("check store: %w", err)
+	}
 	if err := imagestore.Reconcile(ctx, st, blobs, log); err != nil {
+		var lost *imagestore.StoreLostError
+		if errors.As(err, &lost) {
+			return usagef("data dir %s: %s is new or holds no image record, but %s holds %d image files; "+
+				"refusing to start so that none is lost: restore %s from a backup, or move the files out of %s",
+				f.dataDir, dbFile, imagesDir, lost.Files, dbFile, imagesDir)
+		}
 		return err
 	}
 	if f.dev {
@@ -214,6 +233,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		PublicURL:       base,
 		CORSOrigin:      f.corsOrigin,
 		CheckpointBytes: int64(f.tusCheckpointMiB) << 20,
+		Headroom:        int64(f.headroomMiB) << 20,
 		Log:             log.With("plane", "data"),
 	}, st, blobs, reg)
 	if err != nil {
@@ -224,6 +244,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		TicketTTL:       f.ticketTTL,
 		ImagesPerTenant: f.imagesPerTenant,
 		VMsEnabled:      f.vmsEnable,
+		Headroom:        int64(f.headroomMiB) << 20,
 		Log:             log.With("plane", "control"),
 	}, st, blobs, reg, reg)
 	if err != nil {
@@ -246,6 +267,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	go mk.RunSweeper(sweepCtx, time.Minute)
+	go keepReserve(sweepCtx, st, time.Minute, log)
 	go gw.RunSweeper(sweepCtx, time.Minute)
 
 	errs := make(chan error, 2)
@@ -275,6 +297,27 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // defaultMemoryLimit is the runtime's soft memory limit unless GOMEMLIMIT
 // is set: under the 64 MiB the service is sized for.
 const defaultMemoryLimit = 40 << 20
+
+// storeReserve is the emergency space kept beside the db: on a full disk
+// it is released so that removes can still commit (sqlite.WithReserve).
+const storeReserve = 16 << 20
+
+// keepReserve takes the store's emergency space back once the disk has
+// room again, until ctx ends.
+func keepReserve(ctx context.Context, st *sqlite.Store, every time.Duration, log *slog.Logger) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := st.RefillReserve(); err != nil && !errors.Is(err, imagestore.ErrNoSpace) {
+				log.Warn("store reserve", "err", err)
+			}
+		}
+	}
+}
 
 // shutdownBound is how long SIGTERM waits for running transfers.
 const shutdownBound = 30 * time.Second

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	msqlite "modernc.org/sqlite"
@@ -36,8 +37,11 @@ const busyTimeout = 10 * time.Second
 // Store is an imagestore.Store backed by one SQLite database file. It is
 // safe for concurrent use.
 type Store struct {
-	db  *sql.DB // reads: a pool, deferred BEGIN
-	wdb *sql.DB // writes: one connection, BEGIN IMMEDIATE
+	db      *sql.DB // reads: a pool, deferred BEGIN
+	wdb     *sql.DB // writes: one connection, BEGIN IMMEDIATE
+	path    string
+	reserve *reserve // nil without WithReserve
+	health  health
 }
 
 var _ imagestore.Store = (*Store)(nil)
@@ -45,11 +49,11 @@ var _ imagestore.Store = (*Store)(nil)
 // Open opens the database at path, creating it with mode 0600 if it does
 // not exist (the parent directory must), and brings its schema up to date.
 // A database written by a newer binary is refused.
-func Open(ctx context.Context, path string) (*Store, error) {
-	return open(ctx, path, schema())
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	return open(ctx, path, schema(), opts...)
 }
 
-func open(ctx context.Context, path string, steps []string) (*Store, error) {
+func open(ctx context.Context, path string, steps []string, opts ...Option) (*Store, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
@@ -91,7 +95,17 @@ func open(ctx context.Context, path string, steps []string) (*Store, error) {
 	// (CDI's importers send thousands of small range reads), and opening a
 	// SQLite connection per lookup showed in the benchmark's profile.
 	db.SetMaxIdleConns(16)
-	return &Store{db: db, wdb: wdb}, nil
+	s := &Store{db: db, wdb: wdb, path: abs}
+	for _, o := range opts {
+		o(s)
+	}
+	// A disk already full at start leaves the store without its reserve
+	// for now; RefillReserve takes it once there is room.
+	if err := s.RefillReserve(); err != nil && !errors.Is(err, imagestore.ErrNoSpace) {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // dsn builds the driver name for the file at abs. The pragmas are per
@@ -129,37 +143,89 @@ func (s *Store) Close() error {
 }
 
 // Ping reads the schema version, which touches the database file itself,
-// not just the connection.
+// not just the connection, then reports what the store learnt of its
+// health from the calls it answered (see imagestore.Store).
 func (s *Store) Ping(ctx context.Context) error {
 	var v int
 	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		return fmt.Errorf("sqlite: ping: %w", err)
+		err = withFault(fmt.Errorf("sqlite: ping: %w", err))
+		s.health.note(err, false)
+		return err
+	}
+	return s.health.state()
+}
+
+// Verify runs PRAGMA quick_check: every page and index entry of the file
+// is read and checked for consistency (quick: indexes are not compared
+// with their tables' content). A damaged file answers with one line per
+// problem instead of "ok"; the first few go into the error.
+func (s *Store) Verify(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, "PRAGMA quick_check(5)")
+	if err != nil {
+		return fmt.Errorf("sqlite: quick_check: %w", err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return fmt.Errorf("sqlite: quick_check: %w", err)
+		}
+		if line != "ok" { // SQLite's lines may hold newlines; callers print one line
+			problems = append(problems, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		err = withFault(fmt.Errorf("sqlite: quick_check: %w", err))
+		s.health.note(err, false)
+		return err
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("sqlite: quick_check: %w: %s", imagestore.ErrDamaged, strings.Join(problems, "; "))
 	}
 	return nil
 }
 
 // write runs fn in a write transaction (BEGIN IMMEDIATE, from the DSN).
+// A write the full disk refused runs once more after releasing the
+// reserve (WithReserve), so that a remove can still free space.
 func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	return s.tx(ctx, s.wdb, op, nil, fn)
+	err := s.tx(ctx, s.wdb, op, nil, fn)
+	if errors.Is(err, imagestore.ErrNoSpace) && s.reserve != nil && s.reserve.release() {
+		err = s.tx(ctx, s.wdb, op, nil, fn)
+	}
+	s.health.note(err, true)
+	return err
 }
 
 // read runs fn in a read transaction: a plain deferred BEGIN, so that reads
 // never queue for the write lock.
 func (s *Store) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	return s.tx(ctx, s.db, op, &sql.TxOptions{ReadOnly: true}, fn)
+	err := s.tx(ctx, s.db, op, &sql.TxOptions{ReadOnly: true}, fn)
+	s.health.note(err, false)
+	return err
+}
+
+// withFault wraps err in the imagestore error naming its storage failure,
+// if it has one.
+func withFault(err error) error {
+	if f := storageFault(err); f != nil {
+		return fmt.Errorf("%w: %w", f, err)
+	}
+	return err
 }
 
 func (s *Store) tx(ctx context.Context, db *sql.DB, op string, opts *sql.TxOptions, fn func(tx *sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("sqlite: %s: begin: %w", op, err)
+		return withFault(fmt.Errorf("sqlite: %s: begin: %w", op, err))
 	}
 	defer func() { _ = tx.Rollback() }()
 	if err := fn(tx); err != nil {
-		return fmt.Errorf("sqlite: %s: %w", op, err)
+		return withFault(fmt.Errorf("sqlite: %s: %w", op, err))
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: %s: commit: %w", op, err)
+		return withFault(fmt.Errorf("sqlite: %s: commit: %w", op, err))
 	}
 	return nil
 }
@@ -823,6 +889,15 @@ func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]str
 }
 
 // Stats returns the number of images and their total size.
+// PendingSessionBytes sums Length − Offset over the live sessions.
+func (s *Store) PendingSessionBytes(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.read(ctx, "pending session bytes", func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `SELECT coalesce(sum(length - "offset"), 0) FROM upload_sessions`).Scan(&n)
+	})
+	return n, err
+}
+
 func (s *Store) Stats(ctx context.Context) (imagestore.Stats, error) {
 	var st imagestore.Stats
 	err := s.read(ctx, "stats", func(tx *sql.Tx) error {

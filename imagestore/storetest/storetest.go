@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		fn   func(t *testing.T, s imagestore.Store)
 	}{
 		{"Ping", testPing},
+		{"Verify", testVerify},
 		{"CreateTenant", testCreateTenant},
 		{"TenantErrors", testTenantErrors},
 		{"Tenants", testTenants},
@@ -52,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"EndSession", testEndSession},
 		{"ExpireSessions", testExpireSessions},
 		{"SessionUploadIDs", testSessionUploadIDs},
+		{"PendingSessionBytes", testPendingSessionBytes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,6 +184,16 @@ func checkImage(t *testing.T, op string, got, want imagestore.Image) {
 
 func testPing(t *testing.T, s imagestore.Store) {
 	must(t, "Ping", s.Ping(t.Context()))
+}
+
+// testVerify: a sound store passes its integrity check, empty and filled.
+func testVerify(t *testing.T, s imagestore.Store) {
+	must(t, "Verify empty", s.Verify(t.Context()))
+	tn := newTenant(t, s, "verify")
+	for i := range 50 {
+		newImage(t, s, tn.ID, uploadID(i), t0, int64(i))
+	}
+	must(t, "Verify filled", s.Verify(t.Context()))
 }
 
 func testCreateTenant(t *testing.T, s imagestore.Store) {
@@ -1213,4 +1225,30 @@ func testSessionUploadIDs(t *testing.T, s imagestore.Store) {
 	if ids := sessionIDs(t, s); !slices.Equal(ids, want) {
 		t.Errorf("SessionUploadIDs after EndSession = %v, want %v", ids, want)
 	}
+}
+
+// testPendingSessionBytes: what the live sessions still expect, falling
+// as progress is saved and gone when a session ends or expires.
+func testPendingSessionBytes(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	check := func(when string, want int64) {
+		t.Helper()
+		n, err := s.PendingSessionBytes(ctx)
+		must(t, "PendingSessionBytes "+when, err)
+		if n != want {
+			t.Errorf("PendingSessionBytes %s = %d, want %d", when, n, want)
+		}
+	}
+	check("without sessions", 0)
+	tn := newTenant(t, s, "alpha")
+	a := newSession(t, s, tn.ID, "sa", uploadID(1), t0.Add(time.Hour)) // 1 MiB each
+	newSession(t, s, tn.ID, "sb", uploadID(2), t0.Add(2*time.Hour))
+	check("two fresh sessions", 2<<20)
+	must(t, "SaveProgress", s.SaveProgress(ctx, a.UploadID, 1<<19, hashState(t, "x"), t0.Add(time.Hour)))
+	check("after half of one", 2<<20-1<<19)
+	must(t, "EndSession", s.EndSession(ctx, a.UploadID))
+	check("after one ended", 1<<20)
+	_, err := s.ExpireSessions(ctx, t0.Add(3*time.Hour))
+	must(t, "ExpireSessions", err)
+	check("after the other expired", 0)
 }

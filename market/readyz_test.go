@@ -1,0 +1,75 @@
+package market
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// sickStore answers Ping with err: the store's own account of its health.
+type sickStore struct {
+	imagestore.Store
+	err error
+}
+
+func (s sickStore) Ping(context.Context) error { return s.err }
+
+// roomyBlobs reports free bytes.
+type roomyBlobs struct {
+	imagestore.Blobs
+	free int64
+	err  error
+}
+
+func (b roomyBlobs) Available(context.Context) (int64, error) { return b.free, b.err }
+
+// TestReadyzReasons: /readyz names why it is not ready, so that an
+// operator (and an alert) can tell a full disk from a damaged store.
+func TestReadyzReasons(t *testing.T) {
+	const minFree = 32 << 20
+	wrap := func(e error) error { return fmt.Errorf("sqlite: ping: %w", e) }
+	for _, tc := range []struct {
+		name     string
+		storeErr error
+		free     int64
+		blobErr  error
+		status   int
+		reason   string
+	}{
+		{"sound", nil, 1 << 30, nil, http.StatusOK, ""},
+		{"damaged store", wrap(imagestore.ErrDamaged), 1 << 30, nil, http.StatusServiceUnavailable, "storeCorrupt"},
+		{"store cannot write", wrap(imagestore.ErrUnwritable), 1 << 30, nil, http.StatusServiceUnavailable, "storeUnwritable"},
+		{"store unreachable", errors.New("database is locked"), 1 << 30, nil, http.StatusServiceUnavailable, "notReady"},
+		{"image dir unreachable", nil, 0, errors.New("statfs: input/output error"), http.StatusServiceUnavailable, "notReady"},
+		{"disk full", nil, minFree - 1, nil, http.StatusServiceUnavailable, "noSpace"},
+		{"store write failed for space, disk full", wrap(imagestore.ErrNoSpace), 0, nil, http.StatusServiceUnavailable, "noSpace"},
+		{"store write failed for space, room again", wrap(imagestore.ErrNoSpace), minFree, nil, http.StatusOK, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			reg := prometheus.NewRegistry()
+			srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, MinFree: minFree},
+				sickStore{e.st, tc.storeErr}, roomyBlobs{e.blobs, tc.free, tc.blobErr}, reg, reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			r := response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+			if tc.status == http.StatusOK {
+				if r.status != http.StatusOK {
+					t.Fatalf("/readyz: %d %s, want 200", r.status, r.body)
+				}
+				return
+			}
+			wantError(t, r, tc.status, tc.reason)
+		})
+	}
+}
