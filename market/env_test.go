@@ -109,6 +109,7 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 		TicketTTL:       time.Hour,
 		ImagesPerTenant: 3,
 		VMsEnabled:      true,
+		Headroom:        1 << 20, // independent of the build machine's free disk
 		Now:             e.clock.Now,
 		Log:             slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}

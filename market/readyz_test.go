@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,4 +73,46 @@ func TestReadyzReasons(t *testing.T) {
 			wantError(t, r, tc.status, tc.reason)
 		})
 	}
+}
+
+// TestTicketNoSpace: below the headroom no ticket is issued (507 noSpace,
+// nothing stored), and a store write refused for space is 507, never 500.
+func TestTicketNoSpace(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		free     int64
+		storeErr error
+	}{
+		{"disk below the headroom", 1<<20 - 1, nil},
+		{"store write refused for space", 1 << 30, fmt.Errorf("sqlite: create ticket: %w", imagestore.ErrNoSpace)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			_, token := e.tenant("alice", true)
+			reg := prometheus.NewRegistry()
+			srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, Headroom: 1 << 20},
+				fullStore{e.st, tc.storeErr}, roomyBlobs{e.blobs, tc.free, nil}, reg, reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodPost, "/market/vm-images/ticket", strings.NewReader(`{"name":"disk"}`))
+			req.Header.Set("Authorization", "Bearer "+token)
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, req)
+			wantError(t, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, http.StatusInsufficientStorage, "noSpace")
+		})
+	}
+}
+
+// fullStore refuses ticket writes with err (when set).
+type fullStore struct {
+	imagestore.Store
+	err error
+}
+
+func (s fullStore) CreateTicket(ctx context.Context, tk imagestore.Ticket, h imagestore.Hash, quota int) error {
+	if s.err != nil {
+		return s.err
+	}
+	return s.Store.CreateTicket(ctx, tk, h, quota)
 }

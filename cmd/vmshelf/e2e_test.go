@@ -338,7 +338,10 @@ func launchBin(t *testing.T, bin, dataDir, dataAddr, ctlAddr string, args, env [
 	}
 	s.dataBase, s.ctlBase = "http://"+s.dataAddr, "http://"+s.ctlAddr
 	full := append([]string{"serve", "--dev", "--data-dir", dataDir, "--data-addr", s.dataAddr,
-		"--control-addr", s.ctlAddr, "--idle-timeout", "10s"}, args...)
+		"--control-addr", s.ctlAddr, "--idle-timeout", "10s",
+		// The tests' images are small; the default 1 GiB headroom would make
+		// them fail on a build machine whose disk is nearly full.
+		"--headroom-mib", "16"}, args...)
 	s.cmd = exec.Command(bin, full...)
 	s.cmd.Env = cleanEnv(env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.stdout, s.stderr
