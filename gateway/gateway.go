@@ -71,6 +71,7 @@ type Gateway struct {
 	slots   slots
 	misses  *missLimiter
 	locks   *patchLocks
+	space   *spaceLedger
 	closing atomic.Bool // Shutdown began
 	bufs    sync.Pool
 	srv     *fasthttp.Server
@@ -137,6 +138,7 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		slots:   newSlots(cfg.MaxTransfers),
 		misses:  newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
 		locks:   newPatchLocks(),
+		space:   newSpaceLedger(),
 		bufs:    sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
 	}
 	g.srv = &fasthttp.Server{
@@ -252,12 +254,17 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 	var aerr *apierr.Error
 	switch {
 	case kind == routeUpload && ctx.IsPut():
-		aerr = g.admit(ctx, capability, int64(ctx.Request.Header.ContentLength()))
+		size := int64(ctx.Request.Header.ContentLength())
+		if aerr = g.admit(ctx, capability, size); aerr == nil {
+			_, aerr = g.claimSpace(size, false)
+		}
 	case kind == routeUpload && ctx.IsPost():
 		if aerr = tusRequest(ctx); aerr == nil {
 			var length int64
 			if length, aerr = uploadLength(ctx); aerr == nil {
-				aerr = g.admit(ctx, capability, length)
+				if aerr = g.admit(ctx, capability, length); aerr == nil {
+					_, aerr = g.claimSpace(length, false)
+				}
 			}
 		}
 	case kind == routeSession && ctx.IsPatch():

@@ -25,6 +25,7 @@ type intake struct {
 	n        int64         // image bytes taken so far
 	limit    int64         // image bytes allowed in all
 	tooLarge *apierr.Error // the answer when limit is passed
+	claim    *spaceClaim   // the disk space this upload holds; nil for a session's
 }
 
 func (g *Gateway) newIntake(limit int64, tooLarge *apierr.Error) *intake {
@@ -80,7 +81,9 @@ func (in *intake) take(chunk []byte, w io.Writer) *apierr.Error {
 		return imageError(err)
 	}
 	in.hash.Write(chunk)
-	if _, err := w.Write(chunk); err != nil {
+	m, err := w.Write(chunk)
+	in.claim.wrote(m) // on the disk now, so no longer owed
+	if err != nil {
 		return writeFailure(err)
 	}
 	in.n += int64(len(chunk))

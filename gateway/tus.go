@@ -103,6 +103,14 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	if withBody {
 		defer g.releaseSlot(dirUpload)
 	}
+	// The session's record holds the space once stored (the store's
+	// pending bytes); until then this claim does.
+	claim, aerr := g.claimSpace(length, true)
+	if aerr != nil {
+		g.refuseUpload(ctx, aerr, start, "")
+		return
+	}
+	defer claim.release()
 
 	now := g.cfg.Now()
 	id := imagestore.NewSecret()
@@ -111,6 +119,7 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	sess, err := g.store.StartSession(octx, imagestore.HashSecret(ticket), imagestore.HashSecret(id), imagestore.UploadSession{
 		Length: length, HashState: emptyHashState(), CreatedAt: now.UTC(), ExpiresAt: now.Add(sessionTTL).UTC(),
 	}, now)
+	claim.release()
 	if err != nil {
 		g.refuseUpload(ctx, ticketError(err), start, "")
 		return
@@ -244,13 +253,18 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 	inFlight.Inc()
 	defer inFlight.Dec()
 	from := in.n
+	durable := sess.Offset // the offset the store holds, moved by every save
 	save := func() error {
 		if err := w.Sync(); err != nil {
 			return err
 		}
 		octx, cancel := op()
 		defer cancel()
-		return g.store.SaveProgress(octx, sess.UploadID, in.n, in.hashState(), g.cfg.Now().Add(sessionTTL).UTC())
+		if err := g.store.SaveProgress(octx, sess.UploadID, in.n, in.hashState(), g.cfg.Now().Add(sessionTTL).UTC()); err != nil {
+			return err
+		}
+		durable = in.n
+		return nil
 	}
 	aerr := g.pump(ctx, in, w, save, &holder.stop)
 	if aerr == nil && in.n == sess.Length {
@@ -284,17 +298,19 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 		g.refuseUpload(ctx, aerr, start, sess.UploadID)
 		return
 	}
-	// The body ended early, was cut, stalled or was taken over: keep what
-	// is durable for the next PATCH.
-	offset := sess.Offset
-	if err := save(); err != nil {
-		g.log.Warn("save upload progress", "upload_id", sess.UploadID, "err", err)
-	} else {
-		offset = in.n
+	// The body ended early, was cut, stalled, was taken over or met a full
+	// disk: keep what is durable for the next PATCH.
+	saveErr := save()
+	if saveErr != nil {
+		g.log.Warn("save upload progress", "upload_id", sess.UploadID, "err", saveErr)
 	}
 	if err := w.Close(); err != nil {
 		g.log.Error("close upload", "upload_id", sess.UploadID, "err", err)
 	}
+	if saveErr != nil {
+		g.cutBack(sess.UploadID, durable)
+	}
+	offset := durable
 	sess.Offset = offset
 	if aerr != nil {
 		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start)
@@ -304,6 +320,21 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 	}
 	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
 	g.tusProgress(ctx, sess, offset, okStatus)
+}
+
+// cutBack drops what a PATCH wrote past the durable offset when it could
+// not make it durable (a full disk, above all): those bytes would hold
+// space for nothing, since the next PATCH starts at the durable offset.
+func (g *Gateway) cutBack(uploadID string, offset int64) {
+	octx, cancel := op()
+	defer cancel()
+	w, err := g.blobs.Resume(octx, uploadID, offset) // Resume cuts past offset
+	if err == nil {
+		err = w.Close()
+	}
+	if err != nil {
+		g.log.Error("cut upload back to its durable offset", "upload_id", uploadID, "offset", offset, "err", err)
+	}
 }
 
 // endsSession: a verdict on the image itself ends the upload; a broken or

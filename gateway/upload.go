@@ -26,10 +26,11 @@ const bufSize = 1 << 20
 // fsync, rename, record), which must not be cut short by a shutdown.
 const commitTimeout = 5 * time.Minute
 
-// admit runs SPEC's checks that come before the body, in SPEC's order. It
-// takes nothing: the handler acquires the slot and consumes the ticket.
-// size is the image size the client announced (Content-Length of a PUT,
-// Upload-Length of a tus creation), -1 when unknown (chunked).
+// admit runs SPEC's checks that come before the body, in SPEC's order, up
+// to the size limit; the free space comes next (claimSpace). It takes
+// nothing: the handler acquires the slot, claims the space and consumes
+// the ticket. size is the image size the client announced (Content-Length
+// of a PUT, Upload-Length of a tus creation), -1 when unknown (chunked).
 func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) *apierr.Error {
 	now := g.cfg.Now()
 	addr := remoteAddr(ctx)
@@ -54,15 +55,6 @@ func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) *ap
 	}
 	if size > g.cfg.UploadMax {
 		return g.tooLarge()
-	}
-	octx, cancel := op()
-	defer cancel()
-	avail, err := g.blobs.Available(octx)
-	if err != nil {
-		return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the free disk space")
-	}
-	if avail < max(size, 0)+g.cfg.Headroom {
-		return apierr.New(fasthttp.StatusInsufficientStorage, "noSpace", "the edge has not enough free disk space for this image; try again later")
 	}
 	return nil
 }
@@ -106,7 +98,8 @@ func ticketError(err error) *apierr.Error {
 // QCOW2 file. See DESIGN "An upload, as data flowing through".
 func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	start := g.cfg.Now()
-	if aerr := g.admit(ctx, ticket, int64(ctx.Request.Header.ContentLength())); aerr != nil {
+	size := int64(ctx.Request.Header.ContentLength())
+	if aerr := g.admit(ctx, ticket, size); aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
 		return
 	}
@@ -115,6 +108,12 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 		return
 	}
 	defer g.releaseSlot(dirUpload)
+	claim, aerr := g.claimSpace(size, true)
+	if aerr != nil {
+		g.refuseUpload(ctx, aerr, start, "")
+		return
+	}
+	defer claim.release()
 	inFlight := g.metrics.inFlight.WithLabelValues(dirUpload)
 	inFlight.Inc()
 	defer inFlight.Dec()
@@ -128,7 +127,7 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	}
 	g.metrics.consumed.Inc()
 
-	img, n, aerr := g.receive(ctx, tk)
+	img, n, aerr := g.receive(ctx, tk, claim)
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, tk.UploadID)
 		attrs := []any{"upload_id", tk.UploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason,
@@ -239,7 +238,7 @@ func outcomeOf(e *apierr.Error) string {
 
 // receive streams the body through the checks into a new blob and, after
 // the last byte, commits and records it. On any error nothing is left.
-func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket) (imagestore.Image, int64, *apierr.Error) {
+func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim *spaceClaim) (imagestore.Image, int64, *apierr.Error) {
 	octx, cancel := op()
 	w, err := g.blobs.Create(octx, tk.UploadID)
 	cancel()
@@ -248,6 +247,7 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket) (image
 	}
 	defer g.abort(w, tk.UploadID) // a no-op once committed
 	in := g.newIntake(g.cfg.UploadMax, g.tooLarge())
+	in.claim = claim
 	if aerr := g.pump(ctx, in, w, nil, nil); aerr != nil {
 		return imagestore.Image{}, in.n, aerr
 	}

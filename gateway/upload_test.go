@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -728,34 +727,3 @@ func TestUploadQuotaAtCommit(t *testing.T) {
 	e.assertTicket(u2, true)
 }
 
-// TestUploadDiskFull fills a small tmpfs while streaming: ENOSPC is 507 and
-// leaves nothing behind.
-func TestUploadDiskFull(t *testing.T) {
-	needQemu(t)
-	needTool(t, "curl")
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount tmpfs: %v %s", err, out)
-		}
-		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
-	}
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	img := filepath.Join(t.TempDir(), "full.qcow2")
-	qemuImg(t, "create", "-q", "-f", "qcow2", img, "1G")
-	qemuIO(t, img, "write -q -P 0x5a 0 16M")
-	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20 })
-	url, _ := e.ticket()
-	f, err := os.Open(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	code, b := curlPutStdin(t, url, f) // chunked: no length to check before
-	if code != 507 || b["reason"] != "noSpace" {
-		t.Fatalf("upload into a full disk: %d %v, want 507 noSpace", code, b)
-	}
-	e.waitSlotFreed(dirUpload)
-	e.assertNothingLeft()
-	e.assertTicket(url, true)
-}

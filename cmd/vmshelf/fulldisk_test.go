@@ -1,30 +1,67 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
-// mountTmpfs mounts a tmpfs of size on a fresh directory: a real small
-// file system to fill. It needs root, as CI has; elsewhere the test says
-// why it skips.
-func mountTmpfs(t *testing.T, size string) string {
+// smallDisk mounts a real small file system of sizeMiB on a fresh
+// directory: a tmpfs, or an ext4 image on a loop device (no root-reserved
+// blocks, so that "full" means full for root too, as the tests run).
+// Mounting needs root, as CI has; elsewhere the test says why it skips,
+// before it did anything.
+func smallDisk(t *testing.T, kind string, sizeMiB int) string {
 	t.Helper()
 	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
-			t.Fatalf("mount a %s tmpfs: %v %s", size, err, out)
+	var cmd *exec.Cmd
+	switch kind {
+	case "tmpfs":
+		cmd = exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0700", sizeMiB), "tmpfs", dir)
+	case "ext4":
+		needTool(t, "mkfs.ext4")
+		img := filepath.Join(t.TempDir(), "disk.ext4")
+		if err := os.WriteFile(img, nil, 0o600); err != nil {
+			t.Fatal(err)
 		}
-		t.Skipf("mounting a tmpfs needs root (run the tests as root, as CI does): %v %s", err, out)
+		if err := os.Truncate(img, int64(sizeMiB)<<20); err != nil {
+			t.Fatal(err)
+		}
+		if r := runCmd(t, nil, "mkfs.ext4", "-q", "-F", "-m", "0", img); r.code != 0 {
+			t.Fatalf("mkfs.ext4: %s", r.stderr)
+		}
+		cmd = exec.Command("mount", "-o", "loop", img, dir)
+	default:
+		t.Fatalf("unknown file system %q", kind)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
+			t.Fatalf("mount a %d MiB %s: %v %s", sizeMiB, kind, err, out)
+		}
+		t.Skipf("mounting a %s needs root (run the tests as root, as CI does): %v %s", kind, err, out)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	return dir
+}
+
+// onSmallDisks runs test on each kind of small file system.
+func onSmallDisks(t *testing.T, sizeMiB int, test func(t *testing.T, mnt string)) {
+	for _, kind := range []string{"tmpfs", "ext4"} {
+		t.Run(kind, func(t *testing.T) { test(t, smallDisk(t, kind, sizeMiB)) })
+	}
 }
 
 // freeBytes is what statfs says an unprivileged writer may still use.
@@ -68,7 +105,10 @@ func fillUp(t *testing.T, dir string) {
 // still works and frees the space; tickets are 507 noSpace, never 500;
 // /readyz is 503 noSpace until the remove, 200 after it.
 func TestE2EFullDisk(t *testing.T) {
-	mnt := mountTmpfs(t, "512m")
+	onSmallDisks(t, 512, testFullDisk)
+}
+
+func testFullDisk(t *testing.T, mnt string) {
 	data := filepath.Join(mnt, "data")
 	s := startServe(t, data, []string{"--headroom-mib", "8"})
 	disk, diskBytes := makeImageData(t, t.TempDir(), "big.qcow2", 60)
@@ -104,4 +144,187 @@ func TestE2EFullDisk(t *testing.T) {
 		t.Errorf("status lists %d images, want 1", n)
 	}
 	s.ticket(t, "room again") // 201, or the helper fails the test
+}
+
+// TestE2EAdmissionReservesSpace: four curl uploads at once on a disk that
+// fits three (beside the store and its reserve): three are stored, the
+// fourth is refused 507 noSpace, and none of its bytes is taken.
+func TestE2EAdmissionReservesSpace(t *testing.T) {
+	needTool(t, "curl")
+	onSmallDisks(t, 96, testAdmissionReservesSpace)
+}
+
+func testAdmissionReservesSpace(t *testing.T, mnt string) {
+	s := startServe(t, filepath.Join(mnt, "data"), []string{"--headroom-mib", "1", "--max-transfers", "5", "--images-per-tenant", "10"})
+	// Images sized from what is free now (the store and its reserve
+	// took theirs): three fit with the headroom, four do not.
+	free := freeBytes(t, mnt)
+	disk, diskBytes := makeImageData(t, t.TempDir(), "disk.qcow2", int((free-1<<20)*2/7)>>20)
+	if size := int64(len(diskBytes)); 3*size+1<<20 > free || 4*size+1<<20 <= free {
+		t.Fatalf("setup: %d bytes free, images of %d: want three to fit and four not", free, size)
+	}
+	tickets := make([]ticketAnswer, 4)
+	for i := range tickets {
+		tickets[i] = s.ticket(t, "disk "+strconv.Itoa(i))
+	}
+	type answer struct {
+		code int
+		body []byte
+	}
+	answers := make(chan answer, 4)
+	for _, tk := range tickets {
+		go func() { // no t.Fatal here: the answer, or -1, goes to the test
+			// curl's own Expect: 100-continue, as a user's curl sends it.
+			cmd := exec.Command("curl", "-sS", "--max-time", "60", "-o", "-", "-w", "\n%{http_code}", "-T", disk, tk.UploadURL)
+			cmd.Env = cleanEnv()
+			out, err := cmd.Output()
+			i := bytes.LastIndexByte(out, '\n')
+			code, cerr := strconv.Atoi(string(out[i+1:]))
+			if err != nil || cerr != nil {
+				answers <- answer{-1, append(out, fmt.Sprint(err)...)}
+				return
+			}
+			answers <- answer{code, out[:max(i, 0)]}
+		}()
+	}
+	var stored, refused int
+	for range 4 {
+		select {
+		case a := <-answers:
+			switch a.code {
+			case http.StatusCreated:
+				stored++
+			case http.StatusInsufficientStorage:
+				wantError(t, "the upload that did not fit", a.code, a.body, http.StatusInsufficientStorage, "noSpace")
+				refused++
+			default:
+				t.Errorf("an upload answered %d %s", a.code, a.body)
+			}
+		case <-time.After(90 * time.Second):
+			t.Fatal("four curl uploads did not all end within 90s")
+		}
+	}
+	if stored != 3 || refused != 1 {
+		t.Fatalf("%d stored and %d refused, want 3 and 1", stored, refused)
+	}
+	mfs := s.scrape(t)
+	if v := mustMetric(t, mfs, "vmshelf_transfer_bytes_total", map[string]string{"direction": "upload"}); v != float64(3*len(diskBytes)) {
+		t.Errorf("upload bytes taken = %v, want exactly three images' %d (none of the refused one's)", v, 3*len(diskBytes))
+	}
+	if v := mustMetric(t, mfs, "vmshelf_transfer_rejections_total", map[string]string{"direction": "upload", "reason": "noSpace"}); v != 1 {
+		t.Errorf("noSpace rejections = %v, want 1", v)
+	}
+	if n := len(s.status(t, s.token).Images); n != 3 {
+		t.Errorf("status lists %d images, want 3", n)
+	}
+}
+
+// TestE2ETusDiskFull: a resumable upload whose disk fills mid-PATCH gets
+// 507 with the durable offset HEAD also gives, its partial cut back to it;
+// once space is freed it resumes to the right SHA-256.
+func TestE2ETusDiskFull(t *testing.T) {
+	onSmallDisks(t, 96, testTusDiskFull)
+}
+
+func testTusDiskFull(t *testing.T, mnt string) {
+	data := filepath.Join(mnt, "data")
+	s := startServe(t, data, []string{"--headroom-mib", "1", "--tus-checkpoint-mib", "1"})
+	_, img := makeImageData(t, t.TempDir(), "disk.qcow2", 16)
+	tk := s.ticket(t, "resumable")
+	tus := func(method, url string, body io.Reader, length int64, hdr ...string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(method, url, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = length
+		req.Header.Set("Tus-Resumable", "1.0.0")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	resp := tus(http.MethodPost, tk.UploadURL, nil, 0, "Upload-Length", strconv.Itoa(len(img)))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %d", resp.StatusCode)
+	}
+	sess := resp.Header.Get("Location")
+	s.secret(sess[strings.LastIndexByte(sess, '/')+1:])
+	head := func() int {
+		t.Helper()
+		r := tus(http.MethodHead, sess, nil, 0)
+		off, err := strconv.Atoi(r.Header.Get("Upload-Offset"))
+		if r.StatusCode != http.StatusOK || err != nil {
+			t.Fatalf("HEAD: %d, Upload-Offset %q", r.StatusCode, r.Header.Get("Upload-Offset"))
+		}
+		return off
+	}
+
+	pr, pw := io.Pipe()
+	done := make(chan *http.Response, 1)
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest(http.MethodPatch, sess, pr)
+		req.ContentLength = int64(len(img))
+		req.Header.Set("Tus-Resumable", "1.0.0")
+		req.Header.Set("Content-Type", "application/offset+octet-stream")
+		req.Header.Set("Upload-Offset", "0")
+		if r, err := (&http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 60 * time.Second}).Do(req); err == nil {
+			r.Body.Close()
+			done <- r
+		}
+	}()
+	writeDone := make(chan error, 1)
+	go func() { _, err := pw.Write(img[:5<<20]); writeDone <- err }()
+	select {
+	case err := <-writeDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first 5 MiB of the PATCH were not taken within 30s")
+	}
+	poll(t, 400, 25*time.Millisecond, "a checkpoint past 4 MiB", func() bool { return head() >= 4<<20 })
+	fillUp(t, mnt)
+	go func() { _, err := pw.Write(img[5<<20:]); pw.CloseWithError(err) }()
+	var r *http.Response
+	select {
+	case r = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no answer to the PATCH into a full disk within 60s")
+	}
+	if r == nil || r.StatusCode != http.StatusInsufficientStorage {
+		t.Fatalf("PATCH into a full disk: %v, want 507", r)
+	}
+	answered, err := strconv.Atoi(r.Header.Get("Upload-Offset"))
+	durable := head()
+	if err != nil || answered != durable || durable < 4<<20 {
+		t.Fatalf("the 507 says Upload-Offset %q, HEAD %d; want the same durable offset >= 4 MiB", r.Header.Get("Upload-Offset"), durable)
+	}
+	sessions, err := os.ReadDir(filepath.Join(data, imagesDir, ".partial"))
+	if err != nil || len(sessions) != 1 {
+		t.Fatalf(".partial holds %v (%v), want the one session's file", sessions, err)
+	}
+	if info, err := sessions[0].Info(); err != nil || info.Size() != int64(durable) {
+		t.Fatalf("the partial after the 507: %v %v, want cut back to %d bytes", info, err, durable)
+	}
+
+	if err := os.Remove(filepath.Join(mnt, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	resp = tus(http.MethodPatch, sess, bytes.NewReader(img[durable:]), int64(len(img)-durable),
+		"Content-Type", "application/offset+octet-stream", "Upload-Offset", strconv.Itoa(durable))
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("the resumed PATCH: %d", resp.StatusCode)
+	}
+	st := s.status(t, s.token)
+	if len(st.Images) != 1 || st.Images[0].UploadID != tk.UploadID || st.Images[0].SHA256 != sha256hex(img) {
+		t.Fatalf("status after the resume: %+v, want %s with sha256 %s", st.Images, tk.UploadID, sha256hex(img))
+	}
 }

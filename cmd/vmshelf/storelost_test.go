@@ -4,6 +4,9 @@ package main
 // it never deletes an image because a record is missing.
 
 import (
+	"bytes"
+	"database/sql"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	_ "modernc.org/sqlite" // to find a page of the db by name (dbstat)
 )
 
 // populated is a data dir whose serve stored three images, then stopped
@@ -249,4 +254,57 @@ func TestE2EOrphanQuarantined(t *testing.T) {
 	if len(es) != 5 { // .partial, .quarantine and the three images
 		t.Errorf("vm-images holds %v, want .partial, .quarantine and the 3 images", es)
 	}
+}
+
+// TestE2EStoreDamagedAtRuntime: a page of the running serve's db goes bad
+// (a bad sector). The request that meets it fails, and from then on
+// /readyz answers 503 storeCorrupt, so that the edge is taken out of
+// service instead of answering 500 to every tenant.
+func TestE2EStoreDamagedAtRuntime(t *testing.T) {
+	p := populate(t)
+	dir := p.copyDir(t)
+	path := filepath.Join(dir, dbFile)
+	// The images table's page, found while no serve runs (the clean stop
+	// folded the WAL into the file).
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page int64
+	err = db.QueryRow(`SELECT pageno FROM dbstat WHERE name = 'images' ORDER BY pageno LIMIT 1`).Scan(&page)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("finding the images table's page: %v", err)
+	}
+
+	s := startServe(t, dir, nil)
+	if code, body := curl(t, s.ctlBase+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz before the damage: %d %s", code, body)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xa5}, 4096), (page-1)*4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Another process writes (another table): every connection of serve
+	// then drops its page cache and reads the damaged page from the file.
+	if r := vmshelf(t, "tenant", "add", "other", "--data-dir", dir); r.code != 0 {
+		t.Fatalf("tenant add: exit %d: %s", r.code, r.stderr)
+	}
+	s.secret(strings.TrimSpace(vmshelf(t, "tenant", "token", "other", "--data-dir", dir).stdout))
+
+	code, body := s.ctl(t, "/market/vms/status", s.token, "")
+	if code != http.StatusInternalServerError {
+		t.Errorf("status on a damaged images page: %d %s, want 500", code, body)
+	}
+	code, body = curl(t, s.ctlBase+"/readyz")
+	wantError(t, "/readyz after a damaged page was met", code, body, http.StatusServiceUnavailable, "storeCorrupt")
+	p.assertImagesIntact(t, dir)
 }

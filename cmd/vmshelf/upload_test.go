@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,6 +178,9 @@ func (p *tcpProxy) serve(c net.Conn) {
 		}
 		m, rerr := c.Read(chunk)
 		if m > 0 {
+			// Stamped when read, before it is relayed: stamped after, a
+			// request could be recorded after the answer it caused.
+			at := time.Now()
 			data, cut := chunk[:m], false
 			if ca := p.cutAfter.Load(); ca > 0 && n+int64(m) >= ca && p.cut.CompareAndSwap(false, true) {
 				data, cut = data[:ca-n], true
@@ -186,7 +190,7 @@ func (p *tcpProxy) serve(c net.Conn) {
 			}
 			n += int64(len(data))
 			sent.Store(n)
-			p.passed(data)
+			p.passed(data, at)
 			if cut {
 				if p.refuseAfterCut.Load() {
 					p.refuse.Store(true)
@@ -208,11 +212,11 @@ func (p *tcpProxy) serve(c net.Conn) {
 	}
 }
 
-func (p *tcpProxy) passed(data []byte) {
+func (p *tcpProxy) passed(data []byte, at time.Time) {
 	total := p.up.Add(int64(len(data)))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.record(true, data)
+	p.record(true, data, at)
 	kept := p.waiters[:0]
 	for _, w := range p.waiters {
 		if total >= w.n {
@@ -231,14 +235,21 @@ func (p *tcpProxy) answered(b []byte) {
 	if room := answerCap - len(p.answers); room > 0 {
 		p.answers = append(p.answers, b[:min(len(b), room)]...)
 	}
-	p.record(false, b)
+	p.record(false, b, time.Now())
 }
 
-// record notes a relayed chunk; p.mu is held.
-func (p *tcpProxy) record(fromClient bool, b []byte) {
-	if len(p.events) < eventCap {
-		p.events = append(p.events, proxyEvent{time.Now(), fromClient, string(b[:min(len(b), 32)])})
+// record notes a relayed chunk and when it passed; p.mu is held. Events
+// are kept in time order, whichever goroutine records first.
+func (p *tcpProxy) record(fromClient bool, b []byte, at time.Time) {
+	if len(p.events) >= eventCap {
+		return
 	}
+	e := proxyEvent{at, fromClient, string(b[:min(len(b), 32)])}
+	i := len(p.events)
+	for i > 0 && p.events[i-1].at.After(at) {
+		i--
+	}
+	p.events = slices.Insert(p.events, i, e)
 }
 
 // afterAnswer finds the first answer chunk starting with prefix and the

@@ -1,0 +1,271 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// mountTmpfs mounts a tmpfs of size on a fresh directory: a real small
+// file system to fill. It needs root, as CI has; elsewhere the test says
+// why it skips, before it did anything.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput()
+	if err != nil {
+		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
+			t.Fatalf("mount a %s tmpfs: %v %s", size, err, out)
+		}
+		t.Skipf("mounting a tmpfs needs root (run the tests as root, as CI does): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// fillDisk writes a file in dir until the disk refuses more; it returns
+// the file's path, for freeing the space again.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	p := filepath.Join(dir, "filler")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 256<<10)
+	for i := 0; ; i++ {
+		if i > 1<<14 {
+			t.Fatal("the disk never filled")
+		}
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	for i := 0; i < 1<<10; i++ { // the last blocks too
+		if _, err := f.Write(buf[:4096]); err != nil {
+			break
+		}
+	}
+	return p
+}
+
+// spaceImage is a qcow2 file of a little over 16 MiB: four of them do not
+// fit a 64 MiB disk with 1 MiB of headroom, three do.
+func spaceImage(t *testing.T) []byte {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "disk.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", p, "1G")
+	qemuIO(t, p, "write -q -P 0x5a 0 16M")
+	return mustRead(t, p)
+}
+
+func putHead(e *env, url string, length int) string {
+	return fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d", strings.TrimPrefix(url, e.base), length)
+}
+
+// TestAdmissionReservesSpace: four uploads on a disk that fits three.
+// Each admitted upload holds its announced size until it ends, so the
+// fourth is refused 507 before its body (not one byte of it taken),
+// instead of all four running into a full disk after their whole body.
+func TestAdmissionReservesSpace(t *testing.T) {
+	needQemu(t)
+	img := spaceImage(t)
+	dir := mountTmpfs(t, "64m")
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.ImagesPerTenant = 10 })
+	// An upload cut off after 1 MiB gives its claim back with its slot:
+	// else the three below would not fit.
+	cutURL, _ := e.ticket()
+	cut := openRaw(t, e.base, putHead(e, cutURL, len(img)))
+	cut.send(img[:1<<20], "the first MiB of the upload to be cut")
+	waitFor(t, "the cut upload to take its first MiB", func() bool { return uploadedBytes(e) == 1<<20 })
+	cut.c.Close()
+	e.waitSlotFreed(dirUpload)
+	const before = 1 << 20 // bytes the cut upload took
+
+	var conns []*rawConn
+	var ids []string
+	for i := range 3 {
+		url, id := e.ticket()
+		ids = append(ids, id)
+		rc := openRaw(t, e.base, putHead(e, url, len(img)))
+		rc.send(img[:1<<20], fmt.Sprintf("the first MiB of upload %d", i+1))
+		conns = append(conns, rc)
+	}
+	waitFor(t, "three uploads to take their first MiB", func() bool { return uploadedBytes(e) == before+3<<20 })
+
+	url4, _ := e.ticket()
+	// With Expect: the refusal comes instead of 100 Continue.
+	rc := openRaw(t, e.base, putHead(e, url4, len(img))+"\r\nExpect: 100-continue")
+	resp, body := rc.answer("the fourth upload's head, with Expect")
+	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"noSpace"`) {
+		t.Fatalf("fourth upload with Expect: %d %s, want 507 noSpace", resp.StatusCode, body)
+	}
+	// Without Expect: refused as soon as the handler runs, the rest of
+	// the body never read.
+	rc = openRaw(t, e.base, putHead(e, url4, len(img)))
+	rc.send(img[:64<<10], "the first 64 KiB of the fourth upload")
+	resp, body = rc.answer("the fourth upload")
+	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"noSpace"`) {
+		t.Fatalf("fourth upload: %d %s, want 507 noSpace", resp.StatusCode, body)
+	}
+	if got := uploadedBytes(e); got != before+3<<20 {
+		t.Errorf("upload bytes taken = %v, want the three uploads' 3 MiB and none of the fourth's", got)
+	}
+	e.assertTicket(url4, false) // refused before it started: the ticket stays usable
+
+	for i, rc := range conns {
+		rc.send(img[1<<20:], fmt.Sprintf("the rest of upload %d", i+1))
+		if resp, body := rc.answer(fmt.Sprintf("upload %d", i+1)); resp.StatusCode != http.StatusCreated {
+			t.Errorf("upload %d: %d %s, want 201", i+1, resp.StatusCode, body)
+		}
+	}
+	for range 3 {
+		e.waitSlotFreed(dirUpload)
+	}
+	e.assertNothingLeft(ids...)
+	if got := uploadedBytes(e); got != float64(before+3*len(img)) {
+		t.Errorf("upload bytes taken = %v, want the cut upload's MiB and exactly three images' %d", got, 3*len(img))
+	}
+}
+
+// TestAdmissionCountsSessions: a resumable session holds the space its
+// Upload-Length announced until it ends, abandoned or not; ending it
+// gives the space back.
+func TestAdmissionCountsSessions(t *testing.T) {
+	needQemu(t)
+	img := spaceImage(t)
+	dir := mountTmpfs(t, "64m")
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.ImagesPerTenant = 10 })
+	length := strconv.Itoa(len(img))
+	var sessions []string
+	for i := range 3 {
+		up, _ := e.ticket()
+		resp, body := tusReq(t, http.MethodPost, up, nil, "Upload-Length", length)
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("session %d: %d %s", i+1, resp.StatusCode, body)
+		}
+		sessions = append(sessions, e.sessionOf(up, resp))
+	}
+	up4, _ := e.ticket()
+	resp, body := tusReq(t, http.MethodPost, up4, nil, "Upload-Length", length)
+	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"noSpace"`) {
+		t.Fatalf("a fourth session on a disk promised to three: %d %s, want 507 noSpace", resp.StatusCode, body)
+	}
+	e.assertTicket(up4, false)
+	// A PUT is held to the same promises.
+	upPut, _ := e.ticket()
+	if resp, body := rawRequest(t, e.base, putHead(e, upPut, len(img))+"\r\nExpect: 100-continue", nil); resp.StatusCode != http.StatusInsufficientStorage {
+		t.Fatalf("a PUT beside three sessions: %d %s, want 507", resp.StatusCode, body)
+	}
+
+	if resp, body := tusReq(t, http.MethodDelete, sessions[0], nil); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("terminating a session: %d %s", resp.StatusCode, body)
+	}
+	resp, body = tusReq(t, http.MethodPost, up4, nil, "Upload-Length", length)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("a session after one ended: %d %s, want 201", resp.StatusCode, body)
+	}
+}
+
+// TestUploadChunkedReservesMax: an upload of unknown length may grow to
+// the upload limit, so that is what it must find room for.
+func TestUploadChunkedReservesMax(t *testing.T) {
+	dir := mountTmpfs(t, "64m")
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.UploadMax = 64 << 20 })
+	url, _ := e.ticket()
+	resp, body := rawRequest(t, e.base, fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue",
+		strings.TrimPrefix(url, e.base)), nil)
+	if resp.StatusCode != http.StatusInsufficientStorage {
+		t.Fatalf("chunked upload that may reach 64 MiB on a 64 MiB disk: %d %s, want 507", resp.StatusCode, body)
+	}
+	e.assertTicket(url, false)
+	e.assertNothingLeft()
+}
+
+// TestUploadDiskFillsWhileStreaming: the disk fills under a running upload
+// (another program wrote to it): 507 noSpace, nothing left behind.
+func TestUploadDiskFillsWhileStreaming(t *testing.T) {
+	needQemu(t)
+	img := spaceImage(t)
+	dir := mountTmpfs(t, "64m")
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20 })
+	url, _ := e.ticket()
+	rc := openRaw(t, e.base, putHead(e, url, len(img)))
+	rc.send(img[:2<<20], "the first 2 MiB")
+	waitFor(t, "the upload to take its first 2 MiB", func() bool { return uploadedBytes(e) == 2<<20 })
+	filler := fillDisk(t, dir)
+	_ = rc.write(img[2<<20:]) // the server may answer and close before the end
+	resp, body := rc.answer("the upload into a full disk")
+	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"noSpace"`) {
+		t.Fatalf("upload into a disk that filled: %d %s, want 507 noSpace", resp.StatusCode, body)
+	}
+	e.waitSlotFreed(dirUpload)
+	e.assertNothingLeft()
+	e.assertTicket(url, true)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTusDiskFull: a PATCH that meets a full disk answers 507 with the
+// offset that is durable (the one HEAD gives), the partial is cut back to
+// it, and once space is freed the session resumes to the right SHA-256.
+func TestTusDiskFull(t *testing.T) {
+	needQemu(t)
+	img := spaceImage(t)
+	dir := mountTmpfs(t, "40m")
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.CheckpointBytes = 2 << 20 })
+	up, id := e.ticket()
+	resp, body := tusReq(t, http.MethodPost, up, nil, "Upload-Length", strconv.Itoa(len(img)))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %d %s", resp.StatusCode, body)
+	}
+	sess := e.sessionOf(up, resp)
+	rc := slowPatch(t, e, sess, 0, len(img), img[:5<<20])
+	waitFor(t, "a checkpoint past 4 MiB", func() bool { off, _ := headOffset(t, sess); return off >= 4<<20 })
+	filler := fillDisk(t, dir)
+	_ = rc.write(img[5<<20:]) // the server may answer before the end
+	resp, body = rc.answer("the PATCH into a full disk")
+	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"noSpace"`) {
+		t.Fatalf("PATCH into a full disk: %d %s, want 507 noSpace", resp.StatusCode, body)
+	}
+	answered, err := strconv.Atoi(resp.Header.Get("Upload-Offset"))
+	if err != nil {
+		t.Fatalf("the 507 carries Upload-Offset %q: %v", resp.Header.Get("Upload-Offset"), err)
+	}
+	head, _ := headOffset(t, sess)
+	if answered != head || head < 4<<20 {
+		t.Fatalf("the 507 says Upload-Offset %d, HEAD says %d; want the same durable offset (>= 4 MiB)", answered, head)
+	}
+	e.waitSlotFreed(dirUpload)
+	partial, err := os.Stat(filepath.Join(dir, "vm-images", ".partial", id))
+	if err != nil || partial.Size() != int64(head) {
+		t.Fatalf("partial after the 507: %v, %v; want cut back to %d bytes", partial, err, head)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = patch(t, sess, head, img[head:])
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("resumed PATCH: %d %s", resp.StatusCode, body)
+	}
+	stored, err := e.st.Image(t.Context(), id)
+	if err != nil || stored.SHA256 != sha(img) {
+		t.Fatalf("stored image: %+v, %v; want sha256 %s", stored, err, sha(img))
+	}
+	if got := fileSHA256(t, filepath.Join(dir, "vm-images", id+".qcow2")); got != sha(img) {
+		t.Errorf("stored file sha256 %s, want %s", got, sha(img))
+	}
+}
