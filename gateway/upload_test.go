@@ -726,4 +726,3 @@ func TestUploadQuotaAtCommit(t *testing.T) {
 	e.assertNothingLeft(id1)
 	e.assertTicket(u2, true)
 }
-
