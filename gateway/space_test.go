@@ -1,64 +1,16 @@
 package gateway
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/vmshelf/vmshelf/internal/testdisk"
 )
-
-// mountTmpfs mounts a tmpfs of size on a fresh directory: a real small
-// file system to fill. It needs root, as CI has; elsewhere the test says
-// why it skips, before it did anything.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
-			t.Fatalf("mount a %s tmpfs: %v %s", size, err, out)
-		}
-		t.Skipf("mounting a tmpfs needs root (run the tests as root, as CI does): %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	return dir
-}
-
-// fillDisk writes a file in dir until the disk refuses more; it returns
-// the file's path, for freeing the space again.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(dir, "filler")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 256<<10)
-	for i := 0; ; i++ {
-		if i > 1<<14 {
-			t.Fatal("the disk never filled")
-		}
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	for i := 0; i < 1<<10; i++ { // the last blocks too
-		if _, err := f.Write(buf[:4096]); err != nil {
-			break
-		}
-	}
-	return p
-}
 
 // spaceImage is a qcow2 file of a little over 16 MiB: four of them do not
 // fit a 64 MiB disk with 1 MiB of headroom, three do.
@@ -81,7 +33,7 @@ func putHead(e *env, url string, length int) string {
 func TestAdmissionReservesSpace(t *testing.T) {
 	needQemu(t)
 	img := spaceImage(t)
-	dir := mountTmpfs(t, "64m")
+	dir := testdisk.Mount(t, "tmpfs", 64)
 	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.ImagesPerTenant = 10 })
 	// An upload cut off after 1 MiB gives its claim back with its slot:
 	// else the three below would not fit.
@@ -145,7 +97,7 @@ func TestAdmissionReservesSpace(t *testing.T) {
 func TestAdmissionCountsSessions(t *testing.T) {
 	needQemu(t)
 	img := spaceImage(t)
-	dir := mountTmpfs(t, "64m")
+	dir := testdisk.Mount(t, "tmpfs", 64)
 	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.ImagesPerTenant = 10 })
 	length := strconv.Itoa(len(img))
 	var sessions []string
@@ -181,7 +133,7 @@ func TestAdmissionCountsSessions(t *testing.T) {
 // TestUploadChunkedReservesMax: an upload of unknown length may grow to
 // the upload limit, so that is what it must find room for.
 func TestUploadChunkedReservesMax(t *testing.T) {
-	dir := mountTmpfs(t, "64m")
+	dir := testdisk.Mount(t, "tmpfs", 64)
 	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.UploadMax = 64 << 20 })
 	url, _ := e.ticket()
 	resp, body := rawRequest(t, e.base, fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue",
@@ -198,13 +150,13 @@ func TestUploadChunkedReservesMax(t *testing.T) {
 func TestUploadDiskFillsWhileStreaming(t *testing.T) {
 	needQemu(t)
 	img := spaceImage(t)
-	dir := mountTmpfs(t, "64m")
+	dir := testdisk.Mount(t, "tmpfs", 64)
 	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20 })
 	url, _ := e.ticket()
 	rc := openRaw(t, e.base, putHead(e, url, len(img)))
 	rc.send(img[:2<<20], "the first 2 MiB")
 	waitFor(t, "the upload to take its first 2 MiB", func() bool { return uploadedBytes(e) == 2<<20 })
-	filler := fillDisk(t, dir)
+	filler := testdisk.Fill(t, dir)
 	_ = rc.write(img[2<<20:]) // the server may answer and close before the end
 	resp, body := rc.answer("the upload into a full disk")
 	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"noSpace"`) {
@@ -224,7 +176,7 @@ func TestUploadDiskFillsWhileStreaming(t *testing.T) {
 func TestTusDiskFull(t *testing.T) {
 	needQemu(t)
 	img := spaceImage(t)
-	dir := mountTmpfs(t, "40m")
+	dir := testdisk.Mount(t, "tmpfs", 40)
 	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.CheckpointBytes = 2 << 20 })
 	up, id := e.ticket()
 	resp, body := tusReq(t, http.MethodPost, up, nil, "Upload-Length", strconv.Itoa(len(img)))
@@ -234,7 +186,7 @@ func TestTusDiskFull(t *testing.T) {
 	sess := e.sessionOf(up, resp)
 	rc := slowPatch(t, e, sess, 0, len(img), img[:5<<20])
 	waitFor(t, "a checkpoint past 4 MiB", func() bool { off, _ := headOffset(t, sess); return off >= 4<<20 })
-	filler := fillDisk(t, dir)
+	filler := testdisk.Fill(t, dir)
 	_ = rc.write(img[5<<20:]) // the server may answer before the end
 	resp, body = rc.answer("the PATCH into a full disk")
 	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"noSpace"`) {

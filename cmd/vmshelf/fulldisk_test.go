@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,93 +10,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/testdisk"
 )
 
-// smallDisk mounts a real small file system of sizeMiB on a fresh
-// directory: a tmpfs, or an ext4 image on a loop device (no root-reserved
-// blocks, so that "full" means full for root too, as the tests run).
-// Mounting needs root, as CI has; elsewhere the test says why it skips,
-// before it did anything.
-func smallDisk(t *testing.T, kind string, sizeMiB int) string {
-	t.Helper()
-	dir := t.TempDir()
-	var cmd *exec.Cmd
-	switch kind {
-	case "tmpfs":
-		cmd = exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0700", sizeMiB), "tmpfs", dir)
-	case "ext4":
-		needTool(t, "mkfs.ext4")
-		img := filepath.Join(t.TempDir(), "disk.ext4")
-		if err := os.WriteFile(img, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(img, int64(sizeMiB)<<20); err != nil {
-			t.Fatal(err)
-		}
-		if r := runCmd(t, nil, "mkfs.ext4", "-q", "-F", "-m", "0", img); r.code != 0 {
-			t.Fatalf("mkfs.ext4: %s", r.stderr)
-		}
-		cmd = exec.Command("mount", "-o", "loop", img, dir)
-	default:
-		t.Fatalf("unknown file system %q", kind)
-	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
-			t.Fatalf("mount a %d MiB %s: %v %s", sizeMiB, kind, err, out)
-		}
-		t.Skipf("mounting a %s needs root (run the tests as root, as CI does): %v %s", kind, err, out)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	if err := os.Chmod(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// onSmallDisks runs test on each kind of small file system.
+// onSmallDisks runs test on each kind of real small file system.
 func onSmallDisks(t *testing.T, sizeMiB int, test func(t *testing.T, mnt string)) {
-	for _, kind := range []string{"tmpfs", "ext4"} {
-		t.Run(kind, func(t *testing.T) { test(t, smallDisk(t, kind, sizeMiB)) })
-	}
-}
-
-// freeBytes is what statfs says an unprivileged writer may still use.
-func freeBytes(t *testing.T, dir string) int64 {
-	t.Helper()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	return int64(st.Bavail) * st.Bsize
-}
-
-// fillUp writes a file into dir until the disk refuses more.
-func fillUp(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 1<<20)
-	for i := 0; ; i++ {
-		if i > 1<<14 {
-			t.Fatal("the disk never filled")
-		}
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	for i := 0; i < 1<<10; i++ { // the last blocks too
-		if _, err := f.Write(buf[:4096]); err != nil {
-			break
-		}
+	for _, kind := range testdisk.Kinds {
+		t.Run(kind, func(t *testing.T) { test(t, testdisk.Mount(t, kind, sizeMiB)) })
 	}
 }
 
@@ -118,8 +40,8 @@ func testFullDisk(t *testing.T, mnt string) {
 		t.Fatalf("/readyz before the disk filled: %d %s", code, body)
 	}
 
-	fillUp(t, mnt)
-	if free := freeBytes(t, mnt); free > 1<<20 {
+	testdisk.Fill(t, mnt)
+	if free := testdisk.Free(t, mnt); free > 1<<20 {
 		t.Fatalf("%d bytes still free after filling", free)
 	}
 	code, body := curl(t, s.ctlBase+"/readyz")
@@ -131,7 +53,7 @@ func testFullDisk(t *testing.T, mnt string) {
 	if code != http.StatusOK {
 		t.Fatalf("remove on a full disk: %d %s", code, body)
 	}
-	if free := freeBytes(t, mnt); free < int64(len(diskBytes)) {
+	if free := testdisk.Free(t, mnt); free < int64(len(diskBytes)) {
 		t.Errorf("after the remove %d bytes are free, want at least the image's %d", free, len(diskBytes))
 	}
 	if _, err := os.Stat(filepath.Join(data, imagesDir, img.UploadID+".qcow2")); !os.IsNotExist(err) {
@@ -158,7 +80,7 @@ func testAdmissionReservesSpace(t *testing.T, mnt string) {
 	s := startServe(t, filepath.Join(mnt, "data"), []string{"--headroom-mib", "1", "--max-transfers", "5", "--images-per-tenant", "10"})
 	// Images sized from what is free now (the store and its reserve
 	// took theirs): three fit with the headroom, four do not.
-	free := freeBytes(t, mnt)
+	free := testdisk.Free(t, mnt)
 	disk, diskBytes := makeImageData(t, t.TempDir(), "disk.qcow2", int((free-1<<20)*2/7)>>20)
 	if size := int64(len(diskBytes)); 3*size+1<<20 > free || 4*size+1<<20 <= free {
 		t.Fatalf("setup: %d bytes free, images of %d: want three to fit and four not", free, size)
@@ -291,7 +213,7 @@ func testTusDiskFull(t *testing.T, mnt string) {
 		t.Fatal("the first 5 MiB of the PATCH were not taken within 30s")
 	}
 	poll(t, 400, 25*time.Millisecond, "a checkpoint past 4 MiB", func() bool { return head() >= 4<<20 })
-	fillUp(t, mnt)
+	testdisk.Fill(t, mnt)
 	go func() { _, err := pw.Write(img[5<<20:]); pw.CloseWithError(err) }()
 	var r *http.Response
 	select {

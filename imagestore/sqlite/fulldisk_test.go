@@ -4,62 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/testdisk"
 )
-
-// mountTmpfs mounts a tmpfs of size on a fresh directory: a real small
-// file system to fill. It needs root; CI runs as root, so there a failed
-// mount is a failure, and elsewhere the test says why it skips.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		if os.Getenv("CI") == "true" || os.Geteuid() == 0 {
-			t.Fatalf("mount a %s tmpfs: %v %s", size, err, out)
-		}
-		t.Skipf("mounting a tmpfs needs root (run the tests as root, as CI does): %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	return dir
-}
-
-// fillDisk writes a file in dir until the disk is full; it returns the
-// file's path.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	p := filepath.Join(dir, "filler")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	buf := make([]byte, 256<<10)
-	for i := 0; ; i++ {
-		if i > 1<<16 {
-			t.Fatal("the disk never filled")
-		}
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	// Smaller writes take the last blocks too.
-	for i := 0; i < 1<<10; i++ {
-		if _, err := f.Write(buf[:4096]); err != nil {
-			break
-		}
-	}
-	return p
-}
 
 // storeWithImages opens a store on dir with reserve bytes of emergency
 // space (0: none) holding n images of one tenant.
@@ -96,12 +47,12 @@ func storeWithImages(t *testing.T, dir string, reserve int64, n int) (*Store, im
 // Ping is clear.
 func TestFullDiskRemoveCommits(t *testing.T) {
 	ctx := t.Context()
-	dir := mountTmpfs(t, "16m")
+	dir := testdisk.Mount(t, "tmpfs", 16)
 	s, tn, ids := storeWithImages(t, dir, 2<<20, 3)
 	if st, err := os.Stat(filepath.Join(dir, "vmshelf.db-reserve")); err != nil || st.Size() != 2<<20 {
 		t.Fatalf("reserve file: %v, %v; want 2 MiB", st, err)
 	}
-	filler := fillDisk(t, dir)
+	filler := testdisk.Fill(t, dir)
 
 	if err := s.RemoveImage(ctx, tn.ID, ids[0]); err != nil {
 		t.Fatalf("RemoveImage on a full disk: %v", err)
@@ -150,9 +101,9 @@ func TestFullDiskRemoveCommits(t *testing.T) {
 // full disk SQLite cannot even commit a delete (its WAL must grow).
 func TestFullDiskWithoutReserve(t *testing.T) {
 	ctx := t.Context()
-	dir := mountTmpfs(t, "16m")
+	dir := testdisk.Mount(t, "tmpfs", 16)
 	s, tn, ids := storeWithImages(t, dir, 0, 3)
-	fillDisk(t, dir)
+	testdisk.Fill(t, dir)
 	if err := s.RemoveImage(ctx, tn.ID, ids[0]); !errors.Is(err, imagestore.ErrNoSpace) {
 		t.Fatalf("RemoveImage on a full disk without reserve: %v, want ErrNoSpace", err)
 	}
