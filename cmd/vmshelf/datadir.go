@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -20,11 +22,17 @@ const (
 	defaultData = "./vmshelf-data"
 )
 
-// prepareDataDir creates dir (0700) and proves it writable, so that a bad
+// prepareDataDir creates dir (0700), tightens an existing one and its
+// image directory to 0700, and proves it writable, so that a bad
 // --data-dir is a one-line usage error before any port is opened.
 func prepareDataDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return usagef("data dir %s: %v", dir, err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, imagesDir)} {
+		if err := tightenDir(d); err != nil {
+			return err
+		}
 	}
 	probe, err := os.CreateTemp(dir, ".probe-*")
 	if err != nil {
@@ -32,6 +40,30 @@ func prepareDataDir(dir string) error {
 	}
 	probe.Close()
 	os.Remove(probe.Name())
+	return nil
+}
+
+// tightenDir makes an existing directory d 0700: the db, the tokens'
+// hashes and the images are no one else's business. A directory that is
+// missing is left to be created (0700); one that cannot be tightened (not
+// ours) is refused.
+func tightenDir(d string) error {
+	st, err := os.Stat(d)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return usagef("data dir: %v", err)
+	}
+	if !st.IsDir() {
+		return usagef("data dir: %s is not a directory", d)
+	}
+	if st.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	if err := os.Chmod(d, 0o700); err != nil {
+		return usagef("data dir: %s is mode %04o and cannot be made 0700: %v", d, st.Mode().Perm(), err)
+	}
 	return nil
 }
 

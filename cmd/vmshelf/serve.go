@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -41,6 +42,18 @@ type serveFlags struct {
 	checkoutReturnURL, currency               string
 	corsOrigin                                string
 	tusCheckpointMiB, headroomMiB             int
+
+	// The control plane's limits (control.go).
+	controlMaxConns                          int
+	controlIdleTimeout, controlHeaderTimeout time.Duration
+
+	logLevelName string
+	logLevel     slog.Level // from logLevelName by validate
+
+	// Passed to the gateway and the market once they take them.
+	trustedProxiesList string
+	trustedProxies     []netip.Prefix // from trustedProxiesList by validate
+	fetchQueueWait     time.Duration
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
@@ -70,6 +83,12 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser; off when empty")
 	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB")
 	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
+	fs.IntVar(&f.controlMaxConns, "control-max-conns", defaultControlMaxConns, "control-plane connections held at once; more wait in the accept backlog")
+	fs.DurationVar(&f.controlIdleTimeout, "control-idle-timeout", defaultControlIdleTimeout, "a control-plane keep-alive connection with no request for this long is closed")
+	fs.DurationVar(&f.controlHeaderTimeout, "control-header-timeout", defaultControlHeaderTimeout, "a control-plane request header must arrive within this (at most 30s)")
+	fs.StringVar(&f.logLevelName, "log-level", "info", "least severe log lines written: debug, info, warn or error")
+	fs.StringVar(&f.trustedProxiesList, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of reverse proxies whose X-Forwarded-For / Forwarded is believed; none when empty")
+	fs.DurationVar(&f.fetchQueueWait, "fetch-queue-wait", 30*time.Second, "a fetch beyond --max-transfers waits this long for a slot before 503")
 	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return nil, err
@@ -107,12 +126,28 @@ func (f *serveFlags) validate() error {
 		return usagef("--tus-checkpoint-mib must be at least 1")
 	case f.headroomMiB < 1:
 		return usagef("--headroom-mib must be at least 1")
+	case f.controlMaxConns < 1:
+		return usagef("--control-max-conns must be at least 1")
+	case f.controlIdleTimeout <= 0:
+		return usagef("--control-idle-timeout must be positive")
+	case f.controlHeaderTimeout <= 0 || f.controlHeaderTimeout > controlReadTimeout:
+		return usagef("--control-header-timeout must be positive and at most %v", controlReadTimeout)
+	case f.fetchQueueWait < 0:
+		return usagef("--fetch-queue-wait must not be negative")
 	case f.corsOrigin != "" && f.corsOrigin != "*" && !isOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
 	case len(f.currency) != 3:
 		return usagef("--currency must be a three-letter ISO code, got %q", f.currency)
 	}
 	if _, err := publicBase(f.publicURL, f.dataAddr); err != nil {
+		return err
+	}
+	lvl, err := parseLogLevel(f.logLevelName)
+	if err != nil {
+		return err
+	}
+	f.logLevel = lvl
+	if f.trustedProxies, err = parsePrefixes(f.trustedProxiesList); err != nil {
 		return err
 	}
 	for name, u := range map[string]string{"stripe-api-base": f.stripeAPIBase, "checkout-return-url": f.checkoutReturnURL} {
@@ -133,6 +168,48 @@ func (f *serveFlags) validate() error {
 		}
 	}
 	return nil
+}
+
+// parseLogLevel accepts the four names of --log-level, in any case.
+func parseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, usagef("--log-level %q is not one of debug, info, warn, error", s)
+}
+
+// parsePrefixes parses --trusted-proxies: comma-separated CIDRs, a bare
+// address meaning that address alone (/32 or /128). Empty: none.
+func parsePrefixes(list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		var p netip.Prefix
+		var err error
+		if strings.Contains(item, "/") {
+			p, err = netip.ParsePrefix(item)
+		} else {
+			var a netip.Addr
+			if a, err = netip.ParseAddr(item); err == nil && a.Zone() == "" {
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil || !p.IsValid() {
+			return nil, usagef("--trusted-proxies: %q is not a CIDR (10.0.0.0/8) or an address", item)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // isOrigin accepts a web origin: scheme, host, optional port, nothing else.
@@ -174,7 +251,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.logLevel}))
 	// The data plane streams: its working set is a few MiB per transfer and
 	// per busy connection, whatever the image size. A soft memory limit
 	// makes the runtime collect and give memory back to the OS before the
@@ -260,7 +337,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		dataLn.Close()
 		return fmt.Errorf("control plane: %w", err)
 	}
-	ctl := &http.Server{Handler: mk.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	// wired after the gateway merge: f.trustedProxies and f.fetchQueueWait
+	// go to gateway.Config (and the trusted proxies to market.Config).
+	ctl := controlServer(mk.Handler(), f, log)
+	ctlLn = newLimitListener(ctlLn, f.controlMaxConns)
 	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLn.Addr().String(),
 		"public_url", base, "data_dir", f.dataDir)
 

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// acceptResult is what one Accept returned.
+type acceptResult struct {
+	c   net.Conn
+	err error
+}
+
+// acceptAsync runs one Accept in a goroutine.
+func acceptAsync(l net.Listener) chan acceptResult {
+	ch := make(chan acceptResult, 1)
+	go func() {
+		c, err := l.Accept()
+		ch <- acceptResult{c, err}
+	}()
+	return ch
+}
+
+// notYet checks that Accept has not returned: a window of 200 ms in which
+// it must stay blocked (a broken cap could slip through unseen if slow,
+// never fail a correct one).
+func notYet(t *testing.T, ch chan acceptResult, what string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s: Accept returned (%v, %v), want it to wait for a slot", what, r.c, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// accepted waits, bounded, for an Accept to return a connection.
+func accepted(t *testing.T, ch chan acceptResult, what string) net.Conn {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("%s: Accept: %v", what, r.err)
+		}
+		return r.c
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: Accept did not return within 10s", what)
+	}
+	return nil
+}
+
+// TestLimitListener: at most n connections are accepted at once; closing
+// one (once or twice) frees exactly one slot; closing the listener ends a
+// waiting Accept.
+func TestLimitListener(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLimitListener(inner, 2)
+	defer l.Close()
+	var clients []net.Conn
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	dial := func() {
+		c, err := net.DialTimeout("tcp", inner.Addr().String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	for range 5 { // all connected: three wait in the backlog
+		dial()
+	}
+	a := accepted(t, acceptAsync(l), "first")
+	b := accepted(t, acceptAsync(l), "second")
+	third := acceptAsync(l)
+	notYet(t, third, "third with two held")
+
+	// Closed twice, a connection gives back one slot, not two.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Close()
+	c := accepted(t, third, "third after one close")
+	fourth := acceptAsync(l)
+	notYet(t, fourth, "fourth after a double close")
+
+	// CloseWrite reaches the TCP connection (net/http's graceful close).
+	if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Errorf("CloseWrite: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d := accepted(t, fourth, "fourth after a second close")
+	defer c.Close()
+	defer d.Close()
+
+	// Full again: closing the listener ends the waiting Accept.
+	fifth := acceptAsync(l)
+	notYet(t, fifth, "fifth with two held")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-fifth:
+		if !errors.Is(r.err, net.ErrClosed) {
+			t.Errorf("Accept after Close: (%v, %v), want net.ErrClosed", r.c, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Accept waiting for a slot did not return within 10s of Close")
+	}
+	if err := l.Close(); err == nil {
+		t.Error("a second Close of the listener returned no error")
+	}
+}
+
+// TestServeFlagsLimits: the new serve flags' defaults, values and
+// refusals (each a usage error naming the flag).
+func TestServeFlagsLimits(t *testing.T) {
+	f, err := parseServeFlags(nil, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.controlMaxConns != 512 || f.controlIdleTimeout != 60*time.Second || f.controlHeaderTimeout != 10*time.Second ||
+		f.logLevel != slog.LevelInfo || f.trustedProxies != nil || f.fetchQueueWait != 30*time.Second {
+		t.Errorf("defaults: max-conns %d, idle %v, header %v, log %v, proxies %v, queue wait %v",
+			f.controlMaxConns, f.controlIdleTimeout, f.controlHeaderTimeout, f.logLevel, f.trustedProxies, f.fetchQueueWait)
+	}
+
+	f, err = parseServeFlags([]string{"--trusted-proxies", " 10.1.2.3/8, 192.168.1.7,::1,fd00::/8,", "--fetch-queue-wait", "0",
+		"--log-level", "WARN", "--control-max-conns", "7", "--control-idle-timeout", "2s", "--control-header-timeout", "30s"}, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"),
+		netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("fd00::/8")}
+	if !reflect.DeepEqual(f.trustedProxies, want) {
+		t.Errorf("trusted proxies %v, want %v", f.trustedProxies, want)
+	}
+	if f.fetchQueueWait != 0 || f.logLevel != slog.LevelWarn || f.controlMaxConns != 7 ||
+		f.controlIdleTimeout != 2*time.Second || f.controlHeaderTimeout != 30*time.Second {
+		t.Errorf("set: queue wait %v, log %v, max-conns %d, idle %v, header %v",
+			f.fetchQueueWait, f.logLevel, f.controlMaxConns, f.controlIdleTimeout, f.controlHeaderTimeout)
+	}
+	for _, lv := range []struct {
+		name string
+		want slog.Level
+	}{{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}} {
+		f, err := parseServeFlags([]string{"--log-level", lv.name}, &strings.Builder{})
+		if err != nil || f.logLevel != lv.want {
+			t.Errorf("--log-level %s: %v, %v", lv.name, f, err)
+		}
+	}
+
+	t.Setenv("VMSHELF_LOG_LEVEL", "error")
+	t.Setenv("VMSHELF_TRUSTED_PROXIES", "127.0.0.1")
+	t.Setenv("VMSHELF_FETCH_QUEUE_WAIT", "5s")
+	f, err = parseServeFlags(nil, &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.logLevel != slog.LevelError || len(f.trustedProxies) != 1 || f.trustedProxies[0] != netip.MustParsePrefix("127.0.0.1/32") ||
+		f.fetchQueueWait != 5*time.Second {
+		t.Errorf("from env: log %v, proxies %v, queue wait %v", f.logLevel, f.trustedProxies, f.fetchQueueWait)
+	}
+}
+
+// TestServeFlagsLimitsRefused: bad values of the new flags are usage
+// errors (exit 2) naming the flag.
+func TestServeFlagsLimitsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"--log-level", "verbose"}, "log-level"},
+		{[]string{"--log-level", "info+2"}, "log-level"},
+		{[]string{"--log-level", ""}, "log-level"},
+		{[]string{"--trusted-proxies", "10.0.0.0/33"}, "trusted-proxies"},
+		{[]string{"--trusted-proxies", "10.0.0.0/8,proxy.example"}, "proxy.example"},
+		{[]string{"--trusted-proxies", "fe80::1%eth0"}, "trusted-proxies"},
+		{[]string{"--fetch-queue-wait", "-1s"}, "fetch-queue-wait"},
+		{[]string{"--fetch-queue-wait", "soon"}, "fetch-queue-wait"},
+		{[]string{"--control-max-conns", "0"}, "control-max-conns"},
+		{[]string{"--control-idle-timeout", "0s"}, "control-idle-timeout"},
+		{[]string{"--control-header-timeout", "0s"}, "control-header-timeout"},
+		{[]string{"--control-header-timeout", "31s"}, "control-header-timeout"},
+	} {
+		_, err := parseServeFlags(tc.args, &strings.Builder{})
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%q: %v, want a usage error", tc.args, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.mention) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: %q, want one line mentioning %q", tc.args, err, tc.mention)
+		}
+	}
+}
