@@ -1,0 +1,437 @@
+package main
+
+// Process-level tests of the control plane's connection limits, the data
+// dir's mode and --log-level: the real binary over loopback.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// raiseNoFile lifts this process's soft RLIMIT_NOFILE to its hard limit
+// (children inherit it) and fails unless that allows need descriptors.
+func raiseNoFile(t *testing.T, need uint64) {
+	t.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Max < need {
+		t.Fatalf("RLIMIT_NOFILE hard limit %d < %d descriptors this test needs (ulimit -Hn)", lim.Max, need)
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openSockets counts the sockets process pid holds (listeners included).
+func openSockets(pid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range es {
+		if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// parallel runs f(i) for i in [0, n) on workers goroutines.
+func parallel(n, workers int, f func(i int)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// TestE2EControlIdleConnsClosed: 2 000 keep-alive connections, each after
+// one request, are all closed by serve within --control-idle-timeout (and
+// not before it is half over: they were kept alive).
+func TestE2EControlIdleConnsClosed(t *testing.T) {
+	const n, idle = 2000, 2 * time.Second
+	raiseNoFile(t, 3*n)
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{
+		"--control-idle-timeout", idle.String(), "--control-max-conns", "2100"})
+
+	conns := make([]net.Conn, n)
+	answered := make([]time.Time, n)
+	errs := make([]error, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	parallel(n, 64, func(i int) {
+		c, err := net.DialTimeout("tcp", s.ctlAddr, 10*time.Second)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		conns[i] = c
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: vmshelf\r\n\r\n"); err != nil {
+			errs[i] = err
+			return
+		}
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		answered[i] = time.Now()
+		switch {
+		case err != nil:
+			errs[i] = err
+		case resp.StatusCode != http.StatusOK || resp.Close:
+			errs[i] = fmt.Errorf("status %d, close %v: want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+		case br.Buffered() != 0:
+			errs[i] = fmt.Errorf("%d bytes after the answer", br.Buffered())
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+
+	// Each connection is read until serve closes it, at the latest 8 s
+	// (a loaded machine's margin) after the idle timeout.
+	last := answered[0]
+	for _, a := range answered {
+		if a.After(last) {
+			last = a
+		}
+	}
+	deadline := last.Add(idle + 8*time.Second)
+	var mu sync.Mutex
+	open, early := 0, 0
+	var firstEarly time.Duration
+	parallel(n, n, func(i int) {
+		c := conns[i]
+		_ = c.SetReadDeadline(deadline)
+		_, err := c.Read(make([]byte, 1))
+		after := time.Since(answered[i])
+		mu.Lock()
+		defer mu.Unlock()
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			open++
+		case err == nil:
+			t.Errorf("connection %d: serve sent a byte to an idle connection", i)
+		case after < idle/2:
+			if early == 0 {
+				firstEarly = after
+			}
+			early++
+		}
+	})
+	if open != 0 {
+		t.Errorf("%d of %d idle keep-alive connections still open %v after the last answer (idle timeout %v)", open, n, idle+8*time.Second, idle)
+	}
+	if early != 0 {
+		t.Errorf("%d of %d connections closed before half the idle timeout (one after %v): not kept alive", early, n, firstEarly)
+	}
+}
+
+// TestE2EControlSlowClients: 2 000 clients that send half a request header
+// and stall hold at most --control-max-conns connections of serve (the
+// default, 512) and keep its RSS under 64 MiB, and a new client is still
+// answered, once the header timeout has cut the stalled ones ahead of it
+// in the accept backlog.
+func TestE2EControlSlowClients(t *testing.T) {
+	const n, maxConns, headerTimeout = 2000, 512, 2 * time.Second
+	const rssBound = 64 << 20
+	raiseNoFile(t, 3*n)
+	s := startServeWith(t, serveBinary(t), filepath.Join(t.TempDir(), "data"), []string{
+		"--control-header-timeout", headerTimeout.String()}, nil)
+	pid := s.cmd.Process.Pid
+	base, err := openSockets(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	conns := make([]net.Conn, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	errs := make([]error, n)
+	parallel(n, 64, func(i int) {
+		c, err := net.DialTimeout("tcp", s.ctlAddr, 10*time.Second)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		conns[i] = c
+		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, errs[i] = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: vmshelf\r\nX-Slow: stall")
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("slow client %d: %v", i, err)
+		}
+	}
+
+	// Serve's sockets, sampled every 20 ms while the new client waits.
+	stop, sampled := make(chan struct{}), make(chan int)
+	go func() {
+		most := 0
+		for {
+			if k, err := openSockets(pid); err == nil && k > most {
+				most = k
+			}
+			select {
+			case <-stop:
+				sampled <- most
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	// The new client is behind n-maxConns stalled ones in the backlog:
+	// ceil((n+1)/maxConns) rounds of the header timeout, plus a margin.
+	rounds := (n + maxConns) / maxConns
+	bound := time.Duration(rounds)*headerTimeout + 8*time.Second
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: bound}
+	start := time.Now()
+	resp, err := client.Get(s.ctlBase + "/healthz")
+	took := time.Since(start)
+	close(stop)
+	most := <-sampled
+	if err != nil {
+		t.Fatalf("GET /healthz during %d stalled clients: %v (after %v)", n, err, took)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz during %d stalled clients: %d", n, resp.StatusCode)
+	}
+	held := most - base
+	rss := peakRSS(t, pid)
+	t.Logf("new client answered after %v (bound %v); at most %d connections held; peak RSS %.1f MiB",
+		took, bound, held, float64(rss)/(1<<20))
+	if held > maxConns {
+		t.Errorf("serve held %d connections at once, cap %d", held, maxConns)
+	}
+	if held < maxConns/2 {
+		t.Errorf("serve held at most %d connections: the %d stalled clients never filled the cap of %d (the method is blind)", held, n, maxConns)
+	}
+	if rss > rssBound {
+		t.Errorf("serve's peak RSS %d MiB under %d stalled clients, bound %d MiB", rss>>20, n, rssBound>>20)
+	}
+}
+
+// TestE2EControlHeaderTooLarge: a header over 16 KiB gets 431 and the
+// connection is not kept.
+func TestE2EControlHeaderTooLarge(t *testing.T) {
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), nil)
+	c, err := net.DialTimeout("tcp", s.ctlAddr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	// 16 KiB of header fits (net/http allows 4 KiB more); 24 KiB does not.
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: vmshelf\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 24<<10))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a 24 KiB header: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("24 KiB header: %d, want 431", resp.StatusCode)
+	}
+	code, _ := curl(t, "-H", "X-Fits: "+strings.Repeat("a", 12<<10), s.ctlBase+"/healthz")
+	if code != http.StatusOK {
+		t.Errorf("12 KiB header: %d, want 200", code)
+	}
+}
+
+// TestE2EDataDirTightened: an existing data dir and image directory of
+// mode 0755 are 0700 once serve has started.
+func TestE2EDataDirTightened(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	for _, d := range []string{data, filepath.Join(data, imagesDir)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startServe(t, data, nil)
+	for _, d := range []string{data, filepath.Join(data, imagesDir)} {
+		if m := fileMode(t, d); m != 0o700 {
+			t.Errorf("%s is %04o after serve started, want 0700", d, m)
+		}
+	}
+}
+
+// TestE2EDataDirNotOurs: serve as another user (nobody) on a data dir, or
+// an image directory, it may write to but cannot chmod refuses to start
+// with one line naming it, exit 2.
+func TestE2EDataDirNotOurs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("this test runs serve as user nobody: it needs root, as CI has")
+		}
+		t.Skip("runs serve as user nobody: needs root (run the tests as root, as CI does)")
+	}
+	const nobody = 65534
+	// A tree nobody can reach: the binary and the data dirs.
+	top, err := os.MkdirTemp("", "vmshelf-notours-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	if err := os.Chmod(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(top, "vmshelf")
+	b, err := os.ReadFile(binPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// The data dir is root's, writable by all: nobody may write, not chmod.
+	rootsData := filepath.Join(top, "roots")
+	// The data dir is nobody's, its image directory root's (writable by all).
+	mixed := filepath.Join(top, "mixed")
+	for _, d := range []string{rootsData, mixed, filepath.Join(mixed, imagesDir)} {
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(mixed, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ dataDir, refused string }{
+		{rootsData, rootsData},
+		{mixed, filepath.Join(mixed, imagesDir)},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := exec.CommandContext(ctx, bin, "serve", "--data-dir", tc.dataDir,
+			"--data-addr", freeAddr(t), "--control-addr", freeAddr(t))
+		cmd.Env = cleanEnv()
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			t.Fatalf("serve as nobody on %s did not refuse within 20s; stderr:\n%s", tc.dataDir, stderr.String())
+		}
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		line := refusal(t, result{stdout.String(), stderr.String(), code}, 2)
+		if !strings.Contains(line, tc.refused+" ") || !strings.Contains(line, "0777") {
+			t.Errorf("refusal %q does not name %s and its mode", line, tc.refused)
+		}
+		if m := fileMode(t, tc.refused); m != 0o777 {
+			t.Errorf("%s is %04o after the refusal, want it untouched", tc.refused, m)
+		}
+	}
+}
+
+// TestE2ELogLevel: --log-level (or VMSHELF_LOG_LEVEL) leaves out the lines
+// below it; bad values are refused before any port is opened.
+func TestE2ELogLevel(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		env      []string
+		wantInfo bool
+	}{
+		{"default", nil, nil, true},
+		{"debug", []string{"--log-level", "debug"}, nil, true},
+		{"warn", []string{"--log-level", "warn"}, nil, false},
+		{"error from env", nil, []string{"VMSHELF_LOG_LEVEL=error"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServe(t, filepath.Join(t.TempDir(), "data"), tc.args, tc.env...)
+			s.stop()
+			logs := s.stderr.String()
+			info := strings.Contains(logs, "level=INFO")
+			if info != tc.wantInfo || tc.wantInfo && !strings.Contains(logs, `msg="vmshelf serving"`) {
+				t.Errorf("INFO lines written: %v, want %v; stderr:\n%s", info, tc.wantInfo, logs)
+			}
+		})
+	}
+
+	needTool(t, "strace")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     []string
+		mention string
+	}{
+		{"unknown level", []string{"--log-level", "verbose"}, nil, "log-level"},
+		{"unknown level from env", nil, []string{"VMSHELF_LOG_LEVEL=loud"}, "log-level"},
+		{"bad trusted proxy", []string{"--trusted-proxies", "10.0.0.0/33"}, nil, "trusted-proxies"},
+		{"negative fetch queue wait", []string{"--fetch-queue-wait", "-1s"}, nil, "fetch-queue-wait"},
+		{"no control connections", []string{"--control-max-conns", "0"}, nil, "control-max-conns"},
+		{"zero control idle timeout", []string{"--control-idle-timeout", "0s"}, nil, "control-idle-timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"serve", "--data-dir", filepath.Join(t.TempDir(), "data"),
+				"--data-addr", freeAddr(t), "--control-addr", freeAddr(t)}, tc.args...)
+			r, calls := traceSockets(t, 20*time.Second, tc.env, args...)
+			if len(calls) != 0 {
+				t.Errorf("bound or listened before refusing:\n%s", strings.Join(calls, "\n"))
+			}
+			if line := refusal(t, r, 2); !strings.Contains(line, tc.mention) {
+				t.Errorf("the error %q does not mention %q", line, tc.mention)
+			}
+		})
+	}
+}
