@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
@@ -42,6 +43,12 @@ type Config struct {
 	// the disk is full for the store's and the system's own writes. 0
 	// means DefaultMinFree.
 	MinFree int64
+	// TicketRate is how many tickets a second one tenant may take in the
+	// long run, TicketBurst how many at once (token bucket, per tenant).
+	// 0 means DefaultTicketRate and DefaultTicketBurst; rate.Inf turns
+	// the limit off.
+	TicketRate  rate.Limit
+	TicketBurst int
 }
 
 // DefaultMinFree is Config.MinFree's default.
@@ -56,6 +63,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	handler http.Handler
+	tickets *tenantLimiter // ticket issuance, per tenant
 
 	// afterSweep, when set (tests only), is called after every sweep of
 	// RunSweeper, so a test can wait for a sweep without sleeping.
@@ -94,7 +102,17 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	if cfg.MinFree <= 0 {
 		cfg.MinFree = DefaultMinFree
 	}
-	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log}
+	if cfg.TicketRate == 0 {
+		cfg.TicketRate = DefaultTicketRate
+	}
+	if cfg.TicketBurst == 0 {
+		cfg.TicketBurst = DefaultTicketBurst
+	}
+	if cfg.TicketRate < 0 || cfg.TicketBurst < 0 {
+		return nil, fmt.Errorf("market: ticket rate %v and burst %d must not be negative", cfg.TicketRate, cfg.TicketBurst)
+	}
+	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log,
+		tickets: newTenantLimiter(cfg.TicketRate, cfg.TicketBurst)}
 	if s.metrics, err = newMetrics(reg, st, blobs, cfg.Log); err != nil {
 		return nil, err
 	}
