@@ -49,6 +49,11 @@ type Config struct {
 	// the limit off.
 	TicketRate  rate.Limit
 	TicketBurst int
+	// BodyTimeout bounds the reading of a request body (at most 64 KiB),
+	// from the handler's start: a body not in by then is answered 408
+	// requestTimeout and the connection closed. 0 means
+	// DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
 
 // DefaultMinFree is Config.MinFree's default.
@@ -101,6 +106,9 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	}
 	if cfg.MinFree <= 0 {
 		cfg.MinFree = DefaultMinFree
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
 	}
 	if cfg.TicketRate == 0 {
 		cfg.TicketRate = DefaultTicketRate
@@ -169,6 +177,15 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := apierr.From(err)
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	if bodyUnread(w, r) {
+		// Refused before its body was read (no token, no route, too
+		// slow...): answer at once and close. Without Connection: close
+		// net/http would first drain the body, and a client that dribbles
+		// it would hold the answer and the connection; the past read
+		// deadline makes the drain after the answer give up at once too.
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
 	level := slog.LevelDebug
 	if e.Status >= 500 {

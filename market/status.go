@@ -52,7 +52,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	// An empty body is {}; anything else must still be a valid, empty
 	// object (unknown fields are refused like everywhere).
 	var req statusRequest
-	if err := decodeBody(w, r, &req, true); err != nil {
+	if err := s.decodeBody(w, r, &req, true); err != nil {
 		s.fail(w, r, err)
 		return
 	}

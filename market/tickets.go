@@ -34,7 +34,7 @@ type ticketAnswer struct {
 // the answer is the one place the ticket ever appears.
 func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
 	var req ticketRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
+	if err := s.decodeBody(w, r, &req, false); err != nil {
 		s.fail(w, r, err)
 		return
 	}
