@@ -171,7 +171,11 @@ type Store interface {
 	SetTenantToken(ctx context.Context, name string, token Hash) error
 
 	// CreateTicket stores tk under the hash of the ticket, unless the
-	// tenant already holds quota images (ErrQuota).
+	// tenant's stored images plus its reservations already reach quota
+	// (ErrQuota), counted in the same transaction as the insert. A
+	// reservation is an unused ticket unexpired at tk.CreatedAt, or an
+	// upload session unexpired then and not finished (Offset < Length: a
+	// finished session has become an image and is not counted twice).
 	CreateTicket(ctx context.Context, tk Ticket, ticket Hash, quota int) error
 	// Ticket looks a ticket up without using it.
 	Ticket(ctx context.Context, ticket Hash) (Ticket, error)
@@ -183,8 +187,11 @@ type Store interface {
 	// and forgets tickets that ended more than retain before now.
 	SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (newlyExpired int, err error)
 
-	// AddImage records a committed image, re-checking the quota in the same
-	// transaction (ErrQuota); ErrExists if the id is taken.
+	// AddImage records a committed image, re-checking in the same
+	// transaction that the tenant's stored images stay under quota
+	// (ErrQuota); ErrExists if the id is taken. Reservations are not
+	// counted here: the upload being committed holds one itself, admitted
+	// by CreateTicket, and the others were admitted alike.
 	AddImage(ctx context.Context, img Image, quota int) error
 	Image(ctx context.Context, uploadID string) (Image, error)
 	Images(ctx context.Context, tenantID int64) ([]Image, error)
@@ -216,6 +223,10 @@ type Store interface {
 	// ExpireSessions forgets the sessions whose ExpiresAt <= now and returns
 	// their upload ids, so the caller can remove their partial files.
 	ExpireSessions(ctx context.Context, now time.Time) ([]string, error)
+	// OpenSessions lists the tenant's sessions that are unfinished
+	// (Offset < Length) and unexpired at now, the ones CreateTicket counts,
+	// oldest first (then by upload id).
+	OpenSessions(ctx context.Context, tenantID int64, now time.Time) ([]UploadSession, error)
 	// SessionUploadIDs lists the upload ids of all live sessions.
 	SessionUploadIDs(ctx context.Context) ([]string, error)
 	// PendingSessionBytes is what the live sessions have yet to receive

@@ -41,6 +41,7 @@ func TestAuth(t *testing.T) {
 				if h.header != "" {
 					req.Header.Set("Authorization", h.header)
 				}
+				req.Header.Set("Content-Type", "application/json")
 				r := e.send(req)
 				wantError(t, r, http.StatusUnauthorized, "unauthorized")
 				if got := r.header.Get("WWW-Authenticate"); got != "Bearer" {

@@ -199,6 +199,9 @@ func (e *env) do(method, path, token string, body io.Reader) response {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	return e.send(req)
 }
 

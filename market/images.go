@@ -26,7 +26,7 @@ type removeAnswer struct {
 // which start-up cleanup removes, and never a record without its file.
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
 	var req removeRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
+	if err := s.decodeBody(w, r, &req, false); err != nil {
 		s.fail(w, r, err)
 		return
 	}

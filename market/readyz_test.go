@@ -97,6 +97,7 @@ func TestTicketNoSpace(t *testing.T) {
 			}
 			req := httptest.NewRequest(http.MethodPost, "/market/vm-images/ticket", strings.NewReader(`{"name":"disk"}`))
 			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
 			rec := httptest.NewRecorder()
 			srv.Handler().ServeHTTP(rec, req)
 			wantError(t, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, http.StatusInsufficientStorage, "noSpace")

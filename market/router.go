@@ -101,6 +101,27 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	// bodyRead is set once a handler read the request body to its end:
+	// until then an error answer closes the connection rather than wait
+	// for the rest of a body nobody needs.
+	bodyRead bool
+}
+
+// bodyRead notes that w's request body was read to its end.
+func bodyRead(w http.ResponseWriter) {
+	if sw, ok := w.(*statusWriter); ok {
+		sw.bodyRead = true
+	}
+}
+
+// bodyUnread reports whether the request r that w answers has a body that
+// was not read to its end.
+func bodyUnread(w http.ResponseWriter, r *http.Request) bool {
+	if r.ContentLength == 0 {
+		return false
+	}
+	sw, ok := w.(*statusWriter)
+	return !ok || !sw.bodyRead
 }
 
 func (w *statusWriter) WriteHeader(code int) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
@@ -42,6 +43,17 @@ type Config struct {
 	// the disk is full for the store's and the system's own writes. 0
 	// means DefaultMinFree.
 	MinFree int64
+	// TicketRate is how many tickets a second one tenant may take in the
+	// long run, TicketBurst how many at once (token bucket, per tenant).
+	// 0 means DefaultTicketRate and DefaultTicketBurst; rate.Inf turns
+	// the limit off.
+	TicketRate  rate.Limit
+	TicketBurst int
+	// BodyTimeout bounds the reading of a request body (at most 64 KiB),
+	// from the handler's start: a body not in by then is answered 408
+	// requestTimeout and the connection closed. 0 means
+	// DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
 
 // DefaultMinFree is Config.MinFree's default.
@@ -50,12 +62,14 @@ const DefaultMinFree = 32 << 20
 // Server is the control plane. Build it with New; it is safe for concurrent
 // use.
 type Server struct {
-	cfg     Config
-	st      imagestore.Store
-	blobs   imagestore.Blobs
-	log     *slog.Logger
-	metrics *metrics
-	handler http.Handler
+	cfg      Config
+	st       imagestore.Store
+	blobs    imagestore.Blobs
+	log      *slog.Logger
+	metrics  *metrics
+	handler  http.Handler
+	tickets  *tenantLimiter // ticket issuance, per tenant
+	refusals *refusalLog    // sampling of the refusals' log lines
 
 	// afterSweep, when set (tests only), is called after every sweep of
 	// RunSweeper, so a test can wait for a sweep without sleeping.
@@ -94,7 +108,20 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	if cfg.MinFree <= 0 {
 		cfg.MinFree = DefaultMinFree
 	}
-	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.TicketRate == 0 {
+		cfg.TicketRate = DefaultTicketRate
+	}
+	if cfg.TicketBurst == 0 {
+		cfg.TicketBurst = DefaultTicketBurst
+	}
+	if cfg.TicketRate < 0 || cfg.TicketBurst < 0 {
+		return nil, fmt.Errorf("market: ticket rate %v and burst %d must not be negative", cfg.TicketRate, cfg.TicketBurst)
+	}
+	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log,
+		tickets: newTenantLimiter(cfg.TicketRate, cfg.TicketBurst), refusals: newRefusalLog(cfg.Log)}
 	if s.metrics, err = newMetrics(reg, st, blobs, cfg.Log); err != nil {
 		return nil, err
 	}
@@ -138,9 +165,10 @@ func writeBody(w http.ResponseWriter, status int, body []byte) {
 
 // fail writes err as the SPEC error body. Errors that are not an
 // *apierr.Error become a 500 whose text stays in the log. It logs one line:
-// server faults at Error, client mistakes at Debug (they are the client's
-// business and would let anyone fill the log). Nothing logged here carries
-// a token: only method, route, status, reason and the internal cause.
+// server faults at Error, refusals (4xx) at Info with the client's address,
+// sampled per reason (see refusalLog). Nothing logged here carries a token:
+// only method, route, status, reason, address and the internal cause, with
+// every hex run of 16 characters or more redacted.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var answered *apierr.Error
 	if !errors.As(err, &answered) && errors.Is(err, imagestore.ErrNoSpace) {
@@ -152,15 +180,32 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
-	level := slog.LevelDebug
-	if e.Status >= 500 {
-		level = slog.LevelError
+	if bodyUnread(w, r) {
+		// Refused before its body was read (no token, no route, too
+		// slow...): answer at once and close. Without Connection: close
+		// net/http would first drain the body, and a client that dribbles
+		// it would hold the answer and the connection; the past read
+		// deadline makes the drain after the answer give up at once too.
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
-	attrs := []any{"method", r.Method, "route", routeLabel(r), "status", e.Status, "reason", e.Reason}
-	if e.Err != nil {
-		attrs = append(attrs, "err", e.Err.Error())
+	attrs := []any{"method", logText(r.Method), "route", routeLabel(r), "status", e.Status, "reason", e.Reason}
+	if e.Status < 500 {
+		// A refusal: the client's business, but an operator wants to see
+		// who is refused and why. Sampled, so a flood cannot fill the disk.
+		if s.refusals.allow(r.Context(), e.Reason, s.cfg.Now()) {
+			attrs = append(attrs, "remote", clientAddr(r.RemoteAddr))
+			if e.Err != nil {
+				attrs = append(attrs, "err", logText(e.Err.Error()))
+			}
+			s.log.Log(r.Context(), slog.LevelInfo, "control request refused", attrs...)
+		}
+	} else {
+		if e.Err != nil {
+			attrs = append(attrs, "err", logText(e.Err.Error()))
+		}
+		s.log.Log(r.Context(), slog.LevelError, "control request failed", attrs...)
 	}
-	s.log.Log(r.Context(), level, "control request failed", attrs...)
 	writeBody(w, e.Status, append(e.JSON(), '\n'))
 }
 

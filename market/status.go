@@ -19,10 +19,13 @@ type statusAnswer struct {
 	Available bool               `json:"available"`
 	Reason    string             `json:"reason,omitempty"`
 	Images    []imagestore.Image `json:"images"`
-	Listings  []any              `json:"listings"`
-	Offers    []any              `json:"offers"`
-	Orders    []any              `json:"orders"`
-	Account   account            `json:"account"`
+	// Sessions are the unfinished resumable uploads: their bytes are on
+	// the edge's disk and each counts against the image quota.
+	Sessions []sessionInfo `json:"sessions"`
+	Listings []any         `json:"listings"`
+	Offers   []any         `json:"offers"`
+	Orders   []any         `json:"orders"`
+	Account  account       `json:"account"`
 }
 
 type account struct {
@@ -33,13 +36,23 @@ type account struct {
 	PayoutAccount bool   `json:"payout_account"`
 }
 
+// sessionInfo is an open upload session as status shows it: offset is
+// the bytes durably received, length the size of the whole image.
+type sessionInfo struct {
+	UploadID  string    `json:"upload_id"`
+	Name      string    `json:"name"`
+	Offset    int64     `json:"offset"`
+	Length    int64     `json:"length"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
 type statusRequest struct{}
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
 	// An empty body is {}; anything else must still be a valid, empty
 	// object (unknown fields are refused like everywhere).
 	var req statusRequest
-	if err := decodeBody(w, r, &req, true); err != nil {
+	if err := s.decodeBody(w, r, &req, true); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -51,9 +64,20 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	if images == nil {
 		images = []imagestore.Image{}
 	}
+	open, err := s.st.OpenSessions(r.Context(), t.ID, s.cfg.Now())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sessions := make([]sessionInfo, 0, len(open))
+	for _, us := range open {
+		sessions = append(sessions, sessionInfo{UploadID: us.UploadID, Name: us.Name,
+			Offset: us.Offset, Length: us.Length, ExpiresAt: us.ExpiresAt.UTC()})
+	}
 	ans := statusAnswer{
 		Available: true,
 		Images:    images,
+		Sessions:  sessions,
 		Listings:  []any{},
 		Offers:    []any{},
 		Orders:    []any{},

@@ -12,7 +12,8 @@ const ticketRetention = 7 * 24 * time.Hour
 // RunSweeper sweeps the tickets now and then every `every` until ctx is
 // done: it counts tickets that expired unused
 // (vmshelf_tickets_expired_total) and forgets those ended more than 7 days
-// ago. A failed sweep is logged and retried at the next tick.
+// ago, and writes the count of refusals whose log lines were suppressed. A
+// failed sweep is logged and retried at the next tick.
 func (s *Server) RunSweeper(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		every = time.Minute
@@ -30,6 +31,9 @@ func (s *Server) RunSweeper(ctx context.Context, every time.Duration) {
 }
 
 func (s *Server) sweepOnce(ctx context.Context) {
+	// The refusals' summary is written at least this often, also when no
+	// further refusal comes to write it.
+	s.refusals.flush(ctx, s.cfg.Now())
 	n, err := s.st.SweepTickets(ctx, s.cfg.Now(), ticketRetention)
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("sweeping tickets failed", "err", err.Error())

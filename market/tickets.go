@@ -34,7 +34,7 @@ type ticketAnswer struct {
 // the answer is the one place the ticket ever appears.
 func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
 	var req ticketRequest
-	if err := decodeBody(w, r, &req, false); err != nil {
+	if err := s.decodeBody(w, r, &req, false); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -45,6 +45,12 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	}
 	if !t.Sharing {
 		s.fail(w, r, errNotSharing)
+		return
+	}
+	// The limit comes before any store write or disk question, so a
+	// tenant asking in a loop costs one authentication per request.
+	if wait, ok := s.tickets.take(t.ID, s.cfg.Now()); !ok {
+		s.fail(w, r, errRateLimited(w, wait))
 		return
 	}
 
@@ -74,8 +80,8 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	switch {
 	case errors.Is(err, imagestore.ErrQuota):
 		s.fail(w, r, apierr.Wrap(err, http.StatusConflict, "imageQuota",
-			"this box already holds "+strconv.Itoa(s.cfg.ImagesPerTenant)+
-				" images, the most allowed; remove one before uploading another"))
+			"this box's images, unused tickets and unfinished uploads already number "+
+				strconv.Itoa(s.cfg.ImagesPerTenant)+", the most allowed; finish or let an upload expire, or remove an image"))
 		return
 	case err != nil:
 		s.fail(w, r, err)

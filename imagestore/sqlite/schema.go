@@ -97,6 +97,12 @@ CREATE TABLE upload_sessions (
 CREATE INDEX upload_sessions_expires_at ON upload_sessions (expires_at);
 CREATE INDEX upload_sessions_tenant_id ON upload_sessions (tenant_id);
 `,
+		// The quota counts a tenant's unused, unexpired tickets on every
+		// ticket request; ended tickets are kept for days, so the count
+		// must not walk them.
+		`
+CREATE INDEX tickets_unused ON tickets (tenant_id, expires_at) WHERE used_at IS NULL;
+`,
 	}
 }
 

@@ -441,7 +441,10 @@ func mustChange(res sql.Result, what string) error {
 }
 
 // checkQuota returns ErrQuota when the tenant holds quota images or more;
-// quota <= 0 means no limit.
+// quota <= 0 means no limit. It is AddImage's check at commit: the upload
+// being committed already holds a reservation (its ticket or session) that
+// was admitted by checkReservations, so only stored images are counted
+// here, and a tenant's other reservations never refuse a finished upload.
 func checkQuota(ctx context.Context, tx *sql.Tx, tenantID int64, quota int) error {
 	if quota <= 0 {
 		return nil
@@ -456,8 +459,35 @@ func checkQuota(ctx context.Context, tx *sql.Tx, tenantID int64, quota int) erro
 	return nil
 }
 
-// CreateTicket stores tk under the ticket hash unless the tenant already
-// holds quota images (ErrQuota; quota <= 0 means no limit). A zero
+// checkReservations returns ErrQuota when the tenant's stored images plus
+// its reservations reach quota (quota <= 0 means no limit). A reservation
+// is an unused ticket that has not expired at now, or an upload session
+// that has not expired and is not finished: a finished session
+// (offset = length) has become an image, or been refused, and is not
+// counted a second time.
+func checkReservations(ctx context.Context, tx *sql.Tx, tenantID int64, quota int, now int64) error {
+	if quota <= 0 {
+		return nil
+	}
+	var n int64
+	err := tx.QueryRowContext(ctx, `
+SELECT (SELECT count(*) FROM images WHERE tenant_id = ?1)
+     + (SELECT count(*) FROM tickets WHERE tenant_id = ?1 AND used_at IS NULL AND expires_at > ?2)
+     + (SELECT count(*) FROM upload_sessions WHERE tenant_id = ?1 AND "offset" < length AND expires_at > ?2)`,
+		tenantID, now).Scan(&n)
+	if err != nil {
+		return err
+	}
+	if n >= int64(quota) {
+		return imagestore.ErrQuota
+	}
+	return nil
+}
+
+// CreateTicket stores tk under the ticket hash unless the tenant's stored
+// images, unused tickets and unfinished sessions (see checkReservations,
+// with tk.CreatedAt as now) already reach quota (ErrQuota; quota <= 0 means
+// no limit). A zero
 // tk.CreatedAt means now; tk.UsedAt is ignored, a new ticket is unused.
 // ErrExists if the hash or the upload id is taken, ErrNotFound if the tenant
 // does not exist.
@@ -471,7 +501,7 @@ func (s *Store) CreateTicket(ctx context.Context, tk imagestore.Ticket, ticket i
 		return fmt.Errorf("sqlite: create ticket: %w", err)
 	}
 	return s.write(ctx, "create ticket", func(tx *sql.Tx) error {
-		if err := checkQuota(ctx, tx, tk.TenantID, quota); err != nil {
+		if err := checkReservations(ctx, tx, tk.TenantID, quota, created); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `
@@ -857,6 +887,37 @@ func (s *Store) ExpireSessions(ctx context.Context, now time.Time) ([]string, er
 	// RETURNING promises no order.
 	slices.Sort(ids)
 	return ids, nil
+}
+
+// OpenSessions returns the tenant's sessions with offset < length and
+// expires_at > now, by creation time and upload id.
+func (s *Store) OpenSessions(ctx context.Context, tenantID int64, now time.Time) ([]imagestore.UploadSession, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open sessions: %w", err)
+	}
+	var out []imagestore.UploadSession
+	err = s.read(ctx, "open sessions", func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+sessionCols+` FROM upload_sessions
+WHERE tenant_id = ? AND "offset" < length AND expires_at > ?
+ORDER BY created_at, upload_id`, tenantID, at)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			us, err := scanSession(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, us)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // SessionUploadIDs returns the upload ids of all sessions not yet ended or

@@ -40,6 +40,8 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"ConsumeTicket", testConsumeTicket},
 		{"ConsumeTicketConcurrent", testConsumeTicketConcurrent},
 		{"Quota", testQuota},
+		{"QuotaReservations", testQuotaReservations},
+		{"OpenSessions", testOpenSessions},
 		{"Images", testImages},
 		{"RemoveImage", testRemoveImage},
 		{"FetchTokens", testFetchTokens},
@@ -506,32 +508,45 @@ func testQuota(t *testing.T, s imagestore.Store) {
 	image := func(tenant imagestore.Tenant, id int) imagestore.Image {
 		return imagestore.Image{UploadID: uploadID(id), TenantID: tenant.ID, Name: "img", Size: 1, VirtualSize: 1, SHA256: "00", CreatedAt: t0}
 	}
+	// use consumes a ticket as an upload does before its image is added.
+	use := func(secret string) error {
+		_, err := s.ConsumeTicket(ctx, hash(secret), t0)
+		return err
+	}
 	steps := []struct {
 		name string
 		call func() error
 		want error
 	}{
-		{"ticket under quota", func() error { return s.CreateTicket(ctx, ticket(a, "q1", 101), hash("q1"), 2) }, nil},
-		{"image 1 of 2", func() error { return s.AddImage(ctx, image(a, 1), 2) }, nil},
-		{"ticket with 1 of 2", func() error { return s.CreateTicket(ctx, ticket(a, "q2", 102), hash("q2"), 2) }, nil},
-		{"image 2 of 2", func() error { return s.AddImage(ctx, image(a, 2), 2) }, nil},
-		{"ticket at quota", func() error { return s.CreateTicket(ctx, ticket(a, "q3", 103), hash("q3"), 2) }, imagestore.ErrQuota},
-		{"ticket over smaller quota", func() error { return s.CreateTicket(ctx, ticket(a, "q4", 104), hash("q4"), 1) }, imagestore.ErrQuota},
-		{"ticket under larger quota", func() error { return s.CreateTicket(ctx, ticket(a, "q5", 105), hash("q5"), 3) }, nil},
-		{"ticket with quota 0 (no limit)", func() error { return s.CreateTicket(ctx, ticket(a, "q6", 106), hash("q6"), 0) }, nil},
-		{"ticket with negative quota (no limit)", func() error { return s.CreateTicket(ctx, ticket(a, "q7", 107), hash("q7"), -1) }, nil},
+		{"ticket 1 of 2", func() error { return s.CreateTicket(ctx, ticket(a, "q1", 101), hash("q1"), 2) }, nil},
+		{"ticket 2 of 2", func() error { return s.CreateTicket(ctx, ticket(a, "q2", 102), hash("q2"), 2) }, nil},
+		// Unused tickets count: two of them fill a quota of two.
+		{"ticket over unused tickets", func() error { return s.CreateTicket(ctx, ticket(a, "q3", 103), hash("q3"), 2) }, imagestore.ErrQuota},
+		{"use q1", func() error { return use("q1") }, nil},
+		// The used ticket's upload commits; the other unused ticket does
+		// not refuse it (it was admitted under the quota too).
+		{"image 1 of 2 beside an unused ticket", func() error { return s.AddImage(ctx, image(a, 101), 2) }, nil},
+		{"ticket with an image and a ticket", func() error { return s.CreateTicket(ctx, ticket(a, "q4", 104), hash("q4"), 2) }, imagestore.ErrQuota},
+		{"ticket over smaller quota", func() error { return s.CreateTicket(ctx, ticket(a, "q5", 105), hash("q5"), 1) }, imagestore.ErrQuota},
+		{"ticket under larger quota", func() error { return s.CreateTicket(ctx, ticket(a, "q6", 106), hash("q6"), 3) }, nil},
+		{"ticket with quota 0 (no limit)", func() error { return s.CreateTicket(ctx, ticket(a, "q7", 107), hash("q7"), 0) }, nil},
+		{"ticket with negative quota (no limit)", func() error { return s.CreateTicket(ctx, ticket(a, "q8", 108), hash("q8"), -1) }, nil},
 		// The ticket was issued under the quota, but the tenant filled it
-		// meanwhile: AddImage re-checks.
+		// meanwhile: AddImage re-checks the stored images.
+		{"image 2 of 2", func() error { return s.AddImage(ctx, image(a, 2), 2) }, nil},
 		{"image at quota", func() error { return s.AddImage(ctx, image(a, 3), 2) }, imagestore.ErrQuota},
 		{"image with quota 0 (no limit)", func() error { return s.AddImage(ctx, image(a, 4), 0) }, nil},
-		// Quotas are per tenant.
-		{"other tenant ticket", func() error { return s.CreateTicket(ctx, ticket(b, "q8", 108), hash("q8"), 1) }, nil},
+		// Quotas are per tenant: alpha's images and tickets do not count
+		// for bravo.
+		{"other tenant ticket", func() error { return s.CreateTicket(ctx, ticket(b, "q9", 109), hash("q9"), 1) }, nil},
+		{"other tenant ticket at quota", func() error { return s.CreateTicket(ctx, ticket(b, "q10", 110), hash("q10"), 1) }, imagestore.ErrQuota},
 		{"other tenant image", func() error { return s.AddImage(ctx, image(b, 5), 1) }, nil},
-		{"other tenant ticket at quota", func() error { return s.CreateTicket(ctx, ticket(b, "q9", 109), hash("q9"), 1) }, imagestore.ErrQuota},
-		// Removing an image frees its slot.
-		{"remove", func() error { return s.RemoveImage(ctx, a.ID, uploadID(1)) }, nil},
-		{"ticket after remove", func() error { return s.CreateTicket(ctx, ticket(a, "q10", 110), hash("q10"), 3) }, nil},
-		{"ticket at quota after remove", func() error { return s.CreateTicket(ctx, ticket(a, "q11", 111), hash("q11"), 2) }, imagestore.ErrQuota},
+		// Removing an image frees its slot: alpha holds 3 images and 4
+		// unused tickets (q2, q6, q7, q8).
+		{"ticket at 7", func() error { return s.CreateTicket(ctx, ticket(a, "q11", 111), hash("q11"), 7) }, imagestore.ErrQuota},
+		{"remove", func() error { return s.RemoveImage(ctx, a.ID, uploadID(101)) }, nil},
+		{"ticket after remove", func() error { return s.CreateTicket(ctx, ticket(a, "q12", 112), hash("q12"), 7) }, nil},
+		{"ticket at quota after remove", func() error { return s.CreateTicket(ctx, ticket(a, "q13", 113), hash("q13"), 7) }, imagestore.ErrQuota},
 	}
 	for _, st := range steps {
 		err := st.call()
@@ -542,7 +557,7 @@ func testQuota(t *testing.T, s imagestore.Store) {
 		}
 	}
 	// Refusals stored nothing.
-	for _, secret := range []string{"q3", "q4", "q9", "q11"} {
+	for _, secret := range []string{"q3", "q4", "q5", "q10", "q11", "q13"} {
 		_, err := s.Ticket(ctx, hash(secret))
 		wantErr(t, "Ticket "+secret+" refused for quota", err, imagestore.ErrNotFound)
 	}
@@ -552,6 +567,95 @@ func testQuota(t *testing.T, s imagestore.Store) {
 	must(t, "Stats", err)
 	if st.Images != 3 {
 		t.Errorf("Stats.Images = %d, want 3", st.Images)
+	}
+}
+
+// testQuotaReservations checks what CreateTicket counts besides images:
+// unused tickets until they expire, upload sessions until they finish,
+// end or expire, and each upload once.
+func testQuotaReservations(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	n := 0
+	ticketAt := func(tenant imagestore.Tenant, now time.Time, quota int) error {
+		n++
+		secret := fmt.Sprintf("r%d", n)
+		return s.CreateTicket(ctx, imagestore.Ticket{UploadID: uploadID(200 + n), TenantID: tenant.ID, Name: secret,
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, hash(secret), quota)
+	}
+	step := func(name string, err, want error) {
+		t.Helper()
+		if want == nil {
+			must(t, name, err)
+		} else {
+			wantErr(t, name, err, want)
+		}
+	}
+	// Three open sessions (their tickets used) and no image: the quota of
+	// three is full.
+	s1 := newSession(t, s, a.ID, "s1", uploadID(1), t0.Add(2*time.Hour))
+	newSession(t, s, a.ID, "s2", uploadID(2), t0.Add(2*time.Hour))
+	newSession(t, s, a.ID, "s3", uploadID(3), t0.Add(2*time.Hour))
+	step("ticket over 3 open sessions", ticketAt(a, t0, 3), imagestore.ErrQuota)
+	step("other tenant's ticket", ticketAt(b, t0, 1), nil)
+
+	// s1 commits its image (its own session does not refuse it) and is
+	// marked finished: the upload is one image now, not two.
+	img := imagestore.Image{UploadID: s1.UploadID, TenantID: a.ID, Name: s1.Name, Size: s1.Length, VirtualSize: 1, SHA256: "00", CreatedAt: t0}
+	step("image of a session with 3 open", s.AddImage(ctx, img, 3), nil)
+	step("s1 finished", s.SaveProgress(ctx, s1.UploadID, s1.Length, hashState(t, "x"), t0.Add(2*time.Hour)), nil)
+	step("ticket 4 of 4 (image, 2 sessions)", ticketAt(a, t0, 4), nil)
+	step("ticket 5 of 4", ticketAt(a, t0, 4), imagestore.ErrQuota)
+
+	// The unused ticket expires at t0+1h: from then on it is not counted.
+	step("ticket while the unused one lives", ticketAt(a, t0.Add(time.Hour-time.Nanosecond), 4), imagestore.ErrQuota)
+	step("ticket when the unused one expired", ticketAt(a, t0.Add(time.Hour), 4), nil)
+	// An ended session is not counted.
+	step("ticket before an end", ticketAt(a, t0.Add(time.Hour), 4), imagestore.ErrQuota)
+	step("end s2", s.EndSession(ctx, uploadID(2)), nil)
+	step("ticket after an end", ticketAt(a, t0.Add(time.Hour), 4), nil)
+	// At t0+2h the sessions and the tickets of t0+1h have expired: only
+	// the image is left.
+	step("ticket 2 of 2 after expiry", ticketAt(a, t0.Add(2*time.Hour), 2), nil)
+	step("ticket 3 of 2 after expiry", ticketAt(a, t0.Add(2*time.Hour), 2), imagestore.ErrQuota)
+	// Bravo's one ticket still fills bravo's quota of one.
+	step("other tenant's ticket at quota", ticketAt(b, t0, 1), imagestore.ErrQuota)
+}
+
+func testOpenSessions(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	s3 := newSession(t, s, a.ID, "s3", uploadID(3), t0.Add(time.Hour))
+	s1 := newSession(t, s, a.ID, "s1", uploadID(1), t0.Add(2*time.Hour))
+	done := newSession(t, s, a.ID, "s2", uploadID(2), t0.Add(time.Hour))
+	newSession(t, s, b.ID, "s4", uploadID(4), t0.Add(time.Hour))
+	state := hashState(t, "0123456789")
+	must(t, "SaveProgress", s.SaveProgress(ctx, s3.UploadID, 10, state, t0.Add(time.Hour)))
+	s3.Offset, s3.HashState = 10, state
+	must(t, "SaveProgress to the end", s.SaveProgress(ctx, done.UploadID, done.Length, state, t0.Add(time.Hour)))
+
+	check := func(now time.Time, want ...imagestore.UploadSession) {
+		t.Helper()
+		got, err := s.OpenSessions(ctx, a.ID, now)
+		must(t, "OpenSessions", err)
+		if len(got) != len(want) {
+			t.Fatalf("OpenSessions at %v: %d sessions, want %d: %+v", now, len(got), len(want), got)
+		}
+		for i := range got {
+			checkSession(t, fmt.Sprintf("OpenSessions at %v [%d]", now, i), got[i], want[i])
+		}
+	}
+	// Same creation time: by upload id. The finished session and the other
+	// tenant's are not listed.
+	check(t0, s1, s3)
+	check(t0.Add(time.Hour), s1) // s3 expired at its ExpiresAt
+	check(t0.Add(2 * time.Hour))
+	got, err := s.OpenSessions(ctx, 12345, t0)
+	must(t, "OpenSessions of an unknown tenant", err)
+	if len(got) != 0 {
+		t.Errorf("OpenSessions of an unknown tenant: %+v", got)
 	}
 }
 

@@ -1,0 +1,161 @@
+package market
+
+import (
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// logLines returns the log lines with msg.
+func (e *env) logLines(msg string) []string {
+	var out []string
+	for l := range strings.Lines(e.logs.String()) {
+		if strings.Contains(l, `msg="`+msg+`"`) {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return out
+}
+
+// Every refusal writes one Info line with route, status, reason and the
+// client's address.
+func TestRefusalLogged(t *testing.T) {
+	big := `{"name":"` + strings.Repeat("a", 70<<10) + `"}`
+	cases := []struct {
+		name          string
+		method, path  string
+		auth          bool
+		ct, body      string
+		status        int
+		reason, route string
+		setup         func(e *env, token string)
+	}{
+		{"401", "POST", "/market/vm-images/ticket", false, "application/json", `{"name":"disk"}`, 401, "unauthorized", "/market/vm-images/ticket", nil},
+		{"404", "GET", "/no/such/route", false, "", "", 404, "notFound", "other", nil},
+		{"405", "DELETE", "/market/vm-images/ticket", true, "", "", 405, "methodNotAllowed", "/market/vm-images/ticket", nil},
+		{"409", "POST", "/market/vm-images/ticket", true, "application/json", `{"name":"disk"}`, 409, "imageQuota", "/market/vm-images/ticket",
+			func(e *env, token string) {
+				for range 3 {
+					e.post("/market/vm-images/ticket", token, `{"name":"disk"}`)
+				}
+			}},
+		{"413", "POST", "/market/vm-images/ticket", true, "application/json", big, 413, "tooLarge", "/market/vm-images/ticket", nil},
+		{"415", "POST", "/market/vm-images/remove", true, "text/plain", `{}`, 415, "unsupportedMediaType", "/market/vm-images/remove", nil},
+		{"429", "POST", "/market/vm-images/ticket", true, "application/json", `{"name":"disk"}`, 429, "rateLimited", "/market/vm-images/ticket",
+			func(e *env, token string) {
+				for range DefaultTicketBurst {
+					e.post("/market/vm-images/ticket", token, `{"name":"disk"}`)
+				}
+			}},
+		{"400", "POST", "/market/vm-images/ticket", true, "application/json", `{"name":"disk","name":"x"}`, 400, "badRequest", "/market/vm-images/ticket", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, func(cfg *Config) {
+				if c.reason == "rateLimited" {
+					cfg.ImagesPerTenant = 100
+				}
+			})
+			_, token := e.tenant("alice", true)
+			if c.setup != nil {
+				c.setup(e, token)
+			}
+			before := len(e.logLines("control request refused"))
+			req, err := http.NewRequestWithContext(t.Context(), c.method, e.ts.URL+c.path, strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.auth {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			if c.ct != "" {
+				req.Header.Set("Content-Type", c.ct)
+			}
+			wantError(t, e.send(req), c.status, c.reason)
+			lines := e.logLines("control request refused")[before:]
+			if len(lines) != 1 {
+				t.Fatalf("%d refusal lines, want 1:\n%s", len(lines), e.logs.String())
+			}
+			for _, want := range []string{"level=INFO", "method=" + c.method, "route=" + c.route,
+				"status=" + strconv.Itoa(c.status), "reason=" + c.reason, "remote=127.0.0.1"} {
+				if !strings.Contains(lines[0], want+" ") && !strings.HasSuffix(lines[0], want) {
+					t.Errorf("refusal line lacks %q: %s", want, lines[0])
+				}
+			}
+		})
+	}
+}
+
+// A flood writes the burst of lines, then counts; the count is written as
+// one "suppressed" line per reason at the next sweep, or at the next
+// refusal once a minute has passed.
+func TestRefusalLogSampled(t *testing.T) {
+	e := newEnv(t)
+	for range refusalBurst + 80 {
+		wantError(t, e.post("/market/vm-images/ticket", "", `{}`), 401, "unauthorized")
+	}
+	for range refusalBurst + 10 {
+		wantError(t, e.do(http.MethodGet, "/nothing", "", nil), 404, "notFound")
+	}
+	if n := len(e.logLines("control request refused")); n != 2*refusalBurst {
+		t.Errorf("%d refusal lines in the flood, want %d (the burst of each reason)", n, 2*refusalBurst)
+	}
+	if n := len(e.logLines("control refusals suppressed")); n != 0 {
+		t.Errorf("%d summaries before a minute passed, want 0", n)
+	}
+
+	// The sweep writes the summary, one line per reason.
+	e.clock.Advance(suppressedEvery)
+	e.srv.sweepOnce(t.Context())
+	sum := e.logLines("control refusals suppressed")
+	if len(sum) != 2 || !strings.Contains(sum[0], "reason=notFound suppressed=10 ") ||
+		!strings.Contains(sum[1], "reason=unauthorized suppressed=80 ") {
+		t.Fatalf("summaries %q, want notFound 10 and unauthorized 80", sum)
+	}
+	// In the minute since, 6 tokens came back: 6 lines, then counting again.
+	for range 10 {
+		e.post("/market/vm-images/ticket", "", `{}`)
+	}
+	if n := len(e.logLines("control request refused")); n != 2*refusalBurst+6 {
+		t.Errorf("%d refusal lines, want %d", n, 2*refusalBurst+6)
+	}
+	// Without a sweep, the next refusal a minute later writes the summary.
+	e.clock.Advance(suppressedEvery)
+	e.post("/market/vm-images/ticket", "", `{}`)
+	sum = e.logLines("control refusals suppressed")
+	if len(sum) != 3 || !strings.Contains(sum[2], "reason=unauthorized suppressed=4 ") {
+		t.Errorf("summaries %q, want a third for unauthorized 4", sum)
+	}
+	// Nothing suppressed since: the sweep writes nothing.
+	e.clock.Advance(suppressedEvery)
+	e.srv.sweepOnce(t.Context())
+	if n := len(e.logLines("control refusals suppressed")); n != 3 {
+		t.Errorf("%d summaries after a quiet minute, want still 3", n)
+	}
+}
+
+// No refusal line carries a token, a ticket or any hex run of 16 or more
+// characters, whatever the client put in the method, path or headers.
+func TestRefusalLogRedacted(t *testing.T) {
+	e := newEnv(t)
+	_, token := e.tenant("alice", true)
+	hex := strings.Repeat("0123456789abcdef", 4)
+	e.remember(hex)
+	req, err := http.NewRequestWithContext(t.Context(), "X"+hex, e.ts.URL+"/market/vm-images/ticket", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, e.send(req), 405, "methodNotAllowed")
+	wantError(t, e.do(http.MethodGet, "/market/vm-images/upload/"+hex, "", nil), 404, "notFound")
+	wantError(t, e.post("/market/vm-images/ticket", hex, `{"name":"disk"}`), 401, "unauthorized")
+	wantError(t, e.post("/market/vm-images/remove", token, `{"upload_id":"`+hex[:24]+`"}`), 404, "imageUnknown")
+	wantError(t, e.post("/market/vm-images/ticket", token, `{"name":"`+hex+`","`+hex+`":1}`), 400, "badRequest")
+	if n := len(e.logLines("control request refused")); n != 5 {
+		t.Errorf("%d refusal lines, want 5:\n%s", n, e.logs.String())
+	}
+	if m := regexp.MustCompile(`[0-9a-fA-F]{16,}`).FindString(e.logs.String()); m != "" {
+		t.Errorf("log carries the hex run %q:\n%s", m, e.logs.String())
+	}
+}
