@@ -615,6 +615,9 @@ func (s *server) ctl(t *testing.T, path, token, body string) (int, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -744,7 +747,7 @@ func TestE2EReadmeWalkthrough(t *testing.T) {
 	disk, diskBytes := makeImage(t, work, "disk.qcow2")
 
 	// 2. a single-use upload ticket
-	code, body := curl(t, "-H", "Authorization: Bearer "+token, "-d", `{"name":"my disk","efi":false}`,
+	code, body := curl(t, "-H", "Authorization: Bearer "+token, "-H", "Content-Type: application/json", "-d", `{"name":"my disk","efi":false}`,
 		s.ctlBase+"/market/vm-images/ticket")
 	if code != http.StatusCreated {
 		t.Fatalf("ticket: %d %s", code, body)
