@@ -859,7 +859,18 @@ func TestE2EUploadResumesAfterKill(t *testing.T) {
 	// The edge keeps every byte that reached it before the kill, the
 	// request heads aside.
 	sent := p.up.Load()
-	saved := s.waitSaved(t, st.SessionURL, sent-resumeMargin, sent, nil)
+	s.waitSaved(t, st.SessionURL, sent-resumeMargin, sent, nil)
+	// The killed PATCH's handler saves what it took when it notices the
+	// cut, which may be after the offset above was read: the offset is
+	// final only once no upload is in flight.
+	poll(t, 600, 25*time.Millisecond, "the killed upload's handler to end", func() bool {
+		v, ok := metricValue(s.scrape(t), "vmshelf_transfers_in_flight", map[string]string{"direction": "upload"})
+		return ok && v == 0
+	})
+	code, saved := s.head(t, st.SessionURL)
+	if code != http.StatusOK || saved < sent-resumeMargin || saved > sent {
+		t.Fatalf("after the handler ended HEAD says %d, offset %d; want an offset in [%d, %d]", code, saved, sent-resumeMargin, sent)
+	}
 	if saved <= 0 || saved >= size {
 		t.Fatalf("after the kill the edge has %d of %d; want a saved offset > 0 and short of the end", saved, size)
 	}
