@@ -89,28 +89,29 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 	ctx.SetStatusCode(status)
 	ctx.SetBodyStream(&fetchStream{
 		g: g, ctx: ctx, src: src, size: n, blob: blob, release: release,
-		start: start, uploadID: img.UploadID, remote: remoteAddr(ctx), partial: status == fasthttp.StatusPartialContent,
+		start: start, uploadID: img.UploadID, remote: g.clientAddr(ctx), partial: status == fasthttp.StatusPartialContent,
 	}, int(n))
 }
 
 // openForToken resolves a fetch token to its image and opens the bytes.
 func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, token string) (imagestore.Image, imagestore.Blob, *apierr.Error) {
 	now := g.cfg.Now()
-	addr := remoteAddr(ctx)
-	if g.misses.blocked(addr, now) {
-		return imagestore.Image{}, nil, g.tooManyMisses(ctx)
+	// The limiter is asked only once the token missed: a valid token is
+	// always served, whoever else guessed from the same address.
+	unknown := func() *apierr.Error {
+		if !g.misses.miss(g.clientAddr(ctx), now) {
+			return g.tooManyMisses(ctx)
+		}
+		return apierr.New(fasthttp.StatusNotFound, "tokenUnknown", "no such fetch token, or it was revoked or has expired")
 	}
-	unknown := apierr.New(fasthttp.StatusNotFound, "tokenUnknown", "no such fetch token, or it was revoked or has expired")
 	if !isSecretShape(token) {
-		g.misses.miss(addr, now)
-		return imagestore.Image{}, nil, unknown
+		return imagestore.Image{}, nil, unknown()
 	}
 	octx, cancel := op()
 	defer cancel()
 	img, err := g.store.ImageForToken(octx, imagestore.HashSecret(token), now)
 	if errors.Is(err, imagestore.ErrNotFound) {
-		g.misses.miss(addr, now)
-		return imagestore.Image{}, nil, unknown
+		return imagestore.Image{}, nil, unknown()
 	}
 	if err != nil {
 		return imagestore.Image{}, nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the token up")

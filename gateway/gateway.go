@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -46,8 +47,12 @@ type Config struct {
 	// then one per MissEvery. Defaults: 20 and 1s.
 	MissBurst int
 	MissEvery time.Duration
-	Now       func() time.Time // clock; time.Now if nil
-	Log       *slog.Logger
+	// TrustedProxies are the reverse proxies whose Forwarded or
+	// X-Forwarded-For header names the client (see clientAddr). Default
+	// none: the peer's address is the client's.
+	TrustedProxies []netip.Prefix
+	Now            func() time.Time // clock; time.Now if nil
+	Log            *slog.Logger
 	// PublicURL is the base of the upload-session URLs handed out (no
 	// trailing slash); empty gives relative URLs.
 	PublicURL string
@@ -304,9 +309,6 @@ func (g *Gateway) refused(dir string, e *apierr.Error) {
 	}
 	g.metrics.transfers.WithLabelValues(dir, outcome).Inc()
 }
-
-// remoteAddr is the key of the miss limiter: the peer's IP, never its port.
-func remoteAddr(ctx *fasthttp.RequestCtx) string { return ctx.RemoteIP().String() }
 
 // tooManyMisses is the 429 for an address that guessed too often.
 func (g *Gateway) tooManyMisses(ctx *fasthttp.RequestCtx) *apierr.Error {
