@@ -64,16 +64,16 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 
 	// HEAD holds no slot: it moves no image bytes. fasthttp writes the
 	// headers of a body stream for HEAD and closes it without reading.
+	// A GET shares its token's slot, or waits for one (bounded).
 	var release func()
 	if !ctx.IsHead() {
-		if !g.slots.tryAcquire() {
+		var aerr *apierr.Error
+		if release, aerr = g.acquireFetchSlot(ctx, token); aerr != nil {
 			blob.Close()
-			aerr := g.busy(ctx)
 			g.refused(dirFetch, aerr)
 			writeError(ctx, aerr)
 			return
 		}
-		release = func() { g.releaseSlot(dirFetch) }
 		g.metrics.inFlight.WithLabelValues(dirFetch).Inc()
 	}
 	src, err := blob.Section(off, n)

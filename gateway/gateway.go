@@ -64,22 +64,29 @@ type Config struct {
 	// can cost a resumable upload, against an fsync and a store write.
 	CheckpointBytes    int64
 	CheckpointInterval time.Duration
+	// FetchQueueWait is how long a fetch GET beyond MaxTransfers waits for
+	// a slot before 503 busy (default DefaultFetchQueueWait, 30 s): CDI's
+	// importer does not retry in-process, so it queues instead.
+	FetchQueueWait time.Duration
 }
 
 // Gateway is the data plane server.
 type Gateway struct {
-	cfg     Config
-	store   imagestore.Store
-	blobs   imagestore.Blobs
-	log     *slog.Logger
-	metrics *metrics
-	slots   slots
-	misses  *missLimiter
-	locks   *patchLocks
-	space   *spaceLedger
-	closing atomic.Bool // Shutdown began
-	bufs    sync.Pool
-	srv     *fasthttp.Server
+	cfg      Config
+	store    imagestore.Store
+	blobs    imagestore.Blobs
+	log      *slog.Logger
+	metrics  *metrics
+	slots    slots
+	misses   *missLimiter
+	fetches  fetchHolders  // fetch tokens holding a slot
+	stopping chan struct{} // closed when Shutdown begins
+	stopOnce sync.Once
+	locks    *patchLocks
+	space    *spaceLedger
+	closing  atomic.Bool // Shutdown began
+	bufs     sync.Pool
+	srv      *fasthttp.Server
 
 	// onSlotFreed, if set, is told the direction of every transfer that
 	// gave its slot back; tests wait on it instead of sleeping.
@@ -127,6 +134,9 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	if cfg.CheckpointInterval <= 0 {
 		cfg.CheckpointInterval = 15 * time.Second
 	}
+	if cfg.FetchQueueWait <= 0 {
+		cfg.FetchQueueWait = DefaultFetchQueueWait
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -135,16 +145,18 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g := &Gateway{
-		cfg:     cfg,
-		store:   st,
-		blobs:   blobs,
-		log:     cfg.Log,
-		metrics: m,
-		slots:   newSlots(cfg.MaxTransfers),
-		misses:  newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
-		locks:   newPatchLocks(),
-		space:   newSpaceLedger(),
-		bufs:    sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
+		cfg:      cfg,
+		store:    st,
+		blobs:    blobs,
+		log:      cfg.Log,
+		metrics:  m,
+		slots:    newSlots(cfg.MaxTransfers),
+		misses:   newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
+		fetches:  fetchHolders{held: make(map[string]int)},
+		stopping: make(chan struct{}),
+		locks:    newPatchLocks(),
+		space:    newSpaceLedger(),
+		bufs:     sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
 	}
 	g.srv = &fasthttp.Server{
 		Handler:       g.route,
@@ -180,6 +192,7 @@ func (g *Gateway) Serve(ln net.Listener) error { return g.srv.Serve(ln) }
 // progress and answer 503, and the clients resume after the restart.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
+	g.stopOnce.Do(func() { close(g.stopping) })
 	g.locks.stopAll()
 	return g.srv.ShutdownWithContext(ctx)
 }

@@ -226,7 +226,7 @@ func underlyingTCP(c net.Conn) (*net.TCPConn, bool) {
 // outcomeOf sorts an error into the transfers_total outcomes.
 func outcomeOf(e *apierr.Error) string {
 	switch {
-	case e.Reason == "idle" || e.Reason == "incompleteBody" || e.Reason == "takenOver" || e.Reason == "shuttingDown":
+	case e.Reason == "idle" || e.Reason == "incompleteBody" || e.Reason == "takenOver" || e.Reason == "shuttingDown" || e.Reason == "clientGone":
 		return outcomeAborted
 	case e.Status >= 500 && e.Reason != "busy" && e.Reason != "noSpace":
 		return outcomeFailed
