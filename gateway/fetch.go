@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -150,12 +151,17 @@ func etagMatches(list, etag string) bool {
 	return false
 }
 
-// parseRange reads a single "bytes=" range against size. ok is false for a
-// header to be ignored (not bytes, malformed, several ranges); satisfiable
-// is false for a well-formed range that lies outside the image.
+// parseRange reads a single "bytes=" range (the unit in any case) against
+// size. ok is false for a header to be ignored (not bytes, malformed,
+// several ranges); satisfiable is false for a well-formed range that lies
+// outside the image. Positions beyond int64 are clipped like any other
+// position past the end.
 func parseRange(h string, size int64) (off, n int64, ok, satisfiable bool) {
-	spec, found := strings.CutPrefix(h, "bytes=")
-	if !found || strings.Contains(spec, ",") {
+	if len(h) < len("bytes=") || !strings.EqualFold(h[:len("bytes=")], "bytes=") {
+		return 0, 0, false, false
+	}
+	spec := h[len("bytes="):]
+	if strings.Contains(spec, ",") {
 		return 0, 0, false, false
 	}
 	first, last, found := strings.Cut(strings.TrimSpace(spec), "-")
@@ -163,8 +169,8 @@ func parseRange(h string, size int64) (off, n int64, ok, satisfiable bool) {
 		return 0, 0, false, false
 	}
 	if first == "" { // suffix: the last N bytes
-		sfx, err := strconv.ParseInt(last, 10, 64)
-		if err != nil || sfx < 0 {
+		sfx, ok := rangePos(last)
+		if !ok {
 			return 0, 0, false, false
 		}
 		if sfx == 0 || size == 0 {
@@ -173,13 +179,13 @@ func parseRange(h string, size int64) (off, n int64, ok, satisfiable bool) {
 		sfx = min(sfx, size)
 		return size - sfx, sfx, true, true
 	}
-	a, err := strconv.ParseInt(first, 10, 64)
-	if err != nil || a < 0 {
+	a, ok := rangePos(first)
+	if !ok {
 		return 0, 0, false, false
 	}
 	b := size - 1
 	if last != "" {
-		if b, err = strconv.ParseInt(last, 10, 64); err != nil || b < a {
+		if b, ok = rangePos(last); !ok || b < a {
 			return 0, 0, false, false
 		}
 		b = min(b, size-1)
@@ -188,6 +194,26 @@ func parseRange(h string, size int64) (off, n int64, ok, satisfiable bool) {
 		return 0, 0, true, false
 	}
 	return a, b - a + 1, true, true
+}
+
+// rangePos reads a position of a Range: ASCII digits only, saturating at
+// the largest int64.
+func rangePos(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var v int64
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v > (math.MaxInt64-int64(c-'0'))/10 {
+			v = math.MaxInt64
+			continue
+		}
+		v = v*10 + int64(c-'0')
+	}
+	return v, true
 }
 
 // fetchStream is the body of a fetch. fasthttp calls WriteTo; it sends the

@@ -5,6 +5,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -176,7 +177,12 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		Logger:            redactingLogger{g.log},
 		// Errors fasthttp answers itself (bad request line, header too
 		// large) still get our JSON shape.
+		// A head that does not arrive within ReadTimeout is a 408.
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			if isTimeout(err) {
+				writeError(ctx, apierr.Wrap(err, fasthttp.StatusRequestTimeout, "requestTimeout", "the request head did not arrive in time"))
+				return
+			}
 			writeError(ctx, apierr.Wrap(err, fasthttp.StatusBadRequest, "badRequest", "the request could not be read as HTTP/1.1"))
 		},
 	}
@@ -200,6 +206,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // route dispatches on exact path shapes: a capability is the last path
 // segment and nothing else is accepted.
 func (g *Gateway) route(ctx *fasthttp.RequestCtx) {
+	if aerr := badFraming(ctx); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
 	if g.cors(ctx) { // a preflight, answered
 		return
 	}
@@ -267,6 +277,10 @@ func classify(path string) (routeKind, string) {
 // expect answers "Expect: 100-continue" with the early refusals, so that a
 // client that asked first sends no body byte to be refused.
 func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
+	if aerr := badFraming(ctx); aerr != nil {
+		writeError(ctx, aerr)
+		return aerr.Status
+	}
 	g.cors(ctx) // a refusal here must be readable by a browser too
 	kind, capability := classify(string(ctx.Path()))
 	var aerr *apierr.Error
@@ -298,6 +312,25 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 	}
 	writeError(ctx, aerr)
 	return aerr.Status
+}
+
+// badFraming refuses a Transfer-Encoding other than chunked (RFC 9112
+// 6.1: 400 and close). fasthttp refuses most itself but takes "identity"
+// as no body at all, so whatever follows the head would run as a second
+// request: a smuggling channel past a proxy that framed it otherwise.
+func badFraming(ctx *fasthttp.RequestCtx) *apierr.Error {
+	raw := ctx.Request.Header.RawHeaders()
+	for len(raw) > 0 {
+		var line []byte
+		line, raw, _ = bytes.Cut(raw, []byte("\n"))
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if ok && bytes.EqualFold(bytes.TrimSpace(k), []byte("Transfer-Encoding")) &&
+			!bytes.EqualFold(bytes.TrimSpace(v), []byte("chunked")) {
+			ctx.SetConnectionClose()
+			return apierr.New(fasthttp.StatusBadRequest, "badRequest", "Transfer-Encoding other than chunked is not accepted")
+		}
+	}
+	return nil
 }
 
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {

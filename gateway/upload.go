@@ -150,6 +150,9 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 // on the wire; closing the connection stops the client sending it.
 func (g *Gateway) refuseUpload(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
 	g.refused(dirUpload, aerr)
+	// A refused creation names no session: the one it may have made has
+	// ended with the refusal.
+	ctx.Response.Header.Del("Location")
 	if uploadID != "" {
 		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 	}
