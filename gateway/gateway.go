@@ -69,6 +69,11 @@ type Config struct {
 	// a slot before 503 busy (default DefaultFetchQueueWait, 30 s): CDI's
 	// importer does not retry in-process, so it queues instead.
 	FetchQueueWait time.Duration
+	// RefusalLogPerSecond bounds the "refused" log lines per reason: that
+	// many per second, as a token bucket of that size (default
+	// DefaultRefusalLogPerSecond). The rest are counted and reported in a
+	// "refusals suppressed" line every minute.
+	RefusalLogPerSecond int
 }
 
 // Gateway is the data plane server.
@@ -83,6 +88,7 @@ type Gateway struct {
 	fetches  fetchHolders  // fetch tokens holding a slot
 	stopping chan struct{} // closed when Shutdown begins
 	stopOnce sync.Once
+	refusals *refusalLog
 	locks    *patchLocks
 	space    *spaceLedger
 	closing  atomic.Bool // Shutdown began
@@ -138,6 +144,9 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	if cfg.FetchQueueWait <= 0 {
 		cfg.FetchQueueWait = DefaultFetchQueueWait
 	}
+	if cfg.RefusalLogPerSecond <= 0 {
+		cfg.RefusalLogPerSecond = DefaultRefusalLogPerSecond
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -155,13 +164,14 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		misses:   newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
 		fetches:  fetchHolders{held: make(map[string]int)},
 		stopping: make(chan struct{}),
+		refusals: newRefusalLog(cfg.RefusalLogPerSecond),
 		locks:    newPatchLocks(),
 		space:    newSpaceLedger(),
 		bufs:     sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
 	}
 	g.srv = &fasthttp.Server{
-		Handler:       g.route,
-		ExpectHandler: g.expect,
+		Handler:       func(ctx *fasthttp.RequestCtx) { g.route(ctx); g.logAnswer(ctx) },
+		ExpectHandler: func(ctx *fasthttp.RequestCtx) int { st := g.expect(ctx); g.logAnswer(ctx); return st },
 		Name:          "vmshelf",
 		// Bodies are read by the handler as they arrive; only the first
 		// 8 KiB may be read ahead by fasthttp. MaxRequestBodySize is not
@@ -179,18 +189,22 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		// large) still get our JSON shape.
 		// A head that does not arrive within ReadTimeout is a 408.
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			aerr := apierr.Wrap(err, fasthttp.StatusBadRequest, "badRequest", "the request could not be read as HTTP/1.1")
 			if isTimeout(err) {
-				writeError(ctx, apierr.Wrap(err, fasthttp.StatusRequestTimeout, "requestTimeout", "the request head did not arrive in time"))
-				return
+				aerr = apierr.Wrap(err, fasthttp.StatusRequestTimeout, "requestTimeout", "the request head did not arrive in time")
 			}
-			writeError(ctx, apierr.Wrap(err, fasthttp.StatusBadRequest, "badRequest", "the request could not be read as HTTP/1.1"))
+			writeError(ctx, aerr)
+			g.logRefusal(ctx, aerr)
 		},
 	}
 	return g, nil
 }
 
 // Serve answers connections from ln until Shutdown.
-func (g *Gateway) Serve(ln net.Listener) error { return g.srv.Serve(ln) }
+func (g *Gateway) Serve(ln net.Listener) error {
+	go g.reportSuppressed()
+	return g.srv.Serve(ln)
+}
 
 // Shutdown stops accepting connections and waits until the running
 // transfers end or ctx is done, then closes what is left. Resumable
@@ -339,7 +353,9 @@ func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 }
 
 // writeError answers with SPEC's JSON error shape.
+// The handler's wrapper logs it once the handler returns (logAnswer).
 func writeError(ctx *fasthttp.RequestCtx, e *apierr.Error) {
+	ctx.SetUserValue(refusalKey, e)
 	ctx.Response.SetStatusCode(e.Status)
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.Response.SetBody(e.JSON())
@@ -362,15 +378,20 @@ func (g *Gateway) tooManyMisses(ctx *fasthttp.RequestCtx) *apierr.Error {
 	return apierr.New(fasthttp.StatusTooManyRequests, "rateLimited", "too many unknown tickets or tokens from this address; wait and retry")
 }
 
-// secretShape is a 64-hex capability in any text fasthttp may log.
-var secretShape = regexp.MustCompile(`[0-9a-fA-F]{64}`)
+// secretShape is what may be a capability, or most of one, in any text
+// that is logged: a run of 16 or more hex digits (a capability is 64; a
+// malformed one of 63 must not leak either).
+var secretShape = regexp.MustCompile(`[0-9a-fA-F]{16,}`)
+
+// redact replaces every secretShape in s.
+func redact(s string) string { return secretShape.ReplaceAllString(s, "[redacted]") }
 
 // redactingLogger keeps capabilities out of fasthttp's own log lines (they
 // can quote a request URI, and URIs carry tickets and tokens).
 type redactingLogger struct{ log *slog.Logger }
 
 func (l redactingLogger) Printf(format string, args ...any) {
-	l.log.Warn(secretShape.ReplaceAllString(fmt.Sprintf(format, args...), "[redacted]"), "component", "fasthttp")
+	l.log.Warn(redact(fmt.Sprintf(format, args...)), "component", "fasthttp")
 }
 
 // isTimeout reports whether err is a deadline that passed: the idle timeout.
