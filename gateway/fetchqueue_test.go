@@ -136,7 +136,9 @@ func TestFetchQueueWait(t *testing.T) {
 	needQemu(t)
 	big := makeBigImage(t)
 	setup := func(t *testing.T, wait time.Duration) (*env, []byte, string, string) {
-		e := newEnv(t, func(c *Config) { c.MaxTransfers = 1; c.FetchQueueWait = wait })
+		// The holding fetch's client stops reading for the whole subtest:
+		// the idle timeout must not cut it on 2 loaded cores.
+		e := newEnv(t, func(c *Config) { c.MaxTransfers = 1; c.FetchQueueWait = wait; c.IdleTimeout = waitBound })
 		id, data := e.stored(big)
 		return e, data, e.fetchURL(id, time.Hour), e.fetchURL(id, time.Hour)
 	}
