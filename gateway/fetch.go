@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -64,16 +65,16 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 
 	// HEAD holds no slot: it moves no image bytes. fasthttp writes the
 	// headers of a body stream for HEAD and closes it without reading.
+	// A GET shares its token's slot, or waits for one (bounded).
 	var release func()
 	if !ctx.IsHead() {
-		if !g.slots.tryAcquire() {
+		var aerr *apierr.Error
+		if release, aerr = g.acquireFetchSlot(ctx, token); aerr != nil {
 			blob.Close()
-			aerr := g.busy(ctx)
 			g.refused(dirFetch, aerr)
 			writeError(ctx, aerr)
 			return
 		}
-		release = func() { g.releaseSlot(dirFetch) }
 		g.metrics.inFlight.WithLabelValues(dirFetch).Inc()
 	}
 	src, err := blob.Section(off, n)
@@ -89,28 +90,29 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 	ctx.SetStatusCode(status)
 	ctx.SetBodyStream(&fetchStream{
 		g: g, ctx: ctx, src: src, size: n, blob: blob, release: release,
-		start: start, uploadID: img.UploadID, remote: remoteAddr(ctx), partial: status == fasthttp.StatusPartialContent,
+		start: start, uploadID: img.UploadID, remote: g.clientAddr(ctx), partial: status == fasthttp.StatusPartialContent,
 	}, int(n))
 }
 
 // openForToken resolves a fetch token to its image and opens the bytes.
 func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, token string) (imagestore.Image, imagestore.Blob, *apierr.Error) {
 	now := g.cfg.Now()
-	addr := remoteAddr(ctx)
-	if g.misses.blocked(addr, now) {
-		return imagestore.Image{}, nil, g.tooManyMisses(ctx)
+	// The limiter is asked only once the token missed: a valid token is
+	// always served, whoever else guessed from the same address.
+	unknown := func() *apierr.Error {
+		if !g.misses.miss(g.clientAddr(ctx), now) {
+			return g.tooManyMisses(ctx)
+		}
+		return apierr.New(fasthttp.StatusNotFound, "tokenUnknown", "no such fetch token, or it was revoked or has expired")
 	}
-	unknown := apierr.New(fasthttp.StatusNotFound, "tokenUnknown", "no such fetch token, or it was revoked or has expired")
 	if !isSecretShape(token) {
-		g.misses.miss(addr, now)
-		return imagestore.Image{}, nil, unknown
+		return imagestore.Image{}, nil, unknown()
 	}
 	octx, cancel := op()
 	defer cancel()
 	img, err := g.store.ImageForToken(octx, imagestore.HashSecret(token), now)
 	if errors.Is(err, imagestore.ErrNotFound) {
-		g.misses.miss(addr, now)
-		return imagestore.Image{}, nil, unknown
+		return imagestore.Image{}, nil, unknown()
 	}
 	if err != nil {
 		return imagestore.Image{}, nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the token up")
@@ -149,12 +151,17 @@ func etagMatches(list, etag string) bool {
 	return false
 }
 
-// parseRange reads a single "bytes=" range against size. ok is false for a
-// header to be ignored (not bytes, malformed, several ranges); satisfiable
-// is false for a well-formed range that lies outside the image.
+// parseRange reads a single "bytes=" range (the unit in any case) against
+// size. ok is false for a header to be ignored (not bytes, malformed,
+// several ranges); satisfiable is false for a well-formed range that lies
+// outside the image. Positions beyond int64 are clipped like any other
+// position past the end.
 func parseRange(h string, size int64) (off, n int64, ok, satisfiable bool) {
-	spec, found := strings.CutPrefix(h, "bytes=")
-	if !found || strings.Contains(spec, ",") {
+	if len(h) < len("bytes=") || !strings.EqualFold(h[:len("bytes=")], "bytes=") {
+		return 0, 0, false, false
+	}
+	spec := h[len("bytes="):]
+	if strings.Contains(spec, ",") {
 		return 0, 0, false, false
 	}
 	first, last, found := strings.Cut(strings.TrimSpace(spec), "-")
@@ -162,8 +169,8 @@ func parseRange(h string, size int64) (off, n int64, ok, satisfiable bool) {
 		return 0, 0, false, false
 	}
 	if first == "" { // suffix: the last N bytes
-		sfx, err := strconv.ParseInt(last, 10, 64)
-		if err != nil || sfx < 0 {
+		sfx, ok := rangePos(last)
+		if !ok {
 			return 0, 0, false, false
 		}
 		if sfx == 0 || size == 0 {
@@ -172,13 +179,13 @@ func parseRange(h string, size int64) (off, n int64, ok, satisfiable bool) {
 		sfx = min(sfx, size)
 		return size - sfx, sfx, true, true
 	}
-	a, err := strconv.ParseInt(first, 10, 64)
-	if err != nil || a < 0 {
+	a, ok := rangePos(first)
+	if !ok {
 		return 0, 0, false, false
 	}
 	b := size - 1
 	if last != "" {
-		if b, err = strconv.ParseInt(last, 10, 64); err != nil || b < a {
+		if b, ok = rangePos(last); !ok || b < a {
 			return 0, 0, false, false
 		}
 		b = min(b, size-1)
@@ -187,6 +194,26 @@ func parseRange(h string, size int64) (off, n int64, ok, satisfiable bool) {
 		return 0, 0, true, false
 	}
 	return a, b - a + 1, true, true
+}
+
+// rangePos reads a position of a Range: ASCII digits only, saturating at
+// the largest int64.
+func rangePos(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var v int64
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v > (math.MaxInt64-int64(c-'0'))/10 {
+			v = math.MaxInt64
+			continue
+		}
+		v = v*10 + int64(c-'0')
+	}
+	return v, true
 }
 
 // fetchStream is the body of a fetch. fasthttp calls WriteTo; it sends the

@@ -194,9 +194,10 @@ func makeBigImage(t *testing.T) string {
 func TestFetchHoldsSlotUntilLastByte(t *testing.T) {
 	needQemu(t)
 	big := makeBigImage(t)
-	e := newEnv(t, func(c *Config) { c.MaxTransfers = 1 })
+	e := newEnv(t, func(c *Config) { c.MaxTransfers = 1; c.FetchQueueWait = 100 * time.Millisecond })
 	id, data := e.stored(big)
 	url := e.fetchURL(id, time.Hour)
+	other := e.fetchURL(id, time.Hour) // another importer's token
 
 	resp, err := testClient.Get(url)
 	if err != nil {
@@ -208,10 +209,10 @@ func TestFetchHoldsSlotUntilLastByte(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The client reads no further: the server is blocked on a full socket.
-	if r, b := get(t, "GET", url); r.StatusCode != 503 || errorOf(t, bytes.NewReader(b)).Reason != "busy" {
-		t.Fatalf("second GET while the first is read: %d, want 503 busy", r.StatusCode)
+	if r, b := get(t, "GET", other); r.StatusCode != 503 || errorOf(t, bytes.NewReader(b)).Reason != "busy" {
+		t.Fatalf("GET of another token while the first is read: %d, want 503 busy", r.StatusCode)
 	}
-	if r, _ := get(t, "HEAD", url); r.StatusCode != 200 {
+	if r, _ := get(t, "HEAD", other); r.StatusCode != 200 {
 		t.Fatalf("HEAD while the slot is held: %d, want 200", r.StatusCode)
 	}
 	rest, err := io.ReadAll(resp.Body)

@@ -5,11 +5,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -46,8 +48,12 @@ type Config struct {
 	// then one per MissEvery. Defaults: 20 and 1s.
 	MissBurst int
 	MissEvery time.Duration
-	Now       func() time.Time // clock; time.Now if nil
-	Log       *slog.Logger
+	// TrustedProxies are the reverse proxies whose Forwarded or
+	// X-Forwarded-For header names the client (see clientAddr). Default
+	// none: the peer's address is the client's.
+	TrustedProxies []netip.Prefix
+	Now            func() time.Time // clock; time.Now if nil
+	Log            *slog.Logger
 	// PublicURL is the base of the upload-session URLs handed out (no
 	// trailing slash); empty gives relative URLs.
 	PublicURL string
@@ -59,22 +65,35 @@ type Config struct {
 	// can cost a resumable upload, against an fsync and a store write.
 	CheckpointBytes    int64
 	CheckpointInterval time.Duration
+	// FetchQueueWait is how long a fetch GET beyond MaxTransfers waits for
+	// a slot before 503 busy (default DefaultFetchQueueWait, 30 s): CDI's
+	// importer does not retry in-process, so it queues instead.
+	FetchQueueWait time.Duration
+	// RefusalLogPerSecond bounds the "refused" log lines per reason: that
+	// many per second, as a token bucket of that size (default
+	// DefaultRefusalLogPerSecond). The rest are counted and reported in a
+	// "refusals suppressed" line every minute.
+	RefusalLogPerSecond int
 }
 
 // Gateway is the data plane server.
 type Gateway struct {
-	cfg     Config
-	store   imagestore.Store
-	blobs   imagestore.Blobs
-	log     *slog.Logger
-	metrics *metrics
-	slots   slots
-	misses  *missLimiter
-	locks   *patchLocks
-	space   *spaceLedger
-	closing atomic.Bool // Shutdown began
-	bufs    sync.Pool
-	srv     *fasthttp.Server
+	cfg      Config
+	store    imagestore.Store
+	blobs    imagestore.Blobs
+	log      *slog.Logger
+	metrics  *metrics
+	slots    slots
+	misses   *missLimiter
+	fetches  fetchHolders  // fetch tokens holding a slot
+	stopping chan struct{} // closed when Shutdown begins
+	stopOnce sync.Once
+	refusals *refusalLog
+	locks    *patchLocks
+	space    *spaceLedger
+	closing  atomic.Bool // Shutdown began
+	bufs     sync.Pool
+	srv      *fasthttp.Server
 
 	// onSlotFreed, if set, is told the direction of every transfer that
 	// gave its slot back; tests wait on it instead of sleeping.
@@ -122,6 +141,12 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	if cfg.CheckpointInterval <= 0 {
 		cfg.CheckpointInterval = 15 * time.Second
 	}
+	if cfg.FetchQueueWait <= 0 {
+		cfg.FetchQueueWait = DefaultFetchQueueWait
+	}
+	if cfg.RefusalLogPerSecond <= 0 {
+		cfg.RefusalLogPerSecond = DefaultRefusalLogPerSecond
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -130,20 +155,23 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g := &Gateway{
-		cfg:     cfg,
-		store:   st,
-		blobs:   blobs,
-		log:     cfg.Log,
-		metrics: m,
-		slots:   newSlots(cfg.MaxTransfers),
-		misses:  newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
-		locks:   newPatchLocks(),
-		space:   newSpaceLedger(),
-		bufs:    sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
+		cfg:      cfg,
+		store:    st,
+		blobs:    blobs,
+		log:      cfg.Log,
+		metrics:  m,
+		slots:    newSlots(cfg.MaxTransfers),
+		misses:   newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
+		fetches:  fetchHolders{held: make(map[string]int)},
+		stopping: make(chan struct{}),
+		refusals: newRefusalLog(cfg.RefusalLogPerSecond),
+		locks:    newPatchLocks(),
+		space:    newSpaceLedger(),
+		bufs:     sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
 	}
 	g.srv = &fasthttp.Server{
-		Handler:       g.route,
-		ExpectHandler: g.expect,
+		Handler:       func(ctx *fasthttp.RequestCtx) { g.route(ctx); g.logAnswer(ctx) },
+		ExpectHandler: func(ctx *fasthttp.RequestCtx) int { st := g.expect(ctx); g.logAnswer(ctx); return st },
 		Name:          "vmshelf",
 		// Bodies are read by the handler as they arrive; only the first
 		// 8 KiB may be read ahead by fasthttp. MaxRequestBodySize is not
@@ -159,15 +187,24 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		Logger:            redactingLogger{g.log},
 		// Errors fasthttp answers itself (bad request line, header too
 		// large) still get our JSON shape.
+		// A head that does not arrive within ReadTimeout is a 408.
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			writeError(ctx, apierr.Wrap(err, fasthttp.StatusBadRequest, "badRequest", "the request could not be read as HTTP/1.1"))
+			aerr := apierr.Wrap(err, fasthttp.StatusBadRequest, "badRequest", "the request could not be read as HTTP/1.1")
+			if isTimeout(err) {
+				aerr = apierr.Wrap(err, fasthttp.StatusRequestTimeout, "requestTimeout", "the request head did not arrive in time")
+			}
+			writeError(ctx, aerr)
+			g.logRefusal(ctx, aerr)
 		},
 	}
 	return g, nil
 }
 
 // Serve answers connections from ln until Shutdown.
-func (g *Gateway) Serve(ln net.Listener) error { return g.srv.Serve(ln) }
+func (g *Gateway) Serve(ln net.Listener) error {
+	go g.reportSuppressed()
+	return g.srv.Serve(ln)
+}
 
 // Shutdown stops accepting connections and waits until the running
 // transfers end or ctx is done, then closes what is left. Resumable
@@ -175,6 +212,7 @@ func (g *Gateway) Serve(ln net.Listener) error { return g.srv.Serve(ln) }
 // progress and answer 503, and the clients resume after the restart.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
+	g.stopOnce.Do(func() { close(g.stopping) })
 	g.locks.stopAll()
 	return g.srv.ShutdownWithContext(ctx)
 }
@@ -182,6 +220,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // route dispatches on exact path shapes: a capability is the last path
 // segment and nothing else is accepted.
 func (g *Gateway) route(ctx *fasthttp.RequestCtx) {
+	if aerr := badFraming(ctx); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
 	if g.cors(ctx) { // a preflight, answered
 		return
 	}
@@ -249,6 +291,10 @@ func classify(path string) (routeKind, string) {
 // expect answers "Expect: 100-continue" with the early refusals, so that a
 // client that asked first sends no body byte to be refused.
 func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
+	if aerr := badFraming(ctx); aerr != nil {
+		writeError(ctx, aerr)
+		return aerr.Status
+	}
 	g.cors(ctx) // a refusal here must be readable by a browser too
 	kind, capability := classify(string(ctx.Path()))
 	var aerr *apierr.Error
@@ -282,13 +328,34 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 	return aerr.Status
 }
 
+// badFraming refuses a Transfer-Encoding other than chunked (RFC 9112
+// 6.1: 400 and close). fasthttp refuses most itself but takes "identity"
+// as no body at all, so whatever follows the head would run as a second
+// request: a smuggling channel past a proxy that framed it otherwise.
+func badFraming(ctx *fasthttp.RequestCtx) *apierr.Error {
+	raw := ctx.Request.Header.RawHeaders()
+	for len(raw) > 0 {
+		var line []byte
+		line, raw, _ = bytes.Cut(raw, []byte("\n"))
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if ok && bytes.EqualFold(bytes.TrimSpace(k), []byte("Transfer-Encoding")) &&
+			!bytes.EqualFold(bytes.TrimSpace(v), []byte("chunked")) {
+			ctx.SetConnectionClose()
+			return apierr.New(fasthttp.StatusBadRequest, "badRequest", "Transfer-Encoding other than chunked is not accepted")
+		}
+	}
+	return nil
+}
+
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	ctx.Response.Header.Set("Allow", allow)
 	writeError(ctx, apierr.New(fasthttp.StatusMethodNotAllowed, "methodNotAllowed", "method not allowed here; allowed: "+allow))
 }
 
 // writeError answers with SPEC's JSON error shape.
+// The handler's wrapper logs it once the handler returns (logAnswer).
 func writeError(ctx *fasthttp.RequestCtx, e *apierr.Error) {
+	ctx.SetUserValue(refusalKey, e)
 	ctx.Response.SetStatusCode(e.Status)
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.Response.SetBody(e.JSON())
@@ -305,24 +372,26 @@ func (g *Gateway) refused(dir string, e *apierr.Error) {
 	g.metrics.transfers.WithLabelValues(dir, outcome).Inc()
 }
 
-// remoteAddr is the key of the miss limiter: the peer's IP, never its port.
-func remoteAddr(ctx *fasthttp.RequestCtx) string { return ctx.RemoteIP().String() }
-
 // tooManyMisses is the 429 for an address that guessed too often.
 func (g *Gateway) tooManyMisses(ctx *fasthttp.RequestCtx) *apierr.Error {
 	ctx.Response.Header.Set("Retry-After", strconv.Itoa(int(max(g.cfg.MissEvery/time.Second, 1))))
 	return apierr.New(fasthttp.StatusTooManyRequests, "rateLimited", "too many unknown tickets or tokens from this address; wait and retry")
 }
 
-// secretShape is a 64-hex capability in any text fasthttp may log.
-var secretShape = regexp.MustCompile(`[0-9a-fA-F]{64}`)
+// secretShape is what may be a capability, or most of one, in any text
+// that is logged: a run of 16 or more hex digits (a capability is 64; a
+// malformed one of 63 must not leak either).
+var secretShape = regexp.MustCompile(`[0-9a-fA-F]{16,}`)
+
+// redact replaces every secretShape in s.
+func redact(s string) string { return secretShape.ReplaceAllString(s, "[redacted]") }
 
 // redactingLogger keeps capabilities out of fasthttp's own log lines (they
 // can quote a request URI, and URIs carry tickets and tokens).
 type redactingLogger struct{ log *slog.Logger }
 
 func (l redactingLogger) Printf(format string, args ...any) {
-	l.log.Warn(secretShape.ReplaceAllString(fmt.Sprintf(format, args...), "[redacted]"), "component", "fasthttp")
+	l.log.Warn(redact(fmt.Sprintf(format, args...)), "component", "fasthttp")
 }
 
 // isTimeout reports whether err is a deadline that passed: the idle timeout.

@@ -20,6 +20,7 @@ type metrics struct {
 	rejections *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	consumed   prometheus.Counter
+	queued     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,8 +51,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "vmshelf_tickets_consumed_total",
 			Help: "Upload tickets used by a transfer that started.",
 		}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "vmshelf_fetches_queued",
+			Help: "Fetches waiting for a transfer slot now (up to the fetch queue wait).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.inFlight, m.bytes, m.transfers, m.rejections, m.duration, m.consumed} {
+	for _, c := range []prometheus.Collector{m.inFlight, m.bytes, m.transfers, m.rejections, m.duration, m.consumed, m.queued} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -23,16 +23,9 @@ func newMissLimiter(every rate.Limit, burst, max int) *missLimiter {
 	return &missLimiter{every: every, burst: burst, max: max, clients: make(map[string]*rate.Limiter)}
 }
 
-// blocked reports whether addr has no misses left at now.
-func (l *missLimiter) blocked(addr string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lim, ok := l.clients[addr]
-	return ok && lim.TokensAt(now) < 1
-}
-
-// miss records an unknown ticket or token from addr.
-func (l *missLimiter) miss(addr string, now time.Time) {
+// miss records an unknown ticket or token from addr and reports whether
+// addr still had a miss to spend: false means answer 429, not 404.
+func (l *missLimiter) miss(addr string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lim, ok := l.clients[addr]
@@ -43,7 +36,7 @@ func (l *missLimiter) miss(addr string, now time.Time) {
 		lim = rate.NewLimiter(l.every, l.burst)
 		l.clients[addr] = lim
 	}
-	lim.AllowN(now, 1)
+	return lim.AllowN(now, 1)
 }
 
 // forgetRested drops addresses whose budget has refilled (they are no

@@ -139,7 +139,7 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 		expiresHeader(ctx, sess.ExpiresAt)
 		ctx.Response.Header.Set("Upload-Offset", "0")
 		ctx.SetStatusCode(fasthttp.StatusCreated)
-		g.log.Info("upload session", "upload_id", sess.UploadID, "length", length, "remote", remoteAddr(ctx))
+		g.log.Info("upload session", "upload_id", sess.UploadID, "length", length, "remote", g.clientAddr(ctx))
 		return
 	}
 	holder, _ := g.locks.acquire(sess.UploadID, ctx.Conn(), takeoverWait) // new: nobody else knows the id yet
@@ -286,7 +286,7 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 		g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
 		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 		g.log.Info("upload", "upload_id", img.UploadID, "outcome", outcomeOK, "bytes", in.n-from, "size", img.Size,
-			"seconds", g.cfg.Now().Sub(start).Seconds(), "remote", remoteAddr(ctx), "resumable", true)
+			"seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx), "resumable", true)
 		sess.Offset = in.n
 		g.tusProgress(ctx, sess, in.n, okStatus)
 		return
@@ -352,7 +352,7 @@ func (g *Gateway) tusProgress(ctx *fasthttp.RequestCtx, sess imagestore.UploadSe
 
 func (g *Gateway) logUpload(ctx *fasthttp.RequestCtx, uploadID string, aerr *apierr.Error, n int64, start time.Time) {
 	attrs := []any{"upload_id", uploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason,
-		"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", remoteAddr(ctx), "resumable", true}
+		"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx), "resumable", true}
 	if aerr.Err != nil {
 		attrs = append(attrs, "err", aerr.Err)
 	}
@@ -392,24 +392,23 @@ func (g *Gateway) handleTerminate(ctx *fasthttp.RequestCtx, id string) {
 // lookupSession resolves a session capability, slowing down guessers.
 func (g *Gateway) lookupSession(ctx *fasthttp.RequestCtx, id string) (imagestore.UploadSession, *apierr.Error) {
 	now := g.cfg.Now()
-	addr := remoteAddr(ctx)
-	if g.misses.blocked(addr, now) {
-		return imagestore.UploadSession{}, g.tooManyMisses(ctx)
+	unknown := func() *apierr.Error {
+		if !g.misses.miss(g.clientAddr(ctx), now) {
+			return g.tooManyMisses(ctx)
+		}
+		return apierr.New(fasthttp.StatusNotFound, "sessionUnknown", "no such upload session, or it ended or expired")
 	}
-	unknown := apierr.New(fasthttp.StatusNotFound, "sessionUnknown", "no such upload session, or it ended or expired")
 	if !isSecretShape(id) {
-		g.misses.miss(addr, now)
-		return imagestore.UploadSession{}, unknown
+		return imagestore.UploadSession{}, unknown()
 	}
 	octx, cancel := op()
 	defer cancel()
 	sess, err := g.store.Session(octx, imagestore.HashSecret(id))
 	switch {
 	case errors.Is(err, imagestore.ErrNotFound):
-		g.misses.miss(addr, now)
-		return sess, unknown
+		return sess, unknown()
 	case err == nil && !now.Before(sess.ExpiresAt): // expired, not yet swept
-		return imagestore.UploadSession{}, unknown
+		return imagestore.UploadSession{}, apierr.New(fasthttp.StatusNotFound, "sessionUnknown", "no such upload session, or it ended or expired")
 	case err != nil:
 		return sess, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the upload session up")
 	}

@@ -33,14 +33,12 @@ const commitTimeout = 5 * time.Minute
 // of a PUT, Upload-Length of a tus creation), -1 when unknown (chunked).
 func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) *apierr.Error {
 	now := g.cfg.Now()
-	addr := remoteAddr(ctx)
-	if g.misses.blocked(addr, now) {
-		return g.tooManyMisses(ctx)
-	}
 	tk, err := g.lookupTicket(ticket)
 	if err != nil {
-		if errors.Is(err, imagestore.ErrNotFound) {
-			g.misses.miss(addr, now)
+		// The limiter is asked only now: a valid ticket is always served,
+		// whoever else guessed from the same address.
+		if errors.Is(err, imagestore.ErrNotFound) && !g.misses.miss(g.clientAddr(ctx), now) {
+			return g.tooManyMisses(ctx)
 		}
 		return ticketError(err)
 	}
@@ -131,7 +129,7 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, tk.UploadID)
 		attrs := []any{"upload_id", tk.UploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason,
-			"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", remoteAddr(ctx)}
+			"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx)}
 		if aerr.Err != nil {
 			attrs = append(attrs, "err", aerr.Err)
 		}
@@ -141,7 +139,7 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
 	g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 	g.log.Info("upload", "upload_id", img.UploadID, "outcome", outcomeOK, "bytes", n,
-		"seconds", g.cfg.Now().Sub(start).Seconds(), "remote", remoteAddr(ctx))
+		"seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx))
 	body, _ := json.Marshal(img)
 	ctx.SetStatusCode(fasthttp.StatusCreated)
 	ctx.SetContentType("application/json")
@@ -152,6 +150,9 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 // on the wire; closing the connection stops the client sending it.
 func (g *Gateway) refuseUpload(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
 	g.refused(dirUpload, aerr)
+	// A refused creation names no session: the one it may have made has
+	// ended with the refusal.
+	ctx.Response.Header.Del("Location")
 	if uploadID != "" {
 		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 	}
@@ -228,7 +229,7 @@ func underlyingTCP(c net.Conn) (*net.TCPConn, bool) {
 // outcomeOf sorts an error into the transfers_total outcomes.
 func outcomeOf(e *apierr.Error) string {
 	switch {
-	case e.Reason == "idle" || e.Reason == "incompleteBody" || e.Reason == "takenOver" || e.Reason == "shuttingDown":
+	case e.Reason == "idle" || e.Reason == "incompleteBody" || e.Reason == "takenOver" || e.Reason == "shuttingDown" || e.Reason == "clientGone":
 		return outcomeAborted
 	case e.Status >= 500 && e.Reason != "busy" && e.Reason != "noSpace":
 		return outcomeFailed

@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"bytes"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// miss presents an unknown fetch token with the given headers and returns
+// the status and reason.
+func (e *env) miss(hdr ...string) (int, string) {
+	e.t.Helper()
+	resp, b := get(e.t, "GET", e.base+fetchPrefix+imagestore.NewSecret(), hdr...)
+	reason := errorOf(e.t, bytes.NewReader(b)).Reason
+	if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+		e.t.Errorf("429 without Retry-After")
+	}
+	return resp.StatusCode, reason
+}
+
+// TestMissLimiterServesValidCapabilities: after 25 unknown tokens from one
+// address (20 is the budget), its valid fetch token, upload ticket and
+// session are still served; only its unknown ones get 429.
+func TestMissLimiterServesValidCapabilities(t *testing.T) {
+	needQemu(t)
+	img := makeImage(t, "64M")
+	e := newEnv(t, func(c *Config) { c.MissEvery = time.Hour })
+	id, data := e.stored(img)
+	fetch := e.fetchURL(id, time.Hour)
+	sess, _ := e.create(len(data))
+	up, _ := e.ticket()
+	for i := range 25 {
+		code, reason := e.miss()
+		want, wantReason := 404, "tokenUnknown"
+		if i >= 20 {
+			want, wantReason = 429, "rateLimited"
+		}
+		if code != want || reason != wantReason {
+			t.Fatalf("miss %d: %d %s, want %d %s", i+1, code, reason, want, wantReason)
+		}
+	}
+	if resp, b := get(t, "GET", fetch); resp.StatusCode != 200 || !bytes.Equal(b, data) {
+		t.Fatalf("valid fetch token after 25 misses: %d, %d bytes, want 200 and the image", resp.StatusCode, len(b))
+	}
+	e.waitSlotFreed(dirFetch)
+	if resp, _ := get(t, "HEAD", fetch); resp.StatusCode != 200 {
+		t.Fatalf("HEAD of a valid fetch token after 25 misses: %d, want 200", resp.StatusCode)
+	}
+	if resp, b := tusReq(t, "HEAD", sess, nil); resp.StatusCode != 200 {
+		t.Fatalf("HEAD of a valid session after 25 misses: %d %s, want 200", resp.StatusCode, b)
+	}
+	resp, b := do(t, newRequest(t, http.MethodPut, up, bytes.NewReader(data)))
+	if resp.StatusCode != 201 {
+		t.Fatalf("valid ticket after 25 misses: %d %s, want 201", resp.StatusCode, b)
+	}
+	// Unknown capabilities of every kind still get 429 from it.
+	for _, u := range []string{
+		e.base + uploadPrefix + strings.Repeat("a", 64),
+		e.base + sessionPrefix + strings.Repeat("b", 64),
+		e.base + fetchPrefix + "nothex",
+	} {
+		method := "PUT"
+		if strings.Contains(u, sessionPrefix) {
+			method = "HEAD"
+		} else if strings.Contains(u, fetchPrefix) {
+			method = "GET"
+		}
+		if resp, _ := tusReq(t, method, u, nil); resp.StatusCode != 429 {
+			t.Errorf("%s unknown %s after 25 misses: %d, want 429", method, u[len(e.base):][:30], resp.StatusCode)
+		}
+	}
+}
+
+// TestForwardedOnlyFromTrustedProxy: behind a trusted proxy (loopback
+// here) each forwarded client has its own budget; from anyone else the
+// forwarding headers are ignored.
+func TestForwardedOnlyFromTrustedProxy(t *testing.T) {
+	burst := func(c *Config) { c.MissBurst = 2; c.MissEvery = time.Hour }
+	t.Run("trusted", func(t *testing.T) {
+		e := newEnv(t, func(c *Config) {
+			burst(c)
+			c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+		})
+		for i := range 2 {
+			if code, _ := e.miss("X-Forwarded-For", "192.0.2.1"); code != 404 {
+				t.Fatalf("miss %d of 192.0.2.1: %d, want 404", i+1, code)
+			}
+		}
+		for _, c := range []struct {
+			name, value string
+			want        int
+		}{
+			{"X-Forwarded-For", "192.0.2.1", 429},
+			{"X-Forwarded-For", "192.0.2.2", 404},                 // another client
+			{"X-Forwarded-For", "192.0.2.2, 192.0.2.1", 429},      // right-most is the one the proxy saw
+			{"X-Forwarded-For", "192.0.2.1, 127.0.0.1", 429},      // a trusted hop is skipped
+			{"X-Forwarded-For", "192.0.2.1, 192.0.2.3", 404},      // 192.0.2.3 is not a proxy we trust
+			{"Forwarded", `for="192.0.2.1:4711";proto=http`, 429}, // RFC 7239, with port
+			{"Forwarded", "for=192.0.2.4", 404},
+			{"Forwarded", "for=192.0.2.4, for=192.0.2.1", 429},
+		} {
+			if code, _ := e.miss(c.name, c.value); code != c.want {
+				t.Errorf("%s: %s: %d, want %d", c.name, c.value, code, c.want)
+			}
+		}
+		// The loopback peer itself spent nothing: its own misses are 404.
+		if code, _ := e.miss(); code != 404 {
+			t.Errorf("the proxy's own miss: %d, want 404", code)
+		}
+	})
+	t.Run("untrusted", func(t *testing.T) {
+		e := newEnv(t, func(c *Config) {
+			burst(c)
+			c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+		})
+		e.miss("X-Forwarded-For", "192.0.2.1")
+		e.miss("Forwarded", "for=192.0.2.2")
+		// Both misses were the peer's: a third client named in a header
+		// is refused with it.
+		if code, _ := e.miss("X-Forwarded-For", "192.0.2.3"); code != 429 {
+			t.Errorf("forged X-Forwarded-For from an untrusted peer: %d, want 429", code)
+		}
+	})
+}
