@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmshelf/vmshelf/internal/testdisk"
 )
@@ -177,7 +178,12 @@ func TestTusDiskFull(t *testing.T) {
 	needQemu(t)
 	img := spaceImage(t)
 	dir := testdisk.Mount(t, "tmpfs", 40)
-	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.CheckpointBytes = 2 << 20 })
+	// Checkpoints every 3 MiB and never by time: after 5 MiB the one
+	// checkpoint fell in [3, 4) MiB (reads end where they end), so at
+	// least 1 MiB past the durable offset is on the disk, to be cut back.
+	e := newEnvAt(t, dir, func(c *Config) {
+		c.Headroom, c.CheckpointBytes, c.CheckpointInterval = 1<<20, 3<<20, time.Hour
+	})
 	up, id := e.ticket()
 	resp, body := tusReq(t, http.MethodPost, up, nil, "Upload-Length", strconv.Itoa(len(img)))
 	if resp.StatusCode != http.StatusCreated {
@@ -185,7 +191,10 @@ func TestTusDiskFull(t *testing.T) {
 	}
 	sess := e.sessionOf(up, resp)
 	rc := slowPatch(t, e, sess, 0, len(img), img[:5<<20])
-	waitFor(t, "a checkpoint past 4 MiB", func() bool { off, _ := headOffset(t, sess); return off >= 4<<20 })
+	waitFor(t, "the PATCH to take its first 5 MiB", func() bool { return uploadedBytes(e) == 5<<20 })
+	if off, _ := headOffset(t, sess); off < 3<<20 || off >= 4<<20 {
+		t.Fatalf("durable offset after 5 MiB = %d, want the one checkpoint, in [3, 4) MiB", off)
+	}
 	filler := testdisk.Fill(t, dir)
 	_ = rc.write(img[5<<20:]) // the server may answer before the end
 	resp, body = rc.answer("the PATCH into a full disk")
@@ -197,8 +206,8 @@ func TestTusDiskFull(t *testing.T) {
 		t.Fatalf("the 507 carries Upload-Offset %q: %v", resp.Header.Get("Upload-Offset"), err)
 	}
 	head, _ := headOffset(t, sess)
-	if answered != head || head < 4<<20 {
-		t.Fatalf("the 507 says Upload-Offset %d, HEAD says %d; want the same durable offset (>= 4 MiB)", answered, head)
+	if answered != head || head < 3<<20 || head >= 4<<20 {
+		t.Fatalf("the 507 says Upload-Offset %d, HEAD says %d; want the same durable offset, in [3, 4) MiB", answered, head)
 	}
 	e.waitSlotFreed(dirUpload)
 	partial, err := os.Stat(filepath.Join(dir, "vm-images", ".partial", id))

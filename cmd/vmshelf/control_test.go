@@ -137,7 +137,7 @@ func TestServeFlagsLimits(t *testing.T) {
 			f.controlMaxConns, f.controlIdleTimeout, f.controlHeaderTimeout, f.logLevel, f.trustedProxies, f.fetchQueueWait)
 	}
 
-	f, err = parseServeFlags([]string{"--trusted-proxies", " 10.1.2.3/8, 192.168.1.7,::1,fd00::/8,", "--fetch-queue-wait", "0",
+	f, err = parseServeFlags([]string{"--trusted-proxies", " 10.1.2.3/8, 192.168.1.7,::1,fd00::/8,", "--fetch-queue-wait", "2s",
 		"--log-level", "WARN", "--control-max-conns", "7", "--control-idle-timeout", "2s", "--control-header-timeout", "30s"}, &strings.Builder{})
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestServeFlagsLimits(t *testing.T) {
 	if !reflect.DeepEqual(f.trustedProxies, want) {
 		t.Errorf("trusted proxies %v, want %v", f.trustedProxies, want)
 	}
-	if f.fetchQueueWait != 0 || f.logLevel != slog.LevelWarn || f.controlMaxConns != 7 ||
+	if f.fetchQueueWait != 2*time.Second || f.logLevel != slog.LevelWarn || f.controlMaxConns != 7 ||
 		f.controlIdleTimeout != 2*time.Second || f.controlHeaderTimeout != 30*time.Second {
 		t.Errorf("set: queue wait %v, log %v, max-conns %d, idle %v, header %v",
 			f.fetchQueueWait, f.logLevel, f.controlMaxConns, f.controlIdleTimeout, f.controlHeaderTimeout)
@@ -189,6 +189,7 @@ func TestServeFlagsLimitsRefused(t *testing.T) {
 		{[]string{"--trusted-proxies", "10.0.0.0/8,proxy.example"}, "proxy.example"},
 		{[]string{"--trusted-proxies", "fe80::1%eth0"}, "trusted-proxies"},
 		{[]string{"--fetch-queue-wait", "-1s"}, "fetch-queue-wait"},
+		{[]string{"--fetch-queue-wait", "0"}, "fetch-queue-wait"},
 		{[]string{"--fetch-queue-wait", "soon"}, "fetch-queue-wait"},
 		{[]string{"--control-max-conns", "0"}, "control-max-conns"},
 		{[]string{"--control-idle-timeout", "0s"}, "control-idle-timeout"},

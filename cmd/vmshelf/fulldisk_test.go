@@ -150,7 +150,9 @@ func TestE2ETusDiskFull(t *testing.T) {
 
 func testTusDiskFull(t *testing.T, mnt string) {
 	data := filepath.Join(mnt, "data")
-	s := startServe(t, data, []string{"--headroom-mib", "1", "--tus-checkpoint-mib", "1"})
+	// A checkpoint every 3 MiB: after the first 5 MiB the one checkpoint
+	// fell in [3, 4) MiB, and what lies past it must be cut back.
+	s := startServe(t, data, []string{"--headroom-mib", "1", "--tus-checkpoint-mib", "3"})
 	_, img := makeImageData(t, t.TempDir(), "disk.qcow2", 16)
 	tk := s.ticket(t, "resumable")
 	tus := func(method, url string, body io.Reader, length int64, hdr ...string) *http.Response {
@@ -212,7 +214,13 @@ func testTusDiskFull(t *testing.T, mnt string) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first 5 MiB of the PATCH were not taken within 30s")
 	}
-	poll(t, 400, 25*time.Millisecond, "a checkpoint past 4 MiB", func() bool { return head() >= 4<<20 })
+	poll(t, 400, 25*time.Millisecond, "the PATCH to take its first 5 MiB", func() bool {
+		v, ok := metricValue(s.scrape(t), "vmshelf_transfer_bytes_total", map[string]string{"direction": "upload"})
+		return ok && v == 5<<20
+	})
+	if off := head(); off < 3<<20 || off >= 4<<20 {
+		t.Fatalf("durable offset after 5 MiB = %d, want the one checkpoint, in [3, 4) MiB", off)
+	}
 	testdisk.Fill(t, mnt)
 	go func() { _, err := pw.Write(img[5<<20:]); pw.CloseWithError(err) }()
 	var r *http.Response
@@ -226,8 +234,8 @@ func testTusDiskFull(t *testing.T, mnt string) {
 	}
 	answered, err := strconv.Atoi(r.Header.Get("Upload-Offset"))
 	durable := head()
-	if err != nil || answered != durable || durable < 4<<20 {
-		t.Fatalf("the 507 says Upload-Offset %q, HEAD %d; want the same durable offset >= 4 MiB", r.Header.Get("Upload-Offset"), durable)
+	if err != nil || answered != durable || durable < 3<<20 || durable >= 4<<20 {
+		t.Fatalf("the 507 says Upload-Offset %q, HEAD %d; want the same durable offset, in [3, 4) MiB", r.Header.Get("Upload-Offset"), durable)
 	}
 	sessions, err := os.ReadDir(filepath.Join(data, imagesDir, ".partial"))
 	if err != nil || len(sessions) != 1 {

@@ -435,3 +435,38 @@ func TestE2ELogLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestE2ETrustedProxiesWired: --trusted-proxies reaches the data plane. A
+// refusal from behind a trusted proxy is logged (and rate-limited) under
+// the forwarded client; from any other peer the header is ignored.
+func TestE2ETrustedProxiesWired(t *testing.T) {
+	needTool(t, "curl")
+	const client = "203.0.113.7" // a documentation address, named in a header only
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"trusted", []string{"--trusted-proxies", "127.0.0.1/32"}, "remote=" + client},
+		{"untrusted", nil, "remote=127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServe(t, filepath.Join(t.TempDir(), "data"), tc.args)
+			code, _ := curl(t, "-H", "X-Forwarded-For: "+client, s.dataBase+"/market/vm-images/fetch/"+strings.Repeat("ab", 32))
+			if code != http.StatusNotFound {
+				t.Fatalf("unknown token: %d, want 404", code)
+			}
+			poll(t, 400, 25*time.Millisecond, "the refusal's log line", func() bool {
+				return strings.Contains(s.logs(), "tokenUnknown")
+			})
+			for _, l := range strings.Split(s.logs(), "\n") {
+				if strings.Contains(l, "tokenUnknown") && !strings.Contains(l, tc.want) {
+					t.Errorf("refusal logged without %s: %s", tc.want, l)
+				}
+			}
+			if tc.name == "untrusted" && strings.Contains(s.logs(), client) {
+				t.Errorf("an untrusted peer's X-Forwarded-For reached the log:\n%s", s.logs())
+			}
+		})
+	}
+}

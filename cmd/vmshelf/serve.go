@@ -132,8 +132,8 @@ func (f *serveFlags) validate() error {
 		return usagef("--control-idle-timeout must be positive")
 	case f.controlHeaderTimeout <= 0 || f.controlHeaderTimeout > controlReadTimeout:
 		return usagef("--control-header-timeout must be positive and at most %v", controlReadTimeout)
-	case f.fetchQueueWait < 0:
-		return usagef("--fetch-queue-wait must not be negative")
+	case f.fetchQueueWait <= 0:
+		return usagef("--fetch-queue-wait must be positive (a fetch beyond the cap waits at most this long)")
 	case f.corsOrigin != "" && f.corsOrigin != "*" && !isOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
 	case len(f.currency) != 3:
@@ -311,6 +311,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CORSOrigin:      f.corsOrigin,
 		CheckpointBytes: int64(f.tusCheckpointMiB) << 20,
 		Headroom:        int64(f.headroomMiB) << 20,
+		TrustedProxies:  f.trustedProxies,
+		FetchQueueWait:  f.fetchQueueWait,
 		Log:             log.With("plane", "data"),
 	}, st, blobs, reg)
 	if err != nil {
@@ -337,8 +339,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		dataLn.Close()
 		return fmt.Errorf("control plane: %w", err)
 	}
-	// wired after the gateway merge: f.trustedProxies and f.fetchQueueWait
-	// go to gateway.Config (and the trusted proxies to market.Config).
 	ctl := controlServer(mk.Handler(), f, log)
 	ctlLn = newLimitListener(ctlLn, f.controlMaxConns)
 	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLn.Addr().String(),
