@@ -1,11 +1,13 @@
 package market
 
 import (
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // logLines returns the log lines with msg.
@@ -73,7 +75,17 @@ func TestRefusalLogged(t *testing.T) {
 			if c.ct != "" {
 				req.Header.Set("Content-Type", c.ct)
 			}
-			wantError(t, e.send(req), c.status, c.reason)
+			// A refusal that comes before the body closes the connection
+			// without reading it; a client that sent the body at once may
+			// then see its own write fail instead of the answer (loaded
+			// machine, big body). A careful client asks first, as curl does.
+			var res response
+			if c.body != "" {
+				res = e.sendExpecting(req)
+			} else {
+				res = e.send(req)
+			}
+			wantError(t, res, c.status, c.reason)
 			lines := e.logLines("control request refused")[before:]
 			if len(lines) != 1 {
 				t.Fatalf("%d refusal lines, want 1:\n%s", len(lines), e.logs.String())
@@ -158,4 +170,24 @@ func TestRefusalLogRedacted(t *testing.T) {
 	if m := regexp.MustCompile(`[0-9a-fA-F]{16,}`).FindString(e.logs.String()); m != "" {
 		t.Errorf("log carries the hex run %q:\n%s", m, e.logs.String())
 	}
+}
+
+// sendExpecting sends req with "Expect: 100-continue" through a client
+// that waits for the server's go-ahead before the body, as curl does for
+// larger bodies: a refusal then arrives instead of the go-ahead.
+func (e *env) sendExpecting(req *http.Request) response {
+	e.t.Helper()
+	req.Header.Set("Expect", "100-continue")
+	tr := &http.Transport{Proxy: nil, ExpectContinueTimeout: 30 * time.Second}
+	defer tr.CloseIdleConnections()
+	res, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		e.t.Fatalf("reading answer: %v", err)
+	}
+	return response{status: res.StatusCode, header: res.Header, body: b}
 }
