@@ -207,7 +207,13 @@ func (e *env) do(method, path, token string, body io.Reader) response {
 
 func (e *env) send(req *http.Request) response {
 	e.t.Helper()
-	res, err := e.ts.Client().Do(req)
+	return e.sendWith(e.ts.Client(), req)
+}
+
+// sendWith sends req through client and reads the whole answer.
+func (e *env) sendWith(client *http.Client, req *http.Request) response {
+	e.t.Helper()
+	res, err := client.Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	}

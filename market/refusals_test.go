@@ -1,7 +1,6 @@
 package market
 
 import (
-	"io"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -180,14 +179,5 @@ func (e *env) sendExpecting(req *http.Request) response {
 	req.Header.Set("Expect", "100-continue")
 	tr := &http.Transport{Proxy: nil, ExpectContinueTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
-	res, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		e.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		e.t.Fatalf("reading answer: %v", err)
-	}
-	return response{status: res.StatusCode, header: res.Header, body: b}
+	return e.sendWith(&http.Client{Transport: tr, Timeout: 30 * time.Second}, req)
 }
