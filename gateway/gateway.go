@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/logsample"
 )
 
 const (
@@ -88,7 +88,7 @@ type Gateway struct {
 	fetches  fetchHolders  // fetch tokens holding a slot
 	stopping chan struct{} // closed when Shutdown begins
 	stopOnce sync.Once
-	refusals *refusalLog
+	refusals *logsample.Sampler // one line per refusal, sampled per reason
 	locks    *patchLocks
 	space    *spaceLedger
 	closing  atomic.Bool // Shutdown began
@@ -164,7 +164,7 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		misses:   newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
 		fetches:  fetchHolders{held: make(map[string]int)},
 		stopping: make(chan struct{}),
-		refusals: newRefusalLog(cfg.RefusalLogPerSecond),
+		refusals: logsample.New(rate.Limit(cfg.RefusalLogPerSecond), cfg.RefusalLogPerSecond),
 		locks:    newPatchLocks(),
 		space:    newSpaceLedger(),
 		bufs:     sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
@@ -378,20 +378,12 @@ func (g *Gateway) tooManyMisses(ctx *fasthttp.RequestCtx) *apierr.Error {
 	return apierr.New(fasthttp.StatusTooManyRequests, "rateLimited", "too many unknown tickets or tokens from this address; wait and retry")
 }
 
-// secretShape is what may be a capability, or most of one, in any text
-// that is logged: a run of 16 or more hex digits (a capability is 64; a
-// malformed one of 63 must not leak either).
-var secretShape = regexp.MustCompile(`[0-9a-fA-F]{16,}`)
-
-// redact replaces every secretShape in s.
-func redact(s string) string { return secretShape.ReplaceAllString(s, "[redacted]") }
-
 // redactingLogger keeps capabilities out of fasthttp's own log lines (they
 // can quote a request URI, and URIs carry tickets and tokens).
 type redactingLogger struct{ log *slog.Logger }
 
 func (l redactingLogger) Printf(format string, args ...any) {
-	l.log.Warn(redact(fmt.Sprintf(format, args...)), "component", "fasthttp")
+	l.log.Warn(logsample.Redact(fmt.Sprintf(format, args...)), "component", "fasthttp")
 }
 
 // isTimeout reports whether err is a deadline that passed: the idle timeout.

@@ -3,13 +3,12 @@ package gateway
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"golang.org/x/time/rate"
 
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/logsample"
 )
 
 // DefaultRefusalLogPerSecond is how many refusal lines per reason the log
@@ -23,51 +22,10 @@ const suppressedEvery = time.Minute
 // answered, for the one log line per refusal written after the handler.
 const refusalKey = "vmshelf.refusal"
 
-// refusalLog writes one line per refusal, sampled per reason with a token
-// bucket so that a flood of one kind (a scan: 404 tokenUnknown, 429) cannot
-// fill the disk nor hide the other kinds; what it drops it counts, and
-// reportSuppressed writes the counts.
-type refusalLog struct {
-	mu         sync.Mutex
-	perSecond  int
-	reasons    map[string]*rate.Limiter
-	suppressed map[string]int64
-}
-
-func newRefusalLog(perSecond int) *refusalLog {
-	return &refusalLog{perSecond: perSecond, reasons: map[string]*rate.Limiter{}, suppressed: map[string]int64{}}
-}
-
-// allow reports whether a refusal for reason is logged at now, and counts
-// it as suppressed when not.
-func (l *refusalLog) allow(reason string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lim, ok := l.reasons[reason]
-	if !ok {
-		lim = rate.NewLimiter(rate.Limit(l.perSecond), l.perSecond)
-		l.reasons[reason] = lim
-	}
-	if lim.AllowN(now, 1) {
-		return true
-	}
-	l.suppressed[reason]++
-	return false
-}
-
-// take returns and resets the suppressed counts.
-func (l *refusalLog) take() map[string]int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.suppressed
-	l.suppressed = map[string]int64{}
-	return s
-}
-
 // logRefusal writes the line for an error answer: status, reason, method,
 // path (capabilities redacted) and the client address.
 func (g *Gateway) logRefusal(ctx *fasthttp.RequestCtx, e *apierr.Error) {
-	if !g.refusals.allow(e.Reason, g.cfg.Now()) {
+	if !g.refusals.Allow(e.Reason, g.cfg.Now()) {
 		return
 	}
 	level := slog.LevelInfo
@@ -75,9 +33,9 @@ func (g *Gateway) logRefusal(ctx *fasthttp.RequestCtx, e *apierr.Error) {
 		level = slog.LevelWarn
 	}
 	attrs := []any{"status", e.Status, "reason", e.Reason, "method", string(ctx.Method()),
-		"path", redact(string(ctx.Path())), "remote", g.clientAddr(ctx)}
+		"path", logsample.Redact(string(ctx.Path())), "remote", g.clientAddr(ctx)}
 	if e.Err != nil {
-		attrs = append(attrs, "err", redact(e.Err.Error()))
+		attrs = append(attrs, "err", logsample.Redact(e.Err.Error()))
 	}
 	g.log.Log(context.Background(), level, "refused", attrs...)
 }
@@ -93,10 +51,8 @@ func (g *Gateway) logAnswer(ctx *fasthttp.RequestCtx) {
 // flushSuppressed writes one line per reason whose refusals were dropped
 // since the last call.
 func (g *Gateway) flushSuppressed() {
-	for reason, n := range g.refusals.take() {
-		if n > 0 {
-			g.log.Warn("refusals suppressed", "reason", reason, "count", n, "per_second_logged", g.refusals.perSecond)
-		}
+	for reason, n := range g.refusals.Take() {
+		g.log.Warn("refusals suppressed", "reason", reason, "count", n, "per_second_logged", g.cfg.RefusalLogPerSecond)
 	}
 }
 

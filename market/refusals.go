@@ -4,12 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"regexp"
 	"sort"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/vmshelf/vmshelf/internal/logsample"
 )
 
 // Refusals (4xx) are logged at Info, one line each, but sampled: per
@@ -27,20 +28,15 @@ const (
 )
 
 type refusalLog struct {
-	log *slog.Logger
+	log    *slog.Logger
+	sample *logsample.Sampler
 
 	mu      sync.Mutex
-	reasons map[string]*reasonLog
 	flushed time.Time // the last summary
 }
 
-type reasonLog struct {
-	lim        *rate.Limiter
-	suppressed int64
-}
-
 func newRefusalLog(log *slog.Logger) *refusalLog {
-	return &refusalLog{log: log, reasons: map[string]*reasonLog{}}
+	return &refusalLog{log: log, sample: logsample.New(rate.Every(refusalEvery), refusalBurst)}
 }
 
 // allow reports whether a refusal with reason may be logged at now, and
@@ -55,16 +51,7 @@ func (l *refusalLog) allow(ctx context.Context, reason string, now time.Time) bo
 	if now.Sub(l.flushed) >= suppressedEvery {
 		l.flushLocked(ctx, now)
 	}
-	rl := l.reasons[reason]
-	if rl == nil {
-		rl = &reasonLog{lim: rate.NewLimiter(rate.Every(refusalEvery), refusalBurst)}
-		l.reasons[reason] = rl
-	}
-	if rl.lim.AllowN(now, 1) {
-		return true
-	}
-	rl.suppressed++
-	return false
+	return l.sample.Allow(reason, now)
 }
 
 // flush writes one line per reason with suppressed refusals and resets
@@ -76,29 +63,23 @@ func (l *refusalLog) flush(ctx context.Context, now time.Time) {
 }
 
 func (l *refusalLog) flushLocked(ctx context.Context, now time.Time) {
-	reasons := make([]string, 0, len(l.reasons))
-	for r, rl := range l.reasons {
-		if rl.suppressed > 0 {
-			reasons = append(reasons, r)
-		}
+	dropped := l.sample.Take()
+	reasons := make([]string, 0, len(dropped))
+	for r := range dropped {
+		reasons = append(reasons, r)
 	}
 	sort.Strings(reasons)
 	for _, r := range reasons {
 		l.log.Log(ctx, slog.LevelInfo, "control refusals suppressed", "reason", r,
-			"suppressed", l.reasons[r].suppressed, "since", l.flushed.UTC().Format(time.RFC3339))
-		l.reasons[r].suppressed = 0
+			"suppressed", dropped[r], "since", l.flushed.UTC().Format(time.RFC3339))
 	}
 	l.flushed = now
 }
 
-// hexRun is a run of 16 or more hex digits: the shape of tokens, tickets,
-// upload ids and their fragments. No log line of a refusal carries one.
-var hexRun = regexp.MustCompile(`[0-9a-fA-F]{16,}`)
-
 // logText makes client-influenced text fit for a log line: hex runs
 // redacted, and cut short.
 func logText(s string) string {
-	s = hexRun.ReplaceAllString(s, "[redacted]")
+	s = logsample.Redact(s)
 	const max = 200
 	if len(s) > max {
 		s = s[:max] + "…"
