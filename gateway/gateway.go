@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/internal/logsample"
 )
 
@@ -51,7 +51,7 @@ type Config struct {
 	// TrustedProxies are the reverse proxies whose Forwarded or
 	// X-Forwarded-For header names the client (see clientAddr). Default
 	// none: the peer's address is the client's.
-	TrustedProxies []netip.Prefix
+	TrustedProxies clientaddr.Proxies
 	Now            func() time.Time // clock; time.Now if nil
 	Log            *slog.Logger
 	// PublicURL is the base of the upload-session URLs handed out (no

@@ -3,7 +3,8 @@ package market
 import (
 	"context"
 	"log/slog"
-	"net"
+	"net/http"
+	"net/netip"
 	"sort"
 	"sync"
 	"time"
@@ -87,10 +88,12 @@ func logText(s string) string {
 	return s
 }
 
-// clientAddr is the address the request came from, without the port.
-func clientAddr(remote string) string {
-	if host, _, err := net.SplitHostPort(remote); err == nil {
-		return host
+// clientAddr is the address r comes from, without the port: the peer, or
+// the client a trusted proxy forwards.
+func (s *Server) clientAddr(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return logText(r.RemoteAddr) // not a TCP peer (tests' fakes)
 	}
-	return logText(remote)
+	return s.cfg.TrustedProxies.Client(ap.Addr(), r.Header.Values).String()
 }

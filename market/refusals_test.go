@@ -2,11 +2,14 @@ package market
 
 import (
 	"net/http"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/clientaddr"
 )
 
 // logLines returns the log lines with msg.
@@ -180,4 +183,36 @@ func (e *env) sendExpecting(req *http.Request) response {
 	tr := &http.Transport{Proxy: nil, ExpectContinueTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
 	return e.sendWith(&http.Client{Transport: tr, Timeout: 30 * time.Second}, req)
+}
+
+// TestRefusalLogForwardedClient: behind a trusted proxy the refusal line
+// names the client the proxy forwards; from an untrusted peer the header
+// is ignored (anyone can write it).
+func TestRefusalLogForwardedClient(t *testing.T) {
+	const client = "203.0.113.7" // a documentation address, named in a header only
+	for _, tc := range []struct {
+		name    string
+		proxies clientaddr.Proxies
+		want    string
+	}{
+		{"trusted", clientaddr.Proxies{netip.MustParsePrefix("127.0.0.0/8")}, "remote=" + client},
+		{"untrusted", nil, "remote=127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, func(cfg *Config) { cfg.TrustedProxies = tc.proxies })
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.ts.URL+"/no/such/route", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("X-Forwarded-For", "198.51.100.1, "+client)
+			wantError(t, e.send(req), 404, "notFound")
+			lines := e.logLines("control request refused")
+			if len(lines) != 1 || !strings.Contains(lines[0], tc.want+" ") && !strings.HasSuffix(lines[0], tc.want) {
+				t.Fatalf("refusal lines %q, want one with %s", lines, tc.want)
+			}
+			if tc.proxies == nil && strings.Contains(e.logs.String(), client) {
+				t.Errorf("an untrusted peer's X-Forwarded-For reached the log:\n%s", e.logs.String())
+			}
+		})
+	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/clientaddr"
 )
 
 // Config is what the control plane needs of the command line.
@@ -54,6 +55,10 @@ type Config struct {
 	// requestTimeout and the connection closed. 0 means
 	// DefaultBodyTimeout.
 	BodyTimeout time.Duration
+	// TrustedProxies are the reverse proxies whose Forwarded or
+	// X-Forwarded-For header names the client in the log lines (the data
+	// plane's rule, clientaddr). Default none: the peer is the client.
+	TrustedProxies clientaddr.Proxies
 }
 
 // DefaultMinFree is Config.MinFree's default.
@@ -194,7 +199,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// A refusal: the client's business, but an operator wants to see
 		// who is refused and why. Sampled, so a flood cannot fill the disk.
 		if s.refusals.allow(r.Context(), e.Reason, s.cfg.Now()) {
-			attrs = append(attrs, "remote", clientAddr(r.RemoteAddr))
+			attrs = append(attrs, "remote", s.clientAddr(r))
 			if e.Err != nil {
 				attrs = append(attrs, "err", logText(e.Err.Error()))
 			}

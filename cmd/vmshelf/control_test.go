@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/clientaddr"
 )
 
 // acceptResult is what one Accept returned.
@@ -142,7 +144,7 @@ func TestServeFlagsLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"),
+	want := clientaddr.Proxies{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"),
 		netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("fd00::/8")}
 	if !reflect.DeepEqual(f.trustedProxies, want) {
 		t.Errorf("trusted proxies %v, want %v", f.trustedProxies, want)

@@ -436,9 +436,10 @@ func TestE2ELogLevel(t *testing.T) {
 	}
 }
 
-// TestE2ETrustedProxiesWired: --trusted-proxies reaches the data plane. A
-// refusal from behind a trusted proxy is logged (and rate-limited) under
-// the forwarded client; from any other peer the header is ignored.
+// TestE2ETrustedProxiesWired: --trusted-proxies reaches both planes. A
+// refusal from behind a trusted proxy is logged (and, on the data plane,
+// rate-limited) under the forwarded client; from any other peer the header
+// is ignored.
 func TestE2ETrustedProxiesWired(t *testing.T) {
 	needTool(t, "curl")
 	const client = "203.0.113.7" // a documentation address, named in a header only
@@ -456,12 +457,18 @@ func TestE2ETrustedProxiesWired(t *testing.T) {
 			if code != http.StatusNotFound {
 				t.Fatalf("unknown token: %d, want 404", code)
 			}
-			poll(t, 400, 25*time.Millisecond, "the refusal's log line", func() bool {
-				return strings.Contains(s.logs(), "tokenUnknown")
-			})
-			for _, l := range strings.Split(s.logs(), "\n") {
-				if strings.Contains(l, "tokenUnknown") && !strings.Contains(l, tc.want) {
-					t.Errorf("refusal logged without %s: %s", tc.want, l)
+			code, _ = curl(t, "-H", "X-Forwarded-For: "+client, s.ctlBase+"/no/such/route")
+			if code != http.StatusNotFound {
+				t.Fatalf("control plane, unknown route: %d, want 404", code)
+			}
+			for _, reason := range []string{"reason=tokenUnknown", "reason=notFound"} {
+				poll(t, 400, 25*time.Millisecond, "the refusal's log line "+reason, func() bool {
+					return strings.Contains(s.logs(), reason)
+				})
+				for _, l := range strings.Split(s.logs(), "\n") {
+					if strings.Contains(l, reason) && !strings.Contains(l, tc.want) {
+						t.Errorf("refusal logged without %s: %s", tc.want, l)
+					}
 				}
 			}
 			if tc.name == "untrusted" && strings.Contains(s.logs(), client) {

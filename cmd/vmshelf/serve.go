@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/vmshelf/vmshelf/gateway"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/market"
 )
 
@@ -50,9 +50,9 @@ type serveFlags struct {
 	logLevelName string
 	logLevel     slog.Level // from logLevelName by validate
 
-	// Passed to the gateway and the market once they take them.
+	// Passed to the gateway and the market.
 	trustedProxiesList string
-	trustedProxies     []netip.Prefix // from trustedProxiesList by validate
+	trustedProxies     clientaddr.Proxies // from trustedProxiesList by validate
 	fetchQueueWait     time.Duration
 }
 
@@ -147,8 +147,8 @@ func (f *serveFlags) validate() error {
 		return err
 	}
 	f.logLevel = lvl
-	if f.trustedProxies, err = parsePrefixes(f.trustedProxiesList); err != nil {
-		return err
+	if f.trustedProxies, err = clientaddr.Parse(f.trustedProxiesList); err != nil {
+		return usagef("--trusted-proxies: %v", err)
 	}
 	for name, u := range map[string]string{"stripe-api-base": f.stripeAPIBase, "checkout-return-url": f.checkoutReturnURL} {
 		if u == "" {
@@ -183,33 +183,6 @@ func parseLogLevel(s string) (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return 0, usagef("--log-level %q is not one of debug, info, warn, error", s)
-}
-
-// parsePrefixes parses --trusted-proxies: comma-separated CIDRs, a bare
-// address meaning that address alone (/32 or /128). Empty: none.
-func parsePrefixes(list string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, item := range strings.Split(list, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		var p netip.Prefix
-		var err error
-		if strings.Contains(item, "/") {
-			p, err = netip.ParsePrefix(item)
-		} else {
-			var a netip.Addr
-			if a, err = netip.ParseAddr(item); err == nil && a.Zone() == "" {
-				p = netip.PrefixFrom(a, a.BitLen())
-			}
-		}
-		if err != nil || !p.IsValid() {
-			return nil, usagef("--trusted-proxies: %q is not a CIDR (10.0.0.0/8) or an address", item)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }
 
 // isOrigin accepts a web origin: scheme, host, optional port, nothing else.
@@ -324,6 +297,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ImagesPerTenant: f.imagesPerTenant,
 		VMsEnabled:      f.vmsEnable,
 		Headroom:        int64(f.headroomMiB) << 20,
+		TrustedProxies:  f.trustedProxies,
 		Log:             log.With("plane", "control"),
 	}, st, blobs, reg, reg)
 	if err != nil {
