@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"log/slog"
-	"net"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -12,119 +11,6 @@ import (
 
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 )
-
-// acceptResult is what one Accept returned.
-type acceptResult struct {
-	c   net.Conn
-	err error
-}
-
-// acceptAsync runs one Accept in a goroutine.
-func acceptAsync(l net.Listener) chan acceptResult {
-	ch := make(chan acceptResult, 1)
-	go func() {
-		c, err := l.Accept()
-		ch <- acceptResult{c, err}
-	}()
-	return ch
-}
-
-// notYet checks that Accept has not returned: a window of 200 ms in which
-// it must stay blocked (a broken cap could slip through unseen if slow,
-// never fail a correct one).
-func notYet(t *testing.T, ch chan acceptResult, what string) {
-	t.Helper()
-	select {
-	case r := <-ch:
-		t.Fatalf("%s: Accept returned (%v, %v), want it to wait for a slot", what, r.c, r.err)
-	case <-time.After(200 * time.Millisecond):
-	}
-}
-
-// accepted waits, bounded, for an Accept to return a connection.
-func accepted(t *testing.T, ch chan acceptResult, what string) net.Conn {
-	t.Helper()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("%s: Accept: %v", what, r.err)
-		}
-		return r.c
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: Accept did not return within 10s", what)
-	}
-	return nil
-}
-
-// TestLimitListener: at most n connections are accepted at once; closing
-// one (once or twice) frees exactly one slot; closing the listener ends a
-// waiting Accept.
-func TestLimitListener(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLimitListener(inner, 2)
-	defer l.Close()
-	var clients []net.Conn
-	defer func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}()
-	dial := func() {
-		c, err := net.DialTimeout("tcp", inner.Addr().String(), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		clients = append(clients, c)
-	}
-	for range 5 { // all connected: three wait in the backlog
-		dial()
-	}
-	a := accepted(t, acceptAsync(l), "first")
-	b := accepted(t, acceptAsync(l), "second")
-	third := acceptAsync(l)
-	notYet(t, third, "third with two held")
-
-	// Closed twice, a connection gives back one slot, not two.
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	_ = a.Close()
-	c := accepted(t, third, "third after one close")
-	fourth := acceptAsync(l)
-	notYet(t, fourth, "fourth after a double close")
-
-	// CloseWrite reaches the TCP connection (net/http's graceful close).
-	if err := c.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
-		t.Errorf("CloseWrite: %v", err)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	d := accepted(t, fourth, "fourth after a second close")
-	defer c.Close()
-	defer d.Close()
-
-	// Full again: closing the listener ends the waiting Accept.
-	fifth := acceptAsync(l)
-	notYet(t, fifth, "fifth with two held")
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-fifth:
-		if !errors.Is(r.err, net.ErrClosed) {
-			t.Errorf("Accept after Close: (%v, %v), want net.ErrClosed", r.c, r.err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Accept waiting for a slot did not return within 10s of Close")
-	}
-	if err := l.Close(); err == nil {
-		t.Error("a second Close of the listener returned no error")
-	}
-}
 
 // TestServeFlagsLimits: the new serve flags' defaults, values and
 // refusals (each a usage error naming the flag).

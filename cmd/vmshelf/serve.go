@@ -24,6 +24,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
+	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/market"
 )
 
@@ -314,8 +315,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("control plane: %w", err)
 	}
 	ctl := controlServer(mk.Handler(), f, log)
-	ctlLn = newLimitListener(ctlLn, f.controlMaxConns)
-	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLn.Addr().String(),
+	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "vmshelf_control_connections_evicted_total",
+		Help: "Control-plane connections closed at the connection cap to make room for a new client (oldest waiting first)."})
+	reg.MustRegister(evicted)
+	ctlLim := connlimit.New(ctlLn, f.controlMaxConns, connlimit.OnEvict(evicted.Inc))
+	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLim.Addr().String(),
 		"public_url", base, "data_dir", f.dataDir)
 
 	sweepCtx, stopSweep := context.WithCancel(ctx)
@@ -326,7 +330,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	errs := make(chan error, 2)
 	go func() { errs <- gw.Serve(dataLn) }()
-	go func() { errs <- ctl.Serve(ctlLn) }()
+	go func() { errs <- ctlLim.Serve(ctl) }()
 	var serveErr error
 	select {
 	case <-ctx.Done():
