@@ -13,10 +13,10 @@ import (
 	"testing"
 )
 
-// TestBuiltin: the embedded file is a valid catalogue that carries every
+// TestCatalogueBuiltin: the embedded file is a valid catalogue that carries every
 // system SPEC lists, each from its own project's host, and the systems SPEC
 // says are not offered.
-func TestBuiltin(t *testing.T) {
+func TestCatalogueBuiltin(t *testing.T) {
 	c := Builtin()
 	for _, w := range []struct {
 		name, source, host string
@@ -83,10 +83,10 @@ func TestBuiltin(t *testing.T) {
 	}
 }
 
-// TestJSON: the public answer is the SPEC shape, built once, and is itself
+// TestCatalogueJSON: the public answer is the SPEC shape, built once, and is itself
 // a catalogue file that parses to the same answer; the ETag is strong and
 // follows the content.
-func TestJSON(t *testing.T) {
+func TestCatalogueJSON(t *testing.T) {
 	c := Builtin()
 	body := c.JSON()
 	var got map[string][]map[string]any
@@ -171,9 +171,9 @@ func losos(url string) map[string]any {
 
 func cloudURL(u string) map[string]any { return map[string]any{"url": u} }
 
-// TestParseRefuses: every problem is refused with one line that names the
+// TestCatalogueParseRefuses: every problem is refused with one line that names the
 // entry (index and id, or name) and the problem.
-func TestParseRefuses(t *testing.T) {
+func TestCatalogueParseRefuses(t *testing.T) {
 	const at = `catalogue[1] (id "debian-13")`
 	type tc struct {
 		name, doc string
@@ -274,9 +274,9 @@ func TestParseRefuses(t *testing.T) {
 	}
 }
 
-// TestParseURLCredentialsNotShown: a URL with a password is refused
+// TestCatalogueParseURLCredentialsNotShown: a URL with a password is refused
 // without the password in the error (it would reach the log).
-func TestParseURLCredentialsNotShown(t *testing.T) {
+func TestCatalogueParseURLCredentialsNotShown(t *testing.T) {
 	for _, u := range []string{"https://user:s3cr3tpw@cloud.debian.org/d.qcow2", "https://user:s3cr3tpw@[::1/d.qcow2", "http://user:s3cr3tpw@x/d"} {
 		_, err := Parse([]byte(doc(entry(cloudURL(u)))))
 		if err == nil || strings.Contains(err.Error(), "s3cr3tpw") {
@@ -285,8 +285,8 @@ func TestParseURLCredentialsNotShown(t *testing.T) {
 	}
 }
 
-// TestParseAccepts: what a valid file may say.
-func TestParseAccepts(t *testing.T) {
+// TestCatalogueParseAccepts: what a valid file may say.
+func TestCatalogueParseAccepts(t *testing.T) {
 	for _, c := range []struct{ name, doc string }{
 		{"minimal", `{"catalogue": [` + entry(nil) + `]}`},
 		{"raw image", doc(entry(map[string]any{"format": "raw", "url": "https://example.org/disk.img"}))},
@@ -305,8 +305,8 @@ func TestParseAccepts(t *testing.T) {
 	}
 }
 
-// TestLoad reads files the way serve does: the error names the file.
-func TestLoad(t *testing.T) {
+// TestCatalogueLoad reads files the way serve does: the error names the file.
+func TestCatalogueLoad(t *testing.T) {
 	c, err := Load(filepath.Join("testdata", "small.json"))
 	if err != nil {
 		t.Fatalf("Load(testdata/small.json): %v", err)
