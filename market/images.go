@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
@@ -59,13 +61,75 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	s.writeJSON(w, r, http.StatusOK, removeAnswer{Removed: req.UploadID})
 }
 
-// catalogueAnswer is GET /market/vm-images. This stage has no catalogue
-// yet; the shape is the SPEC's, with empty (never null) arrays.
-type catalogueAnswer struct {
-	Catalogue  []any `json:"catalogue"`
-	NotOffered []any `json:"not_offered"`
+// catalogueCache lets browsers and proxies keep the catalogue for five
+// minutes, then revalidate it with its ETag: it changes only with a restart.
+const catalogueCache = "public, max-age=300"
+
+// catalogue answers GET (and HEAD) /market/vm-images, public: the same
+// bytes for everyone, built once by the catalogue package.
+func (s *Server) catalogue(w http.ResponseWriter, r *http.Request) {
+	c := s.cfg.Catalogue
+	w.Header().Set("ETag", c.ETag())
+	if etagMatch(r.Header.Values("If-None-Match"), c.ETag()) {
+		// RFC 9110 15.4.5: a 304 carries the headers a 200 would have
+		// had for caching, and no body.
+		w.Header().Set("Cache-Control", catalogueCache)
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	body := c.JSON()
+	// Known in advance: HEAD tells it, and the answer is not chunked.
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	writeCacheable(w, http.StatusOK, body, catalogueCache)
 }
 
-func (s *Server) catalogue(w http.ResponseWriter, r *http.Request) {
-	s.writeJSON(w, r, http.StatusOK, catalogueAnswer{Catalogue: []any{}, NotOffered: []any{}})
+// etagMatch reports whether If-None-Match field values name etag under the
+// weak comparison RFC 9110 prescribes for it (8.8.3.2, 13.1.2): "*", or any
+// entity tag of the comma-separated lists, W/ or not, whose opaque part is
+// etag's. A malformed tag ends the reading of its field line; a request
+// nothing matches gets the whole answer, which is never wrong.
+// (http.ServeContent evaluates the same header, but also serves Range
+// requests with plain-text errors, which the control plane does not send.)
+func etagMatch(fieldValues []string, etag string) bool {
+	want := strings.TrimPrefix(etag, "W/")
+	for _, v := range fieldValues {
+		for {
+			v = strings.TrimLeft(v, " \t,")
+			if v == "" {
+				break
+			}
+			if v[0] == '*' {
+				return true
+			}
+			tag, rest, ok := cutETag(v)
+			if !ok {
+				break
+			}
+			if tag == want {
+				return true
+			}
+			v = rest
+		}
+	}
+	return false
+}
+
+// cutETag splits the entity tag s starts with (W/ dropped) from the rest.
+// entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE, etagc = %x21 / %x23-7E /
+// obs-text.
+func cutETag(s string) (tag, rest string, ok bool) {
+	s = strings.TrimPrefix(s, "W/")
+	if len(s) < 2 || s[0] != '"' {
+		return "", "", false
+	}
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			return s[:i+1], s[i+1:], true
+		case c == 0x21 || c >= 0x23 && c != 0x7f:
+		default:
+			return "", "", false
+		}
+	}
+	return "", "", false
 }

@@ -1,14 +1,18 @@
 package market
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/market/catalogue"
 )
 
 func TestRemove(t *testing.T) {
@@ -98,18 +102,131 @@ func TestRemove(t *testing.T) {
 	}
 }
 
-// The catalogue is public and, for this stage, empty but well-formed.
-func TestCatalogue(t *testing.T) {
+// TestCatalogueImages: GET /market/vm-images answers the catalogue's
+// public JSON to anyone, cacheable for five minutes with a strong ETag;
+// HEAD answers the headers alone.
+func TestCatalogueImages(t *testing.T) {
 	e := newEnv(t)
-	r := e.do(http.MethodGet, "/market/vm-images", "", nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("status %d: %s", r.status, r.body)
+	want := catalogue.Builtin()
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		t.Run(method, func(t *testing.T) {
+			r := e.do(method, "/market/vm-images", "", nil)
+			if r.status != http.StatusOK {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			wantCacheable(t, r, want.ETag())
+			if ct := r.header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q, want application/json", ct)
+			}
+			if cl := r.header.Get("Content-Length"); cl != strconv.Itoa(len(want.JSON())) {
+				t.Errorf("Content-Length %q, want %d", cl, len(want.JSON()))
+			}
+			if method == http.MethodHead {
+				if len(r.body) != 0 {
+					t.Errorf("HEAD answered a body of %d bytes", len(r.body))
+				}
+				return
+			}
+			if !bytes.Equal(r.body, want.JSON()) {
+				t.Errorf("body is not the built-in catalogue:\n%s", r.body)
+			}
+			var got struct {
+				Catalogue  []catalogue.Entry      `json:"catalogue"`
+				NotOffered []catalogue.NotOffered `json:"not_offered"`
+			}
+			decode(t, r, &got)
+			if len(got.Catalogue) != len(want.Entries()) || len(got.NotOffered) != len(want.NotOffered()) {
+				t.Errorf("answer has %d entries and %d not offered, want %d and %d",
+					len(got.Catalogue), len(got.NotOffered), len(want.Entries()), len(want.NotOffered()))
+			}
+		})
 	}
-	var got map[string]any
-	decode(t, r, &got)
-	for _, k := range []string{"catalogue", "not_offered"} {
-		if a, ok := got[k].([]any); !ok || a == nil {
-			t.Errorf("%s is %v, want an array", k, got[k])
-		}
+}
+
+// wantCacheable checks the caching headers of a catalogue answer.
+func wantCacheable(t *testing.T, r response, etag string) {
+	t.Helper()
+	if got := r.header.Get("ETag"); got != etag {
+		t.Errorf("ETag %q, want %q", got, etag)
+	}
+	if got := r.header.Get("Cache-Control"); got != "public, max-age=300" {
+		t.Errorf("Cache-Control %q, want public, max-age=300", got)
+	}
+}
+
+// TestCatalogueImagesNotModified: If-None-Match with the current ETag,
+// alone, weak, in a list or on several lines, or "*", is a 304 without a
+// body; any other tag gets the whole answer.
+func TestCatalogueImagesNotModified(t *testing.T) {
+	e := newEnv(t)
+	etag := catalogue.Builtin().ETag()
+	opaque := strings.Trim(etag, `"`)
+	for _, c := range []struct {
+		name   string
+		inm    []string // header lines
+		method string
+		status int
+	}{
+		{"exact", []string{etag}, http.MethodGet, http.StatusNotModified},
+		{"weak", []string{"W/" + etag}, http.MethodGet, http.StatusNotModified},
+		{"in a list", []string{`"old", W/"older", ` + etag}, http.MethodGet, http.StatusNotModified},
+		{"list without spaces", []string{`"old",` + etag + `,"other"`}, http.MethodGet, http.StatusNotModified},
+		{"on a second line", []string{`"old"`, etag}, http.MethodGet, http.StatusNotModified},
+		{"a comma inside a tag", []string{`"a,b", ` + etag}, http.MethodGet, http.StatusNotModified},
+		{"star", []string{"*"}, http.MethodGet, http.StatusNotModified},
+		{"HEAD", []string{etag}, http.MethodHead, http.StatusNotModified},
+		{"another tag", []string{`"` + opaque[:len(opaque)-1] + `x"`}, http.MethodGet, http.StatusOK},
+		{"unquoted", []string{opaque}, http.MethodGet, http.StatusOK},
+		{"prefix of the tag", []string{`"` + opaque[:8] + `"`}, http.MethodGet, http.StatusOK},
+		{"after a malformed tag", []string{`"old, ` + etag}, http.MethodGet, http.StatusOK},
+		{"empty", []string{""}, http.MethodGet, http.StatusOK},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(t.Context(), c.method, e.ts.URL+"/market/vm-images", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range c.inm {
+				req.Header.Add("If-None-Match", v)
+			}
+			r := e.send(req)
+			if r.status != c.status {
+				t.Fatalf("status %d, want %d", r.status, c.status)
+			}
+			wantCacheable(t, r, etag)
+			if c.status == http.StatusNotModified && len(r.body) != 0 {
+				t.Errorf("304 with a body of %d bytes", len(r.body))
+			}
+			if c.status == http.StatusOK && c.method == http.MethodGet && len(r.body) == 0 {
+				t.Errorf("200 without the catalogue")
+			}
+		})
+	}
+}
+
+// TestCatalogueImagesFromConfig: the catalogue of Config (serve's
+// --vm-catalogue) is the one answered, with its own ETag.
+func TestCatalogueImagesFromConfig(t *testing.T) {
+	own, err := catalogue.Load(filepath.Join("catalogue", "testdata", "small.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *Config) { c.Catalogue = own })
+	r := e.do(http.MethodGet, "/market/vm-images", "", nil)
+	if r.status != http.StatusOK || !bytes.Equal(r.body, own.JSON()) {
+		t.Fatalf("status %d, body %s; want the configured catalogue", r.status, r.body)
+	}
+	wantCacheable(t, r, own.ETag())
+	if own.ETag() == catalogue.Builtin().ETag() {
+		t.Fatalf("the test catalogue has the built-in one's ETag")
+	}
+	// The built-in catalogue's ETag does not revalidate another one.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.ts.URL+"/market/vm-images", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("If-None-Match", catalogue.Builtin().ETag())
+	if r := e.send(req); r.status != http.StatusOK {
+		t.Errorf("another catalogue's ETag: status %d, want 200", r.status)
 	}
 }

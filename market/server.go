@@ -20,6 +20,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
+	"github.com/vmshelf/vmshelf/market/catalogue"
 )
 
 // Config is what the control plane needs of the command line.
@@ -59,6 +60,9 @@ type Config struct {
 	// X-Forwarded-For header names the client in the log lines (the data
 	// plane's rule, clientaddr). Default none: the peer is the client.
 	TrustedProxies clientaddr.Proxies
+	// Catalogue is what GET /market/vm-images answers (--vm-catalogue);
+	// nil means catalogue.Builtin().
+	Catalogue *catalogue.Catalogue
 }
 
 // DefaultMinFree is Config.MinFree's default.
@@ -113,6 +117,9 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	if cfg.MinFree <= 0 {
 		cfg.MinFree = DefaultMinFree
 	}
+	if cfg.Catalogue == nil {
+		cfg.Catalogue = catalogue.Builtin()
+	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
@@ -158,12 +165,18 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 }
 
 func writeBody(w http.ResponseWriter, status int, body []byte) {
+	// Tenant answers carry tickets and private state: no cache may keep
+	// them. Probes and errors lose nothing by it either.
+	writeCacheable(w, status, body, "no-store")
+}
+
+// writeCacheable is writeBody with the Cache-Control given: only public
+// answers that are the same for everyone (the catalogue) may be cached.
+func writeCacheable(w http.ResponseWriter, status int, body []byte, cacheControl string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
-	// Tenant answers carry tickets and private state: no cache may keep
-	// them. Probes and errors lose nothing by it either.
-	h.Set("Cache-Control", "no-store")
+	h.Set("Cache-Control", cacheControl)
 	w.WriteHeader(status)
 	_, _ = w.Write(body) // a client that hung up is not our error
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +25,7 @@ import (
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/market"
+	"github.com/vmshelf/vmshelf/market/catalogue"
 )
 
 // serveFlags are SPEC's serve flags. Those later stages use (VMs, Stripe)
@@ -37,6 +37,7 @@ type serveFlags struct {
 	idleTimeout, ticketTTL                    time.Duration
 	maxTransfers, imagesPerTenant             int
 	vmCatalogue, kubeconfig, vmsDomain        string
+	catalogue                                 *catalogue.Catalogue // from vmCatalogue by validate; nil: built in
 	vmsEnable, dev                            bool
 	vmCPU, vmMemoryMiB, vmDiskGiB             int
 	vmStorageClass, stripeAPIBase             string
@@ -160,12 +161,10 @@ func (f *serveFlags) validate() error {
 		}
 	}
 	if f.vmCatalogue != "" {
-		b, err := os.ReadFile(f.vmCatalogue)
-		if err != nil {
+		// The whole file is checked now: a bad entry would otherwise only
+		// show when a buyer's import fails.
+		if f.catalogue, err = catalogue.Load(f.vmCatalogue); err != nil {
 			return usagef("--vm-catalogue: %v", err)
-		}
-		if !json.Valid(b) {
-			return usagef("--vm-catalogue %s is not valid JSON", f.vmCatalogue)
 		}
 	}
 	return nil
@@ -299,6 +298,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		VMsEnabled:      f.vmsEnable,
 		Headroom:        int64(f.headroomMiB) << 20,
 		TrustedProxies:  f.trustedProxies,
+		Catalogue:       f.catalogue,
 		Log:             log.With("plane", "control"),
 	}, st, blobs, reg, reg)
 	if err != nil {
