@@ -165,6 +165,9 @@ type Store interface {
 	CreateTenant(ctx context.Context, t Tenant, token Hash) (Tenant, error)
 	Tenant(ctx context.Context, name string) (Tenant, error)
 	TenantByToken(ctx context.Context, token Hash) (Tenant, error)
+	// TenantByID finds a tenant by its id (a listing's host, an order's
+	// buyer); ErrNotFound.
+	TenantByID(ctx context.Context, id int64) (Tenant, error)
 	Tenants(ctx context.Context) ([]Tenant, error)
 	// UpdateTenant writes t's attributes, found by t.Name.
 	UpdateTenant(ctx context.Context, t Tenant) error
