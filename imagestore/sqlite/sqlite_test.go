@@ -200,8 +200,13 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if err := old.CreateTicket(ctx, tk, imagestore.HashSecret("ticket"), 0); err != nil {
 		t.Fatal(err)
 	}
+	// Written as the version 1 binary did: today's AddImage also touches
+	// columns later steps added.
 	img := imagestore.Image{UploadID: imagestore.NewUploadID(), TenantID: a.ID, Name: "done", Size: 7, VirtualSize: 8, SHA256: "ab", CreatedAt: now}
-	if err := old.AddImage(ctx, img, 0); err != nil {
+	if _, err := old.wdb.ExecContext(ctx, `
+INSERT INTO images (upload_id, tenant_id, name, efi, size, virtual_size, sha256, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		img.UploadID, img.TenantID, img.Name, img.EFI, img.Size, img.VirtualSize, img.SHA256, now.UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -517,4 +522,47 @@ func TestCanceledContext(t *testing.T) {
 	if _, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "a"}, imagestore.HashSecret("a")); !errors.Is(err, context.Canceled) {
 		t.Errorf("CreateTenant with a canceled context: %v, want context.Canceled", err)
 	}
+}
+
+// TestQueryPlans: the queries that run on every request, or filter the
+// tables that grow without bound, use their indexes instead of a scan.
+func TestQueryPlans(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	tests := []struct {
+		name, query, index string
+	}{
+		{"running uploads counted by the quota", `SELECT count(*) FROM tickets WHERE tenant_id = 1 AND put_running = 1`, "tickets_put_running"},
+		{"running uploads ended at start-up", `UPDATE tickets SET put_running = 0 WHERE put_running = 1`, "tickets_put_running"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if p := queryPlan(t, s, tc.query); !strings.Contains(p, tc.index) {
+				t.Errorf("plan %q does not use %s", p, tc.index)
+			}
+		})
+	}
+}
+
+// queryPlan returns EXPLAIN QUERY PLAN's details for query, joined.
+func queryPlan(t *testing.T, s *Store, query string) string {
+	t.Helper()
+	rows, err := s.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notUsed int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "; ")
 }
