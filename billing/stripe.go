@@ -231,10 +231,10 @@ func (s *Stripe) call(ctx context.Context, op string, do func(ctx context.Contex
 	return err
 }
 
-// IdempotencyKey is the key of an order's checkout: one per order, so
+// idempotencyKey is the key of an order's checkout: one per order, so
 // that no retry opens a second session (Stripe keeps keys for 24 h, the
 // longest a session lives).
-func IdempotencyKey(orderID string) string { return "vmshelf-checkout-" + orderID }
+func idempotencyKey(orderID string) string { return "vmshelf-checkout-" + orderID }
 
 // CreateCheckout implements Payments. It is the only function that creates
 // a Checkout Session, and the gate is its first step.
@@ -273,7 +273,7 @@ func (s *Stripe) CreateCheckout(ctx context.Context, c Checkout) (Session, error
 		CancelURL:         stripe.String(c.CancelURL),
 		ExpiresAt:         stripe.Int64(c.ExpiresAt.Unix()),
 	}
-	p.SetIdempotencyKey(IdempotencyKey(c.OrderID))
+	p.SetIdempotencyKey(idempotencyKey(c.OrderID))
 	p.AddExpand("payment_intent")
 	var cs *stripe.CheckoutSession
 	err := s.call(ctx, callCreateCheckout, func(ctx context.Context) (err error) {
