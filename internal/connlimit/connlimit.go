@@ -46,8 +46,8 @@ type Listener struct {
 	onEvict func()
 	now     func() time.Time
 
-	mu    sync.Mutex
-	held  map[*Conn]struct{}
+	mu   sync.Mutex
+	held map[*Conn]struct{}
 	// wake tells a waiting Accept that a slot was given back or a
 	// connection became evictable (buffered 1: a wake-up, not a count).
 	wake chan struct{}

@@ -41,10 +41,12 @@ const (
 	SourceLosOS = "losos"
 )
 
-// Formats of a cloud image file. CDI's http source also reads gzip- and
-// xz-compressed files, but only after unpacking them into scratch space as
-// large as the disk; the catalogue takes plain files only, so an import
-// streams straight onto the replica's volume.
+// Formats of a cloud image file: the format of the disk inside, also when
+// the file is compressed. CDI's http source reads a plain qcow2 or raw
+// file, and also one compressed with xz or gzip (it unpacks it on the way,
+// a qcow2 through scratch space as large as the disk); it reads no
+// archive. Plain files are preferred where a project publishes both, and
+// some (FreeBSD) publish only xz.
 const (
 	FormatQCOW2 = "qcow2"
 	FormatRaw   = "raw"
@@ -336,14 +338,17 @@ func checkText(field, s string, max int) error {
 }
 
 // archiveSuffixes are the endings of files a cloud image URL must not
-// have, longest first so that the message names the whole ending. CDI
-// cannot read archives as a disk, and compressed files it reads only
-// through scratch space (see FormatQCOW2).
+// have, longest first so that the message names the whole ending: CDI
+// cannot read an archive as a disk, nor a compression other than xz and
+// gzip.
 var archiveSuffixes = []string{
 	".tar.gz", ".tar.xz", ".tar.bz2", ".tar.zst",
 	".tgz", ".txz", ".tbz2", ".tar", ".zip", ".7z", ".rar", ".ova",
-	".gz", ".xz", ".bz2", ".zst", ".lz4",
+	".bz2", ".zst", ".lz4",
 }
+
+// compressionSuffixes are the compressions CDI's http source unpacks.
+var compressionSuffixes = []string{".xz", ".gz"}
 
 // checkCloudURL accepts the https address of a plain image file. The URL
 // is shown in errors only once it is known to carry no user info.
@@ -384,7 +389,7 @@ func checkCloudURL(s string) error {
 	}
 	for _, suf := range archiveSuffixes {
 		if strings.HasSuffix(p, suf) {
-			return fmt.Errorf("url %q ends in %s, an archive or compressed file: the edge imports only a plain qcow2 or raw image", s, suf)
+			return fmt.Errorf("url %q ends in %s, an archive or a compression CDI cannot read: the edge imports a qcow2 or raw image, plain or compressed with xz or gzip", s, suf)
 		}
 	}
 	return nil
@@ -402,6 +407,9 @@ func checkFormat(format, rawURL string) error {
 	}
 	u, _ := url.Parse(rawURL) // checked by checkCloudURL
 	p := strings.ToLower(u.Path)
+	for _, c := range compressionSuffixes {
+		p = strings.TrimSuffix(p, c) // the disk inside names the format
+	}
 	for suffix, named := range map[string]string{".qcow2": FormatQCOW2, ".raw": FormatRaw} {
 		if strings.HasSuffix(p, suffix) && format != named {
 			return fmt.Errorf("format %q, but the url names a %s file", format, named)
