@@ -177,8 +177,15 @@ func (s *Server) Event(eventID, typ, sessionID, secret string, signedAt time.Tim
 	if err != nil {
 		return nil, "", err
 	}
+	payload, signature = Signed(payload, secret, signedAt)
+	return payload, signature, nil
+}
+
+// Signed signs any payload with secret at signedAt, as Stripe signs its
+// webhook posts, and returns it with its Stripe-Signature header.
+func Signed(payload []byte, secret string, signedAt time.Time) ([]byte, string) {
 	sp := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: signedAt})
-	return sp.Payload, sp.Header, nil
+	return sp.Payload, sp.Header
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
