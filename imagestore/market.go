@@ -164,10 +164,13 @@ func randomHex(n int) string {
 // both take the last replica.
 type MarketStore interface {
 	// CreateListing stores l (ID, HostID, UnitPrice, Currency, Capacity,
-	// CreatedAt; a zero CreatedAt means now). ErrExists if the id is
-	// taken, ErrNotFound if the host does not exist.
+	// CreatedAt; a zero CreatedAt means now) open, and returns it as
+	// stored. ErrExists if the id is taken, ErrNotFound if the host does
+	// not exist; a capacity or unit price below 1 or an empty currency is
+	// an error.
 	CreateListing(ctx context.Context, l Listing) (Listing, error)
-	// Listing returns a listing, open or closed, with its derived counts.
+	// Listing returns a listing, open or closed, with its derived counts;
+	// ErrNotFound.
 	Listing(ctx context.Context, id string) (Listing, error)
 	// Listings returns the host's listings, open and closed, oldest first.
 	Listings(ctx context.Context, hostID int64) ([]Listing, error)
@@ -180,14 +183,23 @@ type MarketStore interface {
 
 	// CreateOrder stores o in state awaitingPayment with its user data,
 	// reserving o.Quantity replicas of o.ListingID in the same
-	// transaction. Errors: ErrNotFound (no such listing), ErrNoCapacity
-	// (closed, or fewer free than o.Quantity), ErrOwnListing (the buyer
-	// is the host), ErrExists (the id is taken). The listing's host,
-	// price and currency are checked against o: a listing is immutable
-	// once created, so a mismatch is the caller's bug (an error).
+	// transaction. Errors: ErrExists (the id is taken; checked first, so
+	// a retry hears it rather than that its own reservation took the
+	// last replica), ErrNotFound (no such listing or buyer, or an upload
+	// image the buyer does not hold: checked in the transaction, so an
+	// image removed meanwhile is not ordered), ErrOwnListing (the buyer
+	// is the host), ErrNoCapacity (closed, or fewer free than
+	// o.Quantity). The listing's host, price and currency and the host's
+	// Stripe account (o.Destination) are checked against o, as are
+	// Total = UnitPrice × Quantity and 0 <= Fee <= Total: a listing is
+	// immutable once created, so a mismatch is the caller's bug (an
+	// error). A zero CreatedAt means now; ReserveUntil is required. The
+	// fields a state change sets (State, Reason, CheckoutID, CheckoutURL,
+	// PaidAt, ExpiresAt, EndedAt) are ignored.
 	CreateOrder(ctx context.Context, o Order, userData string) error
 	// SetCheckout records the Stripe Checkout Session of an order
-	// awaiting payment; ErrOrderState in any other state.
+	// awaiting payment (again: the last call wins); ErrOrderState in any
+	// other state, ErrNotFound if there is no such order.
 	SetCheckout(ctx context.Context, orderID, checkoutID, checkoutURL string) error
 	// Order returns an order; ErrNotFound.
 	Order(ctx context.Context, id string) (Order, error)
@@ -196,18 +208,29 @@ type MarketStore interface {
 	// OrdersInState returns every order in state, oldest first.
 	OrdersInState(ctx context.Context, state OrderState) ([]Order, error)
 	// OrderUserData returns the cloud-init user data of an order ("" if
-	// none): for the provisioner only.
+	// none): for the provisioner only. ErrNotFound.
 	OrderUserData(ctx context.Context, id string) (string, error)
 	// MarkOrderPaid moves an order from awaitingPayment to paid at paidAt,
 	// running until expiresAt. An order already paid, active or expired
 	// is left as it is and nil returned (a replayed event); a cancelled
-	// one is ErrOrderState.
+	// one is ErrOrderState. Every state change (this one, CancelOrder,
+	// MarkOrderActive, ExpireOrder) returns ErrNotFound for an unknown id.
 	MarkOrderPaid(ctx context.Context, id string, paidAt, expiresAt time.Time) error
 	// CancelOrder moves an order from awaitingPayment to cancelled with
 	// reason at now, releasing its capacity. A cancelled order is left as
 	// it is and nil returned; a paid, active or expired one is
 	// ErrOrderState.
 	CancelOrder(ctx context.Context, id, reason string, now time.Time) error
+	// MarkOrderActive moves a paid order to active: its objects exist in
+	// the cluster. An active one is left as it is and nil returned; any
+	// other state is ErrOrderState.
+	MarkOrderActive(ctx context.Context, id string) error
+	// ExpireOrder moves a paid or active order whose ExpiresAt is at or
+	// before now to expired at now: its month is over, its replicas are
+	// halted, its capacity returns to the listing. An expired order is
+	// left as it is and nil returned; an order awaiting payment or
+	// cancelled, or one whose month is not over at now, is ErrOrderState.
+	ExpireOrder(ctx context.Context, id string, now time.Time) error
 	// OverdueOrders returns the orders awaiting payment whose
 	// ReserveUntil is at or before now, oldest first: the sweeper asks
 	// Stripe about each and cancels it.
@@ -218,7 +241,7 @@ type MarketStore interface {
 
 	// WebhookEventSeen reports whether an event with this id was recorded.
 	WebhookEventSeen(ctx context.Context, id string) (bool, error)
-	// RecordWebhookEvent remembers a handled event; recording an id again
-	// is not an error and keeps the first record.
+	// RecordWebhookEvent remembers a handled event (a zero At means now);
+	// recording an id again is not an error and keeps the first record.
 	RecordWebhookEvent(ctx context.Context, ev WebhookEvent) error
 }

@@ -738,7 +738,10 @@ func (s *Store) ImageIDs(ctx context.Context) ([]string, error) {
 
 // RemoveImage deletes the tenant's image and revokes its fetch tokens.
 // ErrNotFound if the tenant has no such image, including when another
-// tenant has it.
+// tenant has it (which is checked first, so another tenant does not learn
+// that an order uses it); ErrInUse if an order that holds capacity names
+// it, asked in the same transaction, so an order placed meanwhile is
+// seen (CreateOrder checks the image in its transaction as well).
 func (s *Store) RemoveImage(ctx context.Context, tenantID int64, uploadID string) error {
 	// revoked_at is a record for operators, not an input to any decision,
 	// so the wall clock is good enough here.
@@ -750,6 +753,16 @@ func (s *Store) RemoveImage(ctx context.Context, tenantID int64, uploadID string
 		}
 		if err := mustChange(res, "image"); err != nil {
 			return err
+		}
+		// The delete is undone with the transaction if an order needs it.
+		var inUse bool
+		err = tx.QueryRowContext(ctx, `
+SELECT EXISTS (SELECT 1 FROM orders WHERE image_kind = 'upload' AND image = ? AND `+holdsSQL+`)`, uploadID).Scan(&inUse)
+		if err != nil {
+			return err
+		}
+		if inUse {
+			return fmt.Errorf("image: %w", imagestore.ErrInUse)
 		}
 		_, err = tx.ExecContext(ctx, `
 UPDATE fetch_tokens SET revoked_at = ? WHERE upload_id = ? AND revoked_at IS NULL`, revoked, uploadID)

@@ -58,6 +58,21 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"ExpireSessions", testExpireSessions},
 		{"SessionUploadIDs", testSessionUploadIDs},
 		{"PendingSessionBytes", testPendingSessionBytes},
+		{"CreateListing", testCreateListing},
+		{"Listings", testListings},
+		{"CloseListing", testCloseListing},
+		{"CreateOrder", testCreateOrder},
+		{"CreateOrderRefused", testCreateOrderRefused},
+		{"CreateOrderConcurrent", testCreateOrderConcurrent},
+		{"ListingCounts", testListingCounts},
+		{"OrderStates", testOrderStates},
+		{"OrderTimeRoundTrip", testOrderTimeRoundTrip},
+		{"OrderQueries", testOrderQueries},
+		{"OverdueOrders", testOverdueOrders},
+		{"OrderCounts", testOrderCounts},
+		{"OrderUserData", testOrderUserData},
+		{"RemoveImageInUse", testRemoveImageInUse},
+		{"WebhookEvents", testWebhookEvents},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
