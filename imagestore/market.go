@@ -152,6 +152,24 @@ func NewListingID() string { return "l" + randomHex(8) }
 // "market-<buyer>" names built from it are valid Kubernetes names.
 func NewOrderID() string { return "o" + randomHex(8) }
 
+// ValidOrderID reports whether id has NewOrderID's form.
+func ValidOrderID(id string) bool { return validID(id, 'o') }
+
+// ValidListingID reports whether id has NewListingID's form.
+func ValidListingID(id string) bool { return validID(id, 'l') }
+
+func validID(id string, prefix byte) bool {
+	if len(id) != 17 || id[0] != prefix {
+		return false
+	}
+	for _, c := range id[1:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)

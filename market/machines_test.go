@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
@@ -323,8 +322,8 @@ func TestOrderCheckout(t *testing.T) {
 			t.Errorf("checkout form %s = %q, want %q", k, got, want)
 		}
 	}
-	if cs.Idempotency != billing.IdempotencyKey(a.OrderID) {
-		t.Errorf("Idempotency-Key %q, want one per order (%q)", cs.Idempotency, billing.IdempotencyKey(a.OrderID))
+	if cs.Idempotency != "vmshelf-checkout-"+a.OrderID {
+		t.Errorf("Idempotency-Key %q, want one per order (%q)", cs.Idempotency, "vmshelf-checkout-"+a.OrderID)
 	}
 	for _, k := range []string{"success_url", "cancel_url"} {
 		if u := f.Get(k); !strings.HasPrefix(u, "https://edge.example/machines?") || !strings.Contains(u, "order="+a.OrderID) {
@@ -561,5 +560,31 @@ func TestUserDataNeverShown(t *testing.T) {
 		if strings.Contains(s, marker) {
 			t.Errorf("the user data shows in place %d:\n%s", i, s)
 		}
+	}
+}
+
+// TestRemoveImageInUse: an image an order still needs is not removed
+// (409 imageInUse, file kept); once the order is cancelled, it is.
+func TestRemoveImageInUse(t *testing.T) {
+	e := newEnv(t)
+	_, host := e.host("host", "acct_1HostActive000001")
+	buyerT, buyer := e.host("buyer", "")
+	id := e.listing(host, 600, 2)
+	img := e.image(buyerT, "buyer's disk")
+	r := e.order(buyer, id, 1, img.UploadID, "mine", "")
+	if r.status != http.StatusCreated {
+		t.Fatalf("order: %d %s", r.status, r.body)
+	}
+	var a orderAnswer
+	decode(t, r, &a)
+	wantError(t, e.post("/market/vm-images/remove", buyer, `{"upload_id":"`+img.UploadID+`"}`), http.StatusConflict, "imageInUse")
+	if _, err := e.blobs.Open(t.Context(), img.UploadID); err != nil {
+		t.Fatalf("the image file of an order in use is gone: %v", err)
+	}
+	if err := e.st.CancelOrder(t.Context(), a.OrderID, "test", e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.post("/market/vm-images/remove", buyer, `{"upload_id":"`+img.UploadID+`"}`); r.status != http.StatusOK {
+		t.Errorf("remove after the order ended: %d %s", r.status, r.body)
 	}
 }

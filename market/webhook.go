@@ -95,6 +95,9 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	result := resultDuplicate
 	if !seen {
 		if result, err = s.handleEvent(ctx, ev); err != nil {
+			if errors.Is(err, billing.ErrUnavailable) {
+				err = stripeUnavailable(w, err)
+			}
 			s.fail(w, r, err) // 5xx: Stripe retries
 			return
 		}
@@ -105,8 +108,20 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.metrics.webhook(ev.Type, result)
-	s.log.Info("stripe event", "event", ev.ID, "type", logText(ev.Type), "order_id", logText(ev.OrderID), "result", result)
+	s.log.Info("stripe event", "event", logText(ev.ID), "type", logText(ev.Type), "order_id", orderForLog(ev.OrderID), "result", result)
 	s.writeJSON(w, r, http.StatusOK, webhookAnswer{Received: true, Result: result})
+}
+
+// orderForLog is an event's order id for a log line: ours have a known
+// form (and are no secret); anything else is shown as such, not echoed.
+func orderForLog(id string) string {
+	if imagestore.ValidOrderID(id) {
+		return id
+	}
+	if id == "" {
+		return "none"
+	}
+	return "notOurs"
 }
 
 // readWebhookBody reads the raw event under its own cap and the control
@@ -147,7 +162,7 @@ func (s *Server) handleEvent(ctx context.Context, ev billing.Event) (string, err
 					"event", ev.ID, "order_id", o.ID, "err", err.Error())
 				return resultInconsistent, nil
 			}
-			return "", fmt.Errorf("re-read checkout session of order %s: %w", o.ID, err)
+			return "", fmt.Errorf("re-read checkout session of order %s: %w", o.ID, err) // 503 when Stripe did not answer
 		}
 		return s.settle(ctx, o, sess)
 	case eventAsyncFailed, eventExpired:

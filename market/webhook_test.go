@@ -50,7 +50,7 @@ func wantResult(t *testing.T, r response, result string) {
 	}
 }
 
-// marketFixture is a host with a listing of 5 at 6.00 EUR and a buyer.
+// marketFixture is a host with a listing of 10 at 6.00 EUR and a buyer.
 type marketFixture struct {
 	e             *env
 	host, buyer   string // tokens
@@ -69,7 +69,7 @@ func newMarket(t *testing.T, mod ...func(*Config)) *marketFixture {
 	m.e = newEnv(t, mod...)
 	m.hostT, m.host = m.e.host("host", m.hostAcct)
 	m.buyerT, m.buyer = m.e.host("buyer", "")
-	m.listing = m.e.listing(m.host, 600, 5)
+	m.listing = m.e.listing(m.host, 600, 10)
 	return m
 }
 
@@ -99,8 +99,8 @@ func TestWebhookPaid(t *testing.T) {
 			if o.State != imagestore.OrderPaid || !o.PaidAt.Equal(paidAt) || !o.ExpiresAt.Equal(paidAt.AddDate(0, 1, 0)) {
 				t.Errorf("order after payment: %s paid %v expires %v; want paid now, expiring a month later", o.State, o.PaidAt, o.ExpiresAt)
 			}
-			if l := e.storedListing(m.listing); l.Reserved != 0 || l.Running != 3 || l.Free() != 2 {
-				t.Errorf("listing after payment: reserved %d running %d free %d; want 0 3 2", l.Reserved, l.Running, l.Free())
+			if l := e.storedListing(m.listing); l.Reserved != 0 || l.Running != 3 || l.Free() != 7 {
+				t.Errorf("listing after payment: reserved %d running %d free %d; want 0 3 7", l.Reserved, l.Running, l.Free())
 			}
 			if m.paid.Load() != 1 || m.lastPaid.Load() != id {
 				t.Errorf("OnPaid called %d times (last %v), want once with %s", m.paid.Load(), m.lastPaid.Load(), id)
@@ -246,8 +246,8 @@ func TestWebhookEndsUnpaid(t *testing.T) {
 			if o.State != imagestore.OrderCancelled || o.Reason != c.reason {
 				t.Errorf("order %s (%s), want cancelled (%s)", o.State, o.Reason, c.reason)
 			}
-			if l := e.storedListing(m.listing); l.Free() != 5 {
-				t.Errorf("free %d after the cancel, want 5", l.Free())
+			if l := e.storedListing(m.listing); l.Free() != 10 {
+				t.Errorf("free %d after the cancel, want 10", l.Free())
 			}
 			wantResult(t, e.event("evt_2", c.typ, cs, e.clock.Now()), resultIgnored)
 		})
@@ -312,8 +312,8 @@ func TestCheckoutSweeper(t *testing.T) {
 		if s, _ := e.stripe.Session(cs); s.Status != "expired" {
 			t.Errorf("the session is %s at Stripe, want expired (so nobody pays it later)", s.Status)
 		}
-		if l := e.storedListing(m.listing); l.Free() != 5 {
-			t.Errorf("free %d, want 5", l.Free())
+		if l := e.storedListing(m.listing); l.Free() != 10 {
+			t.Errorf("free %d, want 10", l.Free())
 		}
 	})
 	t.Run("paid, event lost", func(t *testing.T) {

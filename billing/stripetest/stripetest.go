@@ -213,9 +213,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && path == "/v1/checkout/sessions":
 		s.create(w, r)
 	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/checkout/sessions/"):
-		s.get(w, strings.TrimPrefix(path, "/v1/checkout/sessions/"), r.Form["expand[]"])
+		s.get(w, strings.TrimPrefix(path, "/v1/checkout/sessions/"), expands(r.Form))
 	case r.Method == http.MethodPost && strings.HasPrefix(path, "/v1/checkout/sessions/") && strings.HasSuffix(path, "/expire"):
-		s.expire(w, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/checkout/sessions/"), "/expire"), r.Form["expand[]"])
+		s.expire(w, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/checkout/sessions/"), "/expire"), expands(r.Form))
 	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/accounts/"):
 		s.account(w, strings.TrimPrefix(path, "/v1/accounts/"))
 	default:
@@ -300,13 +300,19 @@ func (s *Server) sessionJSON(cs *Session, expandPI bool) map[string]any {
 	if cs.Status == "open" {
 		obj["url"] = "https://checkout.stripe.test/c/pay/" + cs.ID
 	}
-	if cs.PaymentStatus == "paid" {
+	// Stripe makes the PaymentIntent when the buyer pays: a completed
+	// session has one, also while an async payment is still processing.
+	if cs.Status == "complete" {
 		pi := "pi_stripetest_" + strings.TrimPrefix(cs.ID, "cs_test_")
+		status := "succeeded"
+		if cs.PaymentStatus != "paid" {
+			status = "processing"
+		}
 		if expandPI {
 			obj["amount_total"] = cs.PaidAmount
 			obj["payment_intent"] = map[string]any{
 				"id": pi, "object": "payment_intent", "amount": cs.PaidAmount, "currency": cs.Currency,
-				"status": "succeeded", "application_fee_amount": cs.PaidFee,
+				"status": status, "application_fee_amount": cs.PaidFee,
 				"metadata":      map[string]string{"order_id": cs.OrderID},
 				"transfer_data": map[string]any{"destination": cs.PaidDestination},
 			}
@@ -315,6 +321,17 @@ func (s *Server) sessionJSON(cs *Session, expandPI bool) map[string]any {
 		}
 	}
 	return obj
+}
+
+// expands lists the expand[] / expand[0] parameters of a request.
+func expands(f url.Values) []string {
+	var out []string
+	for k, vs := range f {
+		if k == "expand" || strings.HasPrefix(k, "expand[") {
+			out = append(out, vs...)
+		}
+	}
+	return out
 }
 
 func contains(list []string, s string) bool {

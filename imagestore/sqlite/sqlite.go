@@ -376,6 +376,16 @@ func (s *Store) TenantByToken(ctx context.Context, token imagestore.Hash) (image
 	return t, err
 }
 
+// TenantByID returns the tenant with id; ErrNotFound if there is none.
+func (s *Store) TenantByID(ctx context.Context, id int64) (imagestore.Tenant, error) {
+	var t imagestore.Tenant
+	err := s.read(ctx, "tenant by id", func(tx *sql.Tx) (err error) {
+		t, err = scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
+		return notFound("tenant", err)
+	})
+	return t, err
+}
+
 // Tenants returns all tenants ordered by name.
 func (s *Store) Tenants(ctx context.Context) ([]imagestore.Tenant, error) {
 	var ts []imagestore.Tenant

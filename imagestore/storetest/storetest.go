@@ -244,6 +244,9 @@ func testCreateTenant(t *testing.T, s imagestore.Store) {
 	got, err = s.TenantByToken(ctx, hash("token-alpha"))
 	must(t, "TenantByToken", err)
 	checkTenant(t, "TenantByToken", got, a)
+	got, err = s.TenantByID(ctx, a.ID)
+	must(t, "TenantByID", err)
+	checkTenant(t, "TenantByID", got, a)
 
 	// Booleans must round-trip as false too, not only as true.
 	b := newTenant(t, s, "beta")
@@ -276,6 +279,10 @@ func testTenantErrors(t *testing.T, s imagestore.Store) {
 		}, imagestore.ErrNotFound},
 		{"TenantByToken unknown", func(t *testing.T) error {
 			_, err := s.TenantByToken(t.Context(), hash("nobody"))
+			return err
+		}, imagestore.ErrNotFound},
+		{"TenantByID unknown", func(t *testing.T) error {
+			_, err := s.TenantByID(t.Context(), 1<<40)
 			return err
 		}, imagestore.ErrNotFound},
 		{"UpdateTenant unknown", func(t *testing.T) error {
