@@ -336,7 +336,17 @@ func TestOrderCheckout(t *testing.T) {
 	if l := e.storedListing(id); l.Reserved != 3 || l.Free() != 2 {
 		t.Errorf("listing after the order: reserved %d, free %d; want 3 and 2", l.Reserved, l.Free())
 	}
+	// An odd total: the platform's half is rounded down, the host gets
+	// the cent (6.01 EUR: 300 and 301).
+	odd := e.placed(buyer, e.listing(host, 601, 1), 1)
+	if s, _ := e.stripe.Session(e.sessionOf(odd.OrderID)); s.Fee != 300 || s.UnitAmount*s.Quantity != 601 {
+		t.Errorf("6.01 EUR checkout: fee %d of %d, want 300 of 601", s.Fee, s.UnitAmount*s.Quantity)
+	}
 	st := e.statusOf(buyer)
+	if len(st.Orders) != 2 {
+		t.Fatalf("buyer has %d orders, want 2", len(st.Orders))
+	}
+	st.Orders = st.Orders[1:] // newest first: the odd one, then the 6.00 × 3
 	if len(st.Orders) != 1 || st.Orders[0].OrderID != a.OrderID || st.Orders[0].CheckoutURL != a.CheckoutURL ||
 		st.Orders[0].State != imagestore.OrderAwaitingPayment || st.Orders[0].Host != "host" || len(st.Orders[0].Replicas) != 0 ||
 		st.Orders[0].Address != "vm-"+a.OrderID+".vms.example.org" || st.Orders[0].ExpiresAt != nil {
