@@ -50,8 +50,8 @@ func TestE2ECatalogueRefused(t *testing.T) {
 		entries []string
 		mention []string
 	}{
-		{"archive", []string{catalogueEntry("good"), catalogueEntry("freebsd", "genericcloud-amd64.qcow2", "amd64.qcow2.xz")},
-			[]string{`catalogue[1] (id "freebsd")`, "ends in .xz"}},
+		{"archive", []string{catalogueEntry("good"), catalogueEntry("kali", "genericcloud-amd64.qcow2", "amd64.qcow2.tar.xz")},
+			[]string{`catalogue[1] (id "kali")`, "ends in .tar.xz"}},
 		{"http", []string{catalogueEntry("debian", "https://", "http://")},
 			[]string{`catalogue[0] (id "debian")`, "is http"}},
 		{"duplicate id", []string{catalogueEntry("debian"), catalogueEntry("debian", `"System debian"`, `"Other"`)},

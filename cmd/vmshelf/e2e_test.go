@@ -481,6 +481,9 @@ func runWithin(t *testing.T, d time.Duration, env []string, name string, args ..
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = cleanEnv(env...)
+	// A child of the command (serve under strace) may outlive the kill
+	// and hold the output pipes; Wait gives up on them after this.
+	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
