@@ -623,12 +623,12 @@ func stripeMockPath(t *testing.T) string {
 	return ""
 }
 
-// startStripeMock runs stripe-mock on loopback ports of the kernel's
-// choosing, read from its "Listening for HTTP at address" line, and
-// returns its HTTP base once the port accepts.
-func startStripeMock(t *testing.T) string {
+// startStripeMock runs the stripe-mock at bin (stripeMockPath's) on
+// loopback ports of the kernel's choosing, read from its "Listening for
+// HTTP at address" line, and returns its HTTP base once the port accepts.
+func startStripeMock(t *testing.T, bin string) string {
 	t.Helper()
-	cmd := exec.Command(stripeMockPath(t), "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
+	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
 	cmd.Env = cleanEnv()
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
@@ -760,6 +760,7 @@ func flagValue(t *testing.T, args []string, name string) (string, []string) {
 func TestE2EReadmeMarket(t *testing.T) {
 	needTool(t, "bash")
 	needTool(t, "curl")
+	mockBin := stripeMockPath(t)
 	startBlock := readmeBlock(t, "# the market: start Stripe's API mock and serve")
 	walk := readmeBlock(t, "# the market walk-through")
 
@@ -769,16 +770,16 @@ func TestE2EReadmeMarket(t *testing.T) {
 		t.Errorf("the README does not install stripe-mock with %q:\n%s", stripeMockInstall, startBlock)
 	}
 	// Where go install put it, as the line before installed it.
-	const mockBin = `"$(go env GOPATH)/bin/stripe-mock"`
+	const installed = `"$(go env GOPATH)/bin/stripe-mock"`
 	var mockCmd []string
 	for _, line := range strings.Split(startBlock, "\n") {
-		if rest, ok := strings.CutPrefix(line, mockBin+" "); ok {
+		if rest, ok := strings.CutPrefix(line, installed+" "); ok {
 			mockCmd = strings.Fields(rest)
 		}
 	}
 	if len(mockCmd) != 5 || mockCmd[0] != "-http-addr" || mockCmd[2] != "-https-addr" || mockCmd[4] != "&" ||
 		!strings.HasPrefix(mockCmd[1], "127.0.0.1:") || !strings.HasPrefix(mockCmd[3], "127.0.0.1:") {
-		t.Fatalf("the README starts stripe-mock as %q; want %s -http-addr 127.0.0.1:… -https-addr 127.0.0.1:… &:\n%s", mockCmd, mockBin, startBlock)
+		t.Fatalf("the README starts stripe-mock as %q; want %s -http-addr 127.0.0.1:… -https-addr 127.0.0.1:… &:\n%s", mockCmd, installed, startBlock)
 	}
 	serveCmd := shellCommand(t, startBlock, "./bin/vmshelf serve")
 	var env []string
@@ -808,7 +809,7 @@ func TestE2EReadmeMarket(t *testing.T) {
 
 	// The same serve on the test's ports, at a real stripe-mock; startServe
 	// adds --dev and --data-dir itself.
-	mock := startStripeMock(t)
+	mock := startStripeMock(t, mockBin)
 	work := t.TempDir()
 	if err := os.Mkdir(filepath.Join(work, "bin"), 0o755); err != nil {
 		t.Fatal(err)
