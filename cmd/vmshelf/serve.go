@@ -288,6 +288,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
+	// The Stripe secrets are configuration like the flags: a bad one is
+	// refused before the data dir is created or touched (and before --dev
+	// writes a token), so that a refused start leaves nothing behind.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	secrets, err := readStripeSecrets()
+	if err != nil {
+		return err
+	}
+	var payments billing.Payments
+	if secrets.key != "" {
+		if payments, err = billing.NewStripe(billing.StripeConfig{SecretKey: secrets.key, APIBase: f.stripeAPIBase, Metrics: reg}); err != nil {
+			return usagef("STRIPE_SECRET_KEY or --stripe-api-base: %v", err)
+		}
+	}
 	if err := prepareDataDir(f.dataDir); err != nil {
 		return err
 	}
@@ -325,8 +340,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	uploadMax, _ := gib(f.uploadMaxGiB, "upload-max-gib")
 	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
 	base, _ := publicBase(f.publicURL, f.dataAddr)
@@ -346,16 +359,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}, st, blobs, reg)
 	if err != nil {
 		return err
-	}
-	secrets, err := readStripeSecrets()
-	if err != nil {
-		return err
-	}
-	var payments billing.Payments
-	if secrets.key != "" {
-		if payments, err = billing.NewStripe(billing.StripeConfig{SecretKey: secrets.key, APIBase: f.stripeAPIBase, Metrics: reg}); err != nil {
-			return usagef("STRIPE_SECRET_KEY or --stripe-api-base: %v", err)
-		}
 	}
 	if f.vmsEnable && payments == nil {
 		log.Warn("--vms-enable without STRIPE_SECRET_KEY: listings and orders answer 503 paymentsUnavailable")
