@@ -6,13 +6,11 @@ package main
 // loopback, and webhooks posted with curl.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -586,111 +584,6 @@ func TestE2EMarketBadConfig(t *testing.T) {
 	}
 }
 
-// stripeMockInstall is how a developer gets stripe-mock (README and
-// .ci/run say the same).
-const stripeMockInstall = "go install github.com/stripe/stripe-mock@v0.203.0"
-
-// stripeMockPath finds stripe-mock on PATH or where go install puts it.
-// Missing, it fails the test in CI and skips it loudly elsewhere. (The
-// same as billing's stripemock_test.go, which another package cannot use.)
-func stripeMockPath(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("stripe-mock"); err == nil {
-		return p
-	}
-	var dirs []string
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-		if len(lines) == 2 {
-			if gobin := strings.TrimSpace(lines[0]); gobin != "" {
-				dirs = append(dirs, gobin)
-			}
-			for _, gp := range filepath.SplitList(strings.TrimSpace(lines[1])) {
-				dirs = append(dirs, filepath.Join(gp, "bin"))
-			}
-		}
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, "stripe-mock")
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("stripe-mock is required in CI (not on PATH nor in %q): %s", dirs, stripeMockInstall)
-	}
-	t.Skipf("SKIPPED: stripe-mock missing (not on PATH nor in %q); install it with: %s", dirs, stripeMockInstall)
-	return ""
-}
-
-// startStripeMock runs the stripe-mock at bin (stripeMockPath's) on
-// loopback ports of the kernel's choosing, read from its "Listening for
-// HTTP at address" line, and returns its HTTP base once the port accepts.
-func startStripeMock(t *testing.T, bin string) string {
-	t.Helper()
-	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
-	cmd.Env = cleanEnv()
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting stripe-mock: %v", err)
-	}
-	addr := make(chan string, 1)
-	var said syncBuffer // its first lines, for a failure
-	done := make(chan struct{})
-	go func() {
-		// Drains its output to the end: stripe-mock logs every request and
-		// would block on a full pipe.
-		defer close(done)
-		sc := bufio.NewScanner(out)
-		for n := 0; sc.Scan(); n++ {
-			if n < 50 {
-				said.Write([]byte(sc.Text() + "\n"))
-			}
-			if a, ok := strings.CutPrefix(sc.Text(), "Listening for HTTP at address: "); ok {
-				select {
-				case addr <- strings.TrimSpace(a):
-				default:
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		_ = cmd.Wait()
-	})
-	// Loading its OpenAPI spec takes a few seconds on a small machine.
-	deadline := time.NewTimer(60 * time.Second)
-	defer deadline.Stop()
-	var a string
-	select {
-	case a = <-addr:
-	case <-done:
-		t.Fatalf("stripe-mock ended before listening:\n%s%s", said.String(), stderr.String())
-	case <-deadline.C:
-		t.Fatalf("stripe-mock did not listen within 60 s:\n%s%s", said.String(), stderr.String())
-	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		c, err := net.DialTimeout("tcp", a, time.Second)
-		if err == nil {
-			c.Close()
-			return "http://" + a
-		}
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("stripe-mock at %s does not accept: %v\n%s", a, err, said.String())
-		}
-	}
-}
-
 // readmeBlock is the ```sh block of README.md whose first line is marker.
 func readmeBlock(t *testing.T, marker string) string {
 	t.Helper()
@@ -760,14 +653,14 @@ func flagValue(t *testing.T, args []string, name string) (string, []string) {
 func TestE2EReadmeMarket(t *testing.T) {
 	needTool(t, "bash")
 	needTool(t, "curl")
-	mockBin := stripeMockPath(t)
+	mockBin := stripetest.MockPath(t)
 	startBlock := readmeBlock(t, "# the market: start Stripe's API mock and serve")
 	walk := readmeBlock(t, "# the market walk-through")
 
 	// Block 1, checked word by word: the install command, the mock on
 	// loopback, serve with the market on and Stripe at the mock.
-	if !strings.Contains(startBlock, "\n"+stripeMockInstall+"\n") {
-		t.Errorf("the README does not install stripe-mock with %q:\n%s", stripeMockInstall, startBlock)
+	if !strings.Contains(startBlock, "\n"+stripetest.MockInstall+"\n") {
+		t.Errorf("the README does not install stripe-mock with %q:\n%s", stripetest.MockInstall, startBlock)
 	}
 	// Where go install put it, as the line before installed it.
 	const installed = `"$(go env GOPATH)/bin/stripe-mock"`
@@ -809,7 +702,7 @@ func TestE2EReadmeMarket(t *testing.T) {
 
 	// The same serve on the test's ports, at a real stripe-mock; startServe
 	// adds --dev and --data-dir itself.
-	mock := startStripeMock(t, mockBin)
+	mock := stripetest.StartMock(t, mockBin)
 	work := t.TempDir()
 	if err := os.Mkdir(filepath.Join(work, "bin"), 0o755); err != nil {
 		t.Fatal(err)
