@@ -127,6 +127,7 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 
 	img, n, aerr := g.receive(ctx, tk, claim)
 	if aerr != nil {
+		g.endUpload(tk.UploadID)
 		g.refuseUpload(ctx, aerr, start, tk.UploadID)
 		attrs := []any{"upload_id", tk.UploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason,
 			"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx)}
@@ -144,6 +145,19 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	ctx.SetStatusCode(fasthttp.StatusCreated)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(body)
+}
+
+// endUpload gives the quota place of a plain upload that did not become an
+// image back to its tenant. If the store cannot be told, the place stays
+// taken until the next start-up ends every upload left running (the log
+// says so): a tenant refused a ticket for a while is better than one over
+// its quota.
+func (g *Gateway) endUpload(uploadID string) {
+	octx, cancel := op()
+	defer cancel()
+	if err := g.store.EndUpload(octx, uploadID); err != nil {
+		g.log.Error("ended upload still counts against its tenant's quota until restart", "upload_id", uploadID, "err", err)
+	}
 }
 
 // refuseUpload answers an upload with its error. The body may still be

@@ -165,6 +165,9 @@ type Store interface {
 	CreateTenant(ctx context.Context, t Tenant, token Hash) (Tenant, error)
 	Tenant(ctx context.Context, name string) (Tenant, error)
 	TenantByToken(ctx context.Context, token Hash) (Tenant, error)
+	// TenantByID finds a tenant by its id (a listing's host, an order's
+	// buyer); ErrNotFound.
+	TenantByID(ctx context.Context, id int64) (Tenant, error)
 	Tenants(ctx context.Context) ([]Tenant, error)
 	// UpdateTenant writes t's attributes, found by t.Name.
 	UpdateTenant(ctx context.Context, t Tenant) error
@@ -181,8 +184,19 @@ type Store interface {
 	Ticket(ctx context.Context, ticket Hash) (Ticket, error)
 	// ConsumeTicket marks the ticket used at now if it is unused and not
 	// expired; of two concurrent calls exactly one succeeds. Errors:
-	// ErrNotFound, ErrTicketUsed, ErrTicketExpired.
+	// ErrNotFound, ErrTicketUsed, ErrTicketExpired. It is the start of a
+	// plain (PUT) upload, which from then on holds the ticket's place in
+	// the quota (CreateTicket counts it) until AddImage records its image
+	// or EndUpload ends it.
 	ConsumeTicket(ctx context.Context, ticket Hash, now time.Time) (Ticket, error)
+	// EndUpload ends the quota reservation of a plain upload that did not
+	// become an image (refused, cut off, failed); a missing or already
+	// ended one is not an error.
+	EndUpload(ctx context.Context, uploadID string) error
+	// EndRunningUploads ends the reservations of every plain upload still
+	// marked running and returns how many there were. Only start-up calls
+	// it: a crash ended those uploads, and their partial files are gone.
+	EndRunningUploads(ctx context.Context) (int, error)
 	// SweepTickets counts unused tickets that expired since the last sweep
 	// and forgets tickets that ended more than retain before now.
 	SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (newlyExpired int, err error)
@@ -191,13 +205,18 @@ type Store interface {
 	// transaction that the tenant's stored images stay under quota
 	// (ErrQuota); ErrExists if the id is taken. Reservations are not
 	// counted here: the upload being committed holds one itself, admitted
-	// by CreateTicket, and the others were admitted alike.
+	// by CreateTicket, and the others were admitted alike. The running
+	// upload's reservation ends in the same transaction, so it is never
+	// counted twice.
 	AddImage(ctx context.Context, img Image, quota int) error
 	Image(ctx context.Context, uploadID string) (Image, error)
 	Images(ctx context.Context, tenantID int64) ([]Image, error)
 	ImageIDs(ctx context.Context) ([]string, error)
 	// RemoveImage deletes the tenant's image record and revokes its fetch
-	// tokens in one transaction; ErrNotFound if the tenant has no such image.
+	// tokens in one transaction; ErrNotFound if the tenant has no such
+	// image, ErrInUse if an order that holds capacity (awaiting payment,
+	// paid or active) runs it: its replicas import it from the edge, and
+	// an import that fails starts over.
 	RemoveImage(ctx context.Context, tenantID int64, uploadID string) error
 
 	// CreateFetchToken stores a fetch capability; ErrNotFound if the image
@@ -235,6 +254,8 @@ type Store interface {
 	PendingSessionBytes(ctx context.Context) (int64, error)
 
 	Stats(ctx context.Context) (Stats, error)
+
+	MarketStore
 }
 
 // Blobs holds image bytes by upload id.

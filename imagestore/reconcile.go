@@ -30,7 +30,9 @@ func (e *StoreLostError) Error() string {
 //   - a record whose blob is missing is reported, never deleted: "not
 //     there" must not look like "could not ask";
 //   - only unfinished writes of ended uploads are removed (partials of
-//     live resumable sessions are kept for Resume).
+//     live resumable sessions are kept for Resume);
+//   - plain uploads still marked running are ended: the crash ended them
+//     and their partials are gone, so they no longer hold a quota place.
 func Reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger) error {
 	ids, err := st.ImageIDs(ctx)
 	if err != nil {
@@ -54,6 +56,12 @@ func Reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger) err
 	partials, err := blobs.RemovePartials(ctx, func(id string) bool { return resumable[id] })
 	if err != nil {
 		return fmt.Errorf("reconcile: remove partial uploads: %w", err)
+	}
+	// Nothing serves uploads yet, so every upload marked running is one
+	// the crash (or a kill) cut off.
+	ended, err := st.EndRunningUploads(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile: end running uploads: %w", err)
 	}
 	recorded := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -79,8 +87,9 @@ func Reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger) err
 	for id := range recorded {
 		log.Error("image record without its file; fetches of it will fail", "upload_id", id)
 	}
-	if partials > 0 || quarantined > 0 {
-		log.Info("start-up cleanup", "partial_uploads_removed", partials, "files_quarantined", quarantined)
+	if partials > 0 || quarantined > 0 || ended > 0 {
+		log.Info("start-up cleanup", "partial_uploads_removed", partials, "files_quarantined", quarantined,
+			"running_uploads_ended", ended)
 	}
 	return nil
 }

@@ -20,8 +20,9 @@ import (
 // TestReconcile runs Reconcile over the real stores after a simulated
 // crash: a live resumable upload's partial survives, a partial without a
 // session is removed, a committed blob without a record is
-// quarantined (never deleted), a recorded image is kept, and a record
-// without its blob is only reported.
+// quarantined (never deleted), a recorded image is kept, a record
+// without its blob is only reported, and a plain upload the crash cut off
+// no longer holds its quota place.
 func TestReconcile(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
@@ -69,10 +70,32 @@ func TestReconcile(t *testing.T) {
 		}
 	}
 
+	// A plain upload that was running when the process died: its ticket
+	// consumed, its partial (the stray one, say) about to be removed.
+	put := imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: tn.ID, Name: "put", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := st.CreateTicket(ctx, put, imagestore.HashSecret("put"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ConsumeTicket(ctx, imagestore.HashSecret("put"), now); err != nil {
+		t.Fatal(err)
+	}
+	// Two images, one session and the running upload: a quota of 4 is full.
+	quotaTicket := func(secret string) error {
+		return st.CreateTicket(ctx, imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: tn.ID, Name: secret,
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, imagestore.HashSecret(secret), 4)
+	}
+	if err := quotaTicket("before"); !errors.Is(err, imagestore.ErrQuota) {
+		t.Fatalf("ticket at quota 4 before Reconcile: %v, want ErrQuota (the running upload counted)", err)
+	}
+
 	var logBuf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logBuf, nil))
 	if err := imagestore.Reconcile(ctx, st, blobs, log); err != nil {
 		t.Fatalf("Reconcile: %v", err)
+	}
+	// The cut-off upload's place is free again.
+	if err := quotaTicket("after"); err != nil {
+		t.Errorf("ticket at quota 4 after Reconcile: %v, want the running upload ended", err)
 	}
 
 	// The live partial is intact and resumes where the session left it.
@@ -112,8 +135,9 @@ func TestReconcile(t *testing.T) {
 	if !strings.Contains(out, "upload_id="+lost) {
 		t.Errorf("log does not report the record without a file:\n%s", out)
 	}
-	if !strings.Contains(out, "partial_uploads_removed=1") || !strings.Contains(out, "files_quarantined=1") {
-		t.Errorf("log does not count one partial removed and one orphan quarantined:\n%s", out)
+	if !strings.Contains(out, "partial_uploads_removed=1") || !strings.Contains(out, "files_quarantined=1") ||
+		!strings.Contains(out, "running_uploads_ended=1") {
+		t.Errorf("log does not count one partial removed, one orphan quarantined and one running upload ended:\n%s", out)
 	}
 	// The orphan is set aside with every byte, not deleted.
 	q, err := blobs.Quarantined(ctx)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/vmshelf/vmshelf/billing"
+	"github.com/vmshelf/vmshelf/billing/stripetest"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
@@ -24,8 +26,24 @@ import (
 )
 
 // The tests run the control plane over the real sqlite store and blobfs in
-// a temp dir, behind a real HTTP server: what they check is what a client
-// sees, and what the store ends up holding.
+// a temp dir, behind a real HTTP server, paying through the real
+// billing.Stripe against a fake Stripe on loopback (stripetest): what they
+// check is what a client sees, what Stripe was asked, and what the store
+// ends up holding.
+
+// The fake Stripe's secrets; neither may reach a log line.
+const (
+	stripeKey     = "sk_test_51MarketTestKey00000000000000000000"
+	webhookSecret = "whsec_markettestsecret000000000000"
+)
+
+// stripeAccounts are the Connect accounts the fake Stripe knows, by the
+// state of their transfers capability.
+var stripeAccounts = map[string]string{
+	"acct_1HostActive000001": "active",
+	"acct_1HostActive000002": "active",
+	"acct_1HostInactive0001": "inactive",
+}
 
 const publicURL = "http://127.0.0.1:8480"
 
@@ -83,6 +101,10 @@ type env struct {
 	blobDir string
 	clock   *clock
 	logs    *syncBuffer
+	// stripe is the fake Stripe the market's billing.Stripe talks to;
+	// reg the registry of both.
+	stripe *stripetest.Server
+	reg    *prometheus.Registry
 	// secrets are every token and ticket the test saw; at the end none of
 	// them may appear in the log.
 	mu      sync.Mutex
@@ -104,19 +126,36 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	if e.blobs, err = blobfs.Open(e.blobDir); err != nil {
 		t.Fatalf("blobfs.Open: %v", err)
 	}
+	if e.stripe, err = stripetest.New(stripeKey, stripeAccounts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.stripe.Close() })
+	e.remember(stripeKey)
+	e.remember(webhookSecret)
+	e.reg = prometheus.NewRegistry()
+	payments, err := billing.NewStripe(billing.StripeConfig{SecretKey: stripeKey, APIBase: e.stripe.URL,
+		Timeout: 10 * time.Second, Metrics: e.reg, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.cfg = Config{
-		PublicURL:       publicURL + "/", // the trailing slash must be dropped
-		TicketTTL:       time.Hour,
-		ImagesPerTenant: 3,
-		VMsEnabled:      true,
-		Headroom:        1 << 20, // independent of the build machine's free disk
-		Now:             e.clock.Now,
-		Log:             slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		PublicURL:         publicURL + "/", // the trailing slash must be dropped
+		TicketTTL:         time.Hour,
+		ImagesPerTenant:   3,
+		VMsEnabled:        true,
+		Headroom:          1 << 20, // independent of the build machine's free disk
+		Now:               e.clock.Now,
+		Log:               slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Payments:          payments,
+		WebhookSecret:     webhookSecret,
+		Currency:          "eur",
+		CheckoutReturnURL: "https://edge.example/machines",
+		VMsDomain:         "vms.example.org",
 	}
 	for _, m := range mod {
 		m(&e.cfg)
 	}
-	reg := prometheus.NewRegistry()
+	reg := e.reg
 	if e.srv, err = New(e.cfg, e.st, e.blobs, reg, reg); err != nil {
 		t.Fatalf("New: %v", err)
 	}

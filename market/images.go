@@ -14,6 +14,11 @@ import (
 var errImageUnknown = apierr.New(http.StatusNotFound, "imageUnknown",
 	"this box has no image with that upload_id")
 
+// errImageInUse refuses to remove an image an order still imports: a
+// replica whose import fails starts it again, until the order ends.
+var errImageInUse = apierr.New(http.StatusConflict, "imageInUse",
+	"an order that is awaiting payment, paid or running uses this image; it can be removed once the order has ended")
+
 type removeRequest struct {
 	UploadID string `json:"upload_id"`
 }
@@ -46,6 +51,9 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	switch {
 	case errors.Is(err, imagestore.ErrNotFound):
 		s.fail(w, r, errImageUnknown)
+		return
+	case errors.Is(err, imagestore.ErrInUse):
+		s.fail(w, r, errImageInUse)
 		return
 	case err != nil:
 		s.fail(w, r, err)

@@ -22,6 +22,8 @@ type metrics struct {
 	ticketsIssued  prometheus.Counter
 	ticketsExpired prometheus.Counter
 	requests       *prometheus.CounterVec
+	ordersPlaced   prometheus.Counter
+	webhookEvents  *prometheus.CounterVec
 	log            *slog.Logger
 }
 
@@ -41,14 +43,36 @@ func newMetrics(reg prometheus.Registerer, st imagestore.Store, blobs imagestore
 			Name: "vmshelf_control_requests_total",
 			Help: "Control-plane requests by route pattern and status code.",
 		}, []string{"route", "code"}),
+		ordersPlaced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vmshelf_orders_placed_total",
+			Help: "VM orders placed (capacity reserved, checkout opened or tried).",
+		}),
+		// type is one of the four checkout.session events or "other",
+		// result one of the webhook's own results: a bounded label set.
+		webhookEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_webhook_events_total",
+			Help: "Stripe webhook events by type and what the webhook did with them.",
+		}, []string{"type", "result"}),
 		log: log,
 	}
-	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.requests, newStatsCollector(st, blobs)} {
+	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.requests, m.ordersPlaced, m.webhookEvents,
+		newStatsCollector(st, blobs)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// webhook counts one event. Types other than the four the market acts
+// on share the label "other" ("unknown" before the event was verified).
+func (m *metrics) webhook(typ, result string) {
+	switch typ {
+	case eventCompleted, eventAsyncSucceeded, eventAsyncFailed, eventExpired, "unknown":
+	default:
+		typ = "other"
+	}
+	m.webhookEvents.WithLabelValues(typ, result).Inc()
 }
 
 func (m *metrics) observe(route string, code int) {
@@ -82,6 +106,7 @@ type statsCollector struct {
 	// quarantined files are images start-up set aside because no record
 	// named them: somebody's disk, maybe, waiting for an operator.
 	quarantined *prometheus.Desc
+	orders      *prometheus.Desc
 }
 
 func newStatsCollector(st imagestore.Store, blobs imagestore.Blobs) *statsCollector {
@@ -97,6 +122,8 @@ func newStatsCollector(st imagestore.Store, blobs imagestore.Blobs) *statsCollec
 			"Bytes free for new images where they are stored.", nil, nil),
 		quarantined: prometheus.NewDesc("vmshelf_quarantined_image_files",
 			"Image files set aside at start-up because no record named them; see 'vmshelf quarantine list'.", nil, nil),
+		orders: prometheus.NewDesc("vmshelf_orders",
+			"VM orders by state.", []string{"state"}, nil),
 	}
 }
 
@@ -105,6 +132,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.bytes
 	ch <- c.free
 	ch <- c.quarantined
+	ch <- c.orders
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -119,6 +147,13 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.quarantined, err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.quarantined, prometheus.GaugeValue, float64(len(q)))
+	}
+	if counts, err := c.st.OrderCounts(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(c.orders, err)
+	} else {
+		for _, state := range imagestore.OrderStates {
+			ch <- prometheus.MustNewConstMetric(c.orders, prometheus.GaugeValue, float64(counts[state]), string(state))
+		}
 	}
 	st, err := c.st.Stats(ctx)
 	if err != nil {

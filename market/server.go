@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
@@ -63,6 +64,31 @@ type Config struct {
 	// Catalogue is what GET /market/vm-images answers (--vm-catalogue);
 	// nil means catalogue.Builtin().
 	Catalogue *catalogue.Catalogue
+
+	// Payments is Stripe. Nil when no STRIPE_SECRET_KEY is set: then
+	// creating listings and orders answers 503 paymentsUnavailable and
+	// /readyz names the reason; everything else works.
+	Payments billing.Payments
+	// WebhookSecret verifies the Stripe-Signature of webhook events
+	// (STRIPE_WEBHOOK_SECRET); empty, the webhook answers 503.
+	WebhookSecret string
+	// Currency is the listings' currency (--currency), lower case.
+	Currency string
+	// CheckoutReturnURL is where Stripe Checkout sends the buyer back,
+	// with ?order=<id>&checkout=success|cancelled added. Required with
+	// Payments.
+	CheckoutReturnURL string
+	// CheckoutTTL is how long a checkout stays payable (Stripe: 30 min to
+	// 24 h); CheckoutGrace how long after that the sweeper waits for
+	// Stripe's expiry event before it settles the order itself. 0 means
+	// DefaultCheckoutTTL and DefaultCheckoutGrace.
+	CheckoutTTL, CheckoutGrace time.Duration
+	// VMsDomain is --vms-domain: an order's address is
+	// vm-<order>.<domain>; empty, orders have no address.
+	VMsDomain string
+	// OnPaid, if set, is told the id of each order the moment it is paid
+	// (the provisioner's cue; it also finds paid orders on its own).
+	OnPaid func(orderID string)
 }
 
 // DefaultMinFree is Config.MinFree's default.
@@ -129,6 +155,27 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	if cfg.TicketBurst == 0 {
 		cfg.TicketBurst = DefaultTicketBurst
 	}
+	if cfg.CheckoutTTL == 0 {
+		cfg.CheckoutTTL = DefaultCheckoutTTL
+	}
+	if cfg.CheckoutGrace == 0 {
+		cfg.CheckoutGrace = DefaultCheckoutGrace
+	}
+	if cfg.CheckoutTTL < billing.MinExpiry || cfg.CheckoutTTL > billing.MaxExpiry || cfg.CheckoutGrace < 0 {
+		return nil, fmt.Errorf("market: checkout TTL %v must be %v to %v and the grace %v not negative",
+			cfg.CheckoutTTL, billing.MinExpiry, billing.MaxExpiry, cfg.CheckoutGrace)
+	}
+	if cfg.Currency == "" {
+		cfg.Currency = "eur"
+	}
+	if _, ok := billing.MinimumAmount(cfg.Currency); !ok {
+		return nil, fmt.Errorf("market: currency %q is not one the payment gate knows", cfg.Currency)
+	}
+	if cfg.Payments != nil {
+		if u, err := url.Parse(cfg.CheckoutReturnURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("market: checkout return URL %q is not an http(s) URL", cfg.CheckoutReturnURL)
+		}
+	}
 	if cfg.TicketRate < 0 || cfg.TicketBurst < 0 {
 		return nil, fmt.Errorf("market: ticket rate %v and burst %d must not be negative", cfg.TicketRate, cfg.TicketBurst)
 	}
@@ -146,6 +193,10 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	rt.handle(http.MethodPost, "/market/vm-images/ticket", s.tenantRoute(s.ticket))
 	rt.handle(http.MethodPost, "/market/vm-images/remove", s.tenantRoute(s.remove))
 	rt.handle(http.MethodPost, "/market/vms/status", s.tenantRoute(s.status))
+	rt.handle(http.MethodPost, "/market/vms/listings", s.machineRoute(true, s.createListing))
+	rt.handle(http.MethodPost, "/market/vms/listings/close", s.machineRoute(false, s.closeListing))
+	rt.handle(http.MethodPost, "/market/vms/orders", s.machineRoute(true, s.createOrder))
+	rt.handle(http.MethodPost, "/market/stripe/webhook", s.webhook)
 	s.handler = rt
 	return s, nil
 }

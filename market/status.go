@@ -3,6 +3,7 @@ package market
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -10,11 +11,11 @@ import (
 	"github.com/vmshelf/vmshelf/internal/apierr"
 )
 
-// statusAnswer is POST /market/vms/status. Listings, offers and orders come
-// with later stages; they are empty arrays (never null) so clients can
-// iterate without checks. Nothing here is a secret: images carry their
-// public fields only, the account says whether a payout account exists but
-// not its id.
+// statusAnswer is POST /market/vms/status: everything a box sees of the
+// edge. Arrays are empty, never null, so clients can iterate without
+// checks. Nothing here is a secret: images carry their public fields,
+// orders never their user data, the account says whether a payout account
+// exists but not its id.
 type statusAnswer struct {
 	Available bool               `json:"available"`
 	Reason    string             `json:"reason,omitempty"`
@@ -22,9 +23,9 @@ type statusAnswer struct {
 	// Sessions are the unfinished resumable uploads: their bytes are on
 	// the edge's disk and each counts against the image quota.
 	Sessions []sessionInfo `json:"sessions"`
-	Listings []any         `json:"listings"`
-	Offers   []any         `json:"offers"`
-	Orders   []any         `json:"orders"`
+	Listings []listingInfo `json:"listings"`
+	Offers   []offerInfo   `json:"offers"`
+	Orders   []orderInfo   `json:"orders"`
 	Account  account       `json:"account"`
 }
 
@@ -33,7 +34,49 @@ type account struct {
 	InMesh        bool   `json:"in_mesh"`
 	Sharing       bool   `json:"sharing"`
 	HostsVMs      bool   `json:"hosts_vms"`
+	Appliance     string `json:"appliance"`
 	PayoutAccount bool   `json:"payout_account"`
+}
+
+// offerInfo is another host's open listing, as a buyer sees it.
+type offerInfo struct {
+	ListingID string `json:"listing_id"`
+	Host      string `json:"host"`
+	UnitPrice int64  `json:"unit_price"`
+	Currency  string `json:"currency"`
+	Capacity  int    `json:"capacity"`
+	Free      int    `json:"free"`
+}
+
+// orderInfo is one of the buyer's orders.
+type orderInfo struct {
+	OrderID   string                `json:"order_id"`
+	ListingID string                `json:"listing_id"`
+	Host      string                `json:"host"`
+	State     imagestore.OrderState `json:"state"`
+	// Reason says why a cancelled order was cancelled.
+	Reason    string               `json:"reason,omitempty"`
+	Quantity  int                  `json:"quantity"`
+	Image     string               `json:"image"`
+	ImageKind imagestore.ImageKind `json:"image_kind"`
+	Name      string               `json:"name"`
+	Total     int64                `json:"total"`
+	Currency  string               `json:"currency"`
+	CreatedAt time.Time            `json:"created_at"`
+	PaidAt    *time.Time           `json:"paid_at,omitempty"`
+	// ExpiresAt is the end of the paid month (null until paid).
+	ExpiresAt *time.Time `json:"expires_at"`
+	// CheckoutURL is where an order awaiting payment is paid.
+	CheckoutURL string `json:"checkout_url,omitempty"`
+	// Address is the replicas' web address (vm-<order>.<--vms-domain>),
+	// empty without --vms-domain.
+	Address  string        `json:"address"`
+	Replicas []replicaInfo `json:"replicas"`
+}
+
+type replicaInfo struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
 }
 
 // sessionInfo is an open upload session as status shows it: offset is
@@ -78,24 +121,103 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 		Available: true,
 		Images:    images,
 		Sessions:  sessions,
-		Listings:  []any{},
-		Offers:    []any{},
-		Orders:    []any{},
 		Account: account{
 			Name:          t.Name,
 			InMesh:        t.InMesh,
 			Sharing:       t.Sharing,
 			HostsVMs:      t.HostsVMs,
+			Appliance:     t.Appliance,
 			PayoutAccount: t.StripeAccount != "",
 		},
 	}
-	switch {
-	case !t.Sharing:
-		ans.Available, ans.Reason = false, "notSharing"
-	case !s.cfg.VMsEnabled:
-		ans.Available, ans.Reason = false, "notOffered"
+	if e := s.machinesUnavailable(t, true); e != nil {
+		ans.Available, ans.Reason = false, e.Reason
+	}
+	if ans.Listings, ans.Offers, ans.Orders, err = s.market(r.Context(), t); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	s.writeJSON(w, r, http.StatusOK, ans)
+}
+
+// market is t's part of the VM market for status: its own listings, the
+// open listings of hosts that can still host, and its orders.
+func (s *Server) market(ctx context.Context, t imagestore.Tenant) ([]listingInfo, []offerInfo, []orderInfo, error) {
+	tenants, err := s.st.Tenants(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	byID := make(map[int64]imagestore.Tenant, len(tenants))
+	for _, tn := range tenants {
+		byID[tn.ID] = tn
+	}
+	own, err := s.st.Listings(ctx, t.ID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	listings := make([]listingInfo, 0, len(own))
+	for _, l := range own {
+		listings = append(listings, listingOf(l))
+	}
+	open, err := s.st.OpenListings(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	offers := []offerInfo{}
+	for _, l := range open {
+		host, ok := byID[l.HostID]
+		if l.HostID == t.ID || !ok || !canHost(host) {
+			continue
+		}
+		offers = append(offers, offerInfo{ListingID: l.ID, Host: host.Name, UnitPrice: l.UnitPrice,
+			Currency: l.Currency, Capacity: l.Capacity, Free: l.Free()})
+	}
+	mine, err := s.st.Orders(ctx, t.ID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	orders := make([]orderInfo, 0, len(mine))
+	for _, o := range mine {
+		orders = append(orders, s.orderOf(o, byID[o.HostID].Name))
+	}
+	return listings, offers, orders, nil
+}
+
+// orderOf is o as its buyer sees it. Replica states come from the
+// provisioner; until it has seen a replica, a paid one is "starting".
+func (s *Server) orderOf(o imagestore.Order, host string) orderInfo {
+	oi := orderInfo{OrderID: o.ID, ListingID: o.ListingID, Host: host, State: o.State, Reason: o.Reason,
+		Quantity: o.Quantity, Image: o.Image, ImageKind: o.ImageKind, Name: o.Name, Total: o.Total,
+		Currency: o.Currency, CreatedAt: o.CreatedAt.UTC(), Replicas: []replicaInfo{}}
+	if !o.PaidAt.IsZero() {
+		paid, exp := o.PaidAt.UTC(), o.ExpiresAt.UTC()
+		oi.PaidAt, oi.ExpiresAt = &paid, &exp
+	}
+	if o.State == imagestore.OrderAwaitingPayment {
+		oi.CheckoutURL = o.CheckoutURL
+	}
+	if s.cfg.VMsDomain != "" {
+		oi.Address = "vm-" + o.ID + "." + s.cfg.VMsDomain
+	}
+	state := ""
+	switch o.State {
+	case imagestore.OrderPaid, imagestore.OrderActive:
+		state = "starting"
+	case imagestore.OrderExpired:
+		state = "stopped"
+	}
+	if state != "" {
+		for i := range o.Quantity {
+			oi.Replicas = append(oi.Replicas, replicaInfo{Name: fmt.Sprintf("vm-%s-%d", o.ID, i), State: state})
+		}
+	}
+	return oi
+}
+
+// canHost reports whether t can still run machines it listed: in the
+// mesh, sharing, hosting with an appliance node, with a payout account.
+func canHost(t imagestore.Tenant) bool {
+	return t.Sharing && t.InMesh && t.HostsVMs && t.Appliance != "" && t.StripeAccount != ""
 }
 
 // probeTimeout bounds each readiness check, so a hung disk or store makes
@@ -130,8 +252,31 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	case avail < s.cfg.MinFree:
 		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "noSpace", "the disk is full; remove images or free space")
 	default: // a store write that failed for space before the room came back is no reason to wait
-		s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
+		s.writeJSON(w, r, http.StatusOK, s.readiness())
 		return
 	}
 	s.fail(w, r, e)
+}
+
+// readyAnswer is /readyz's 200. Machines says why the VM market cannot
+// take payments although --vms-enable is on (paymentsUnavailable: no
+// STRIPE_SECRET_KEY; webhookNotConfigured: no STRIPE_WEBHOOK_SECRET, so
+// no payment is ever confirmed). The edge is still ready: uploads,
+// fetches and everything else work, and taking it out of a load
+// balancer would stop those too.
+type readyAnswer struct {
+	Status   string `json:"status"`
+	Machines string `json:"machines,omitempty"`
+}
+
+func (s *Server) readiness() readyAnswer {
+	ans := readyAnswer{Status: "ok"}
+	switch {
+	case !s.cfg.VMsEnabled:
+	case s.cfg.Payments == nil:
+		ans.Machines = errPaymentsUnavailable.Reason
+	case s.cfg.WebhookSecret == "":
+		ans.Machines = errWebhookNotConfigured.Reason
+	}
+	return ans
 }

@@ -80,7 +80,7 @@ func TestStatus(t *testing.T) {
 				}
 			}
 			wantAccount := map[string]any{"name": "alice", "in_mesh": true, "sharing": c.sharing,
-				"hosts_vms": true, "payout_account": true}
+				"hosts_vms": true, "appliance": "", "payout_account": true}
 			if len(got.Account) != len(wantAccount) {
 				t.Errorf("account %v, want the fields of %v", got.Account, wantAccount)
 			}

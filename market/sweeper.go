@@ -12,7 +12,8 @@ const ticketRetention = 7 * 24 * time.Hour
 // RunSweeper sweeps the tickets now and then every `every` until ctx is
 // done: it counts tickets that expired unused
 // (vmshelf_tickets_expired_total) and forgets those ended more than 7 days
-// ago, and writes the count of refusals whose log lines were suppressed. A
+// ago, writes the count of refusals whose log lines were suppressed, and
+// settles unpaid orders whose checkout is overdue (sweepCheckouts). A
 // failed sweep is logged and retried at the next tick.
 func (s *Server) RunSweeper(ctx context.Context, every time.Duration) {
 	if every <= 0 {
@@ -41,6 +42,7 @@ func (s *Server) sweepOnce(ctx context.Context) {
 	if n > 0 {
 		s.metrics.ticketsExpired.Add(float64(n))
 	}
+	s.sweepCheckouts(ctx)
 	if s.afterSweep != nil {
 		s.afterSweep(n, err)
 	}

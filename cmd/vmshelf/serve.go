@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/gateway"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
@@ -80,7 +82,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.IntVar(&f.vmDiskGiB, "vm-disk-gib", 20, "smallest disk per replica in GiB")
 	fs.StringVar(&f.vmStorageClass, "vm-storage-class", "losos-vm-local", "storage class of replica disks")
 	fs.StringVar(&f.stripeAPIBase, "stripe-api-base", "https://api.stripe.com", "Stripe API base URL")
-	fs.StringVar(&f.checkoutReturnURL, "checkout-return-url", "", "where Stripe Checkout returns the buyer")
+	fs.StringVar(&f.checkoutReturnURL, "checkout-return-url", "", "where Stripe Checkout returns the buyer (default http://<control-addr>/machines)")
 	fs.StringVar(&f.currency, "currency", "eur", "currency of listings")
 	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser; off when empty")
 	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB")
@@ -138,8 +140,13 @@ func (f *serveFlags) validate() error {
 		return usagef("--fetch-queue-wait must be positive (a fetch beyond the cap waits at most this long)")
 	case f.corsOrigin != "" && f.corsOrigin != "*" && !isOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
-	case len(f.currency) != 3:
-		return usagef("--currency must be a three-letter ISO code, got %q", f.currency)
+	}
+	f.currency = strings.ToLower(f.currency)
+	if _, ok := billing.MinimumAmount(f.currency); !ok {
+		return usagef("--currency %q is not one the payment gate knows the minimum charge of (eur, usd, chf, gbp, dkk, nok, sek, pln)", f.currency)
+	}
+	if f.vmsDomain != "" && !isDomain(f.vmsDomain) {
+		return usagef("--vms-domain %q is not a DNS domain like vms.example.org", f.vmsDomain)
 	}
 	if _, err := publicBase(f.publicURL, f.dataAddr); err != nil {
 		return err
@@ -183,6 +190,55 @@ func parseLogLevel(s string) (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return 0, usagef("--log-level %q is not one of debug, info, warn, error", s)
+}
+
+// isDomain accepts a DNS name of lower-case labels, at least two.
+func isDomain(s string) bool {
+	labels := strings.Split(s, ".")
+	if len(s) > 253 || len(labels) < 2 {
+		return false
+	}
+	for _, l := range labels {
+		if len(l) > 63 || !dnsLabelPattern.MatchString(l) {
+			return false
+		}
+	}
+	return true
+}
+
+var dnsLabelPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// stripeSecrets are the two Stripe secrets, each from its variable or
+// from the file its _FILE variable names (a mounted Kubernetes Secret),
+// never from a flag: a command line is visible to every user of the
+// machine.
+type stripeSecrets struct{ key, webhook string }
+
+func readStripeSecrets() (stripeSecrets, error) {
+	var s stripeSecrets
+	var err error
+	if s.key, err = secretFromEnv("STRIPE_SECRET_KEY"); err != nil {
+		return s, err
+	}
+	s.webhook, err = secretFromEnv("STRIPE_WEBHOOK_SECRET")
+	return s, err
+}
+
+// secretFromEnv reads $name, or the file $name_FILE names; both set is
+// an error, neither is "".
+func secretFromEnv(name string) (string, error) {
+	v, path := os.Getenv(name), os.Getenv(name+"_FILE")
+	switch {
+	case v != "" && path != "":
+		return "", usagef("%s and %s_FILE are both set; set one", name, name)
+	case path != "":
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", usagef("%s_FILE: %v", name, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return strings.TrimSpace(v), nil
 }
 
 // isOrigin accepts a web origin: scheme, host, optional port, nothing else.
@@ -232,6 +288,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
+	// The Stripe secrets are configuration like the flags: a bad one is
+	// refused before the data dir is created or touched (and before --dev
+	// writes a token), so that a refused start leaves nothing behind.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	secrets, err := readStripeSecrets()
+	if err != nil {
+		return err
+	}
+	var payments billing.Payments
+	if secrets.key != "" {
+		if payments, err = billing.NewStripe(billing.StripeConfig{SecretKey: secrets.key, APIBase: f.stripeAPIBase, Metrics: reg}); err != nil {
+			return usagef("STRIPE_SECRET_KEY or --stripe-api-base: %v", err)
+		}
+	}
 	if err := prepareDataDir(f.dataDir); err != nil {
 		return err
 	}
@@ -269,8 +340,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	uploadMax, _ := gib(f.uploadMaxGiB, "upload-max-gib")
 	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
 	base, _ := publicBase(f.publicURL, f.dataAddr)
@@ -291,15 +360,30 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if f.vmsEnable && payments == nil {
+		log.Warn("--vms-enable without STRIPE_SECRET_KEY: listings and orders answer 503 paymentsUnavailable")
+	}
+	if f.vmsEnable && secrets.webhook == "" {
+		log.Warn("--vms-enable without STRIPE_WEBHOOK_SECRET: the webhook answers 503 and no payment is confirmed")
+	}
+	returnURL := f.checkoutReturnURL
+	if returnURL == "" {
+		returnURL = "http://" + f.controlAddr + "/machines"
+	}
 	mk, err := market.New(market.Config{
-		PublicURL:       base,
-		TicketTTL:       f.ticketTTL,
-		ImagesPerTenant: f.imagesPerTenant,
-		VMsEnabled:      f.vmsEnable,
-		Headroom:        int64(f.headroomMiB) << 20,
-		TrustedProxies:  f.trustedProxies,
-		Catalogue:       f.catalogue,
-		Log:             log.With("plane", "control"),
+		PublicURL:         base,
+		TicketTTL:         f.ticketTTL,
+		ImagesPerTenant:   f.imagesPerTenant,
+		VMsEnabled:        f.vmsEnable,
+		Headroom:          int64(f.headroomMiB) << 20,
+		TrustedProxies:    f.trustedProxies,
+		Catalogue:         f.catalogue,
+		Payments:          payments,
+		WebhookSecret:     secrets.webhook,
+		Currency:          f.currency,
+		CheckoutReturnURL: returnURL,
+		VMsDomain:         f.vmsDomain,
+		Log:               log.With("plane", "control"),
 	}, st, blobs, reg, reg)
 	if err != nil {
 		return err

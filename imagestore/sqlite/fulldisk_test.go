@@ -151,3 +151,85 @@ func TestDamagedPageAtRuntime(t *testing.T) {
 		t.Errorf("Ping after the damage was met: %v, want ErrDamaged", err)
 	}
 }
+
+// TestFullDiskMarketWrites: the market's writes go through the store's
+// one write path, so a full disk is ErrNoSpace for them too (not an
+// opaque SQLite error), nothing half-written stays, and reads go on.
+func TestFullDiskMarketWrites(t *testing.T) {
+	ctx := t.Context()
+	dir := testdisk.Mount(t, "tmpfs", 16)
+	s, buyer, _ := storeWithImages(t, dir, 0, 0)
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	host, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_h"}, imagestore.HashSecret("host"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 50, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	order := func(id string) imagestore.Order {
+		return imagestore.Order{ID: id, ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: 1, ImageKind: imagestore.ImageCatalogue,
+			Image: "debian-13", Name: id, UnitPrice: 600, Total: 600, Fee: 300, Currency: "eur", Destination: "acct_h",
+			ReserveUntil: now.Add(time.Hour), CreatedAt: now}
+	}
+	for _, id := range []string{"awaiting", "paid", "active"} {
+		if err := s.CreateOrder(ctx, order(id), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.MarkOrderPaid(ctx, "paid", now, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkOrderPaid(ctx, "active", now, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkOrderActive(ctx, "active"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.OrderCounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testdisk.Fill(t, dir)
+
+	writes := []struct {
+		name string
+		call func() error
+	}{
+		{"CreateListing", func() error {
+			_, err := s.CreateListing(ctx, imagestore.Listing{ID: "l2", HostID: host.ID, UnitPrice: 1, Currency: "eur", Capacity: 1, CreatedAt: now})
+			return err
+		}},
+		{"CloseListing", func() error { return s.CloseListing(ctx, host.ID, "l1", now) }},
+		{"CreateOrder", func() error { return s.CreateOrder(ctx, order("new"), "#cloud-config\n") }},
+		{"SetCheckout", func() error { return s.SetCheckout(ctx, "awaiting", "cs_1", "https://checkout.example/1") }},
+		{"MarkOrderPaid", func() error { return s.MarkOrderPaid(ctx, "awaiting", now, now) }},
+		{"CancelOrder", func() error { return s.CancelOrder(ctx, "awaiting", "checkoutExpired", now) }},
+		{"MarkOrderActive", func() error { return s.MarkOrderActive(ctx, "paid") }},
+		{"ExpireOrder", func() error { return s.ExpireOrder(ctx, "active", now) }},
+		{"RecordWebhookEvent", func() error {
+			return s.RecordWebhookEvent(ctx, imagestore.WebhookEvent{ID: "evt_1", Type: "t", Result: "r", At: now})
+		}},
+	}
+	for _, w := range writes {
+		if err := w.call(); !errors.Is(err, imagestore.ErrNoSpace) {
+			t.Errorf("%s on a full disk: %v, want ErrNoSpace", w.name, err)
+		}
+	}
+	if err := s.Ping(ctx); !errors.Is(err, imagestore.ErrNoSpace) {
+		t.Errorf("Ping: %v, want ErrNoSpace", err)
+	}
+	after, err := s.OrderCounts(ctx)
+	if err != nil {
+		t.Fatalf("OrderCounts on a full disk: %v", err)
+	}
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("order counts after refused writes = %v, want %v", after, before)
+	}
+	if l, err := s.Listing(ctx, "l1"); err != nil || !l.Open() || l.Reserved != 1 || l.Running != 2 {
+		t.Errorf("listing after refused writes = %+v, %v; want open, 1 reserved, 2 running", l, err)
+	}
+	if seen, err := s.WebhookEventSeen(ctx, "evt_1"); err != nil || seen {
+		t.Errorf("WebhookEventSeen after a refused record = %v, %v", seen, err)
+	}
+}

@@ -376,6 +376,16 @@ func (s *Store) TenantByToken(ctx context.Context, token imagestore.Hash) (image
 	return t, err
 }
 
+// TenantByID returns the tenant with id; ErrNotFound if there is none.
+func (s *Store) TenantByID(ctx context.Context, id int64) (imagestore.Tenant, error) {
+	var t imagestore.Tenant
+	err := s.read(ctx, "tenant by id", func(tx *sql.Tx) (err error) {
+		t, err = scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
+		return notFound("tenant", err)
+	})
+	return t, err
+}
+
 // Tenants returns all tenants ordered by name.
 func (s *Store) Tenants(ctx context.Context) ([]imagestore.Tenant, error) {
 	var ts []imagestore.Tenant
@@ -461,10 +471,13 @@ func checkQuota(ctx context.Context, tx *sql.Tx, tenantID int64, quota int) erro
 
 // checkReservations returns ErrQuota when the tenant's stored images plus
 // its reservations reach quota (quota <= 0 means no limit). A reservation
-// is an unused ticket that has not expired at now, or an upload session
-// that has not expired and is not finished: a finished session
-// (offset = length) has become an image, or been refused, and is not
-// counted a second time.
+// is an unused ticket that has not expired at now, a plain upload still
+// running (its ticket consumed, put_running set: whatever the ticket's
+// expiry, the body is on its way), or an upload session that has not
+// expired and is not finished: a finished session (offset = length) has
+// become an image, or been refused, and is not counted a second time.
+// A ticket is counted at most once: put_running is only ever set on a
+// used ticket, and never on one that started a session.
 func checkReservations(ctx context.Context, tx *sql.Tx, tenantID int64, quota int, now int64) error {
 	if quota <= 0 {
 		return nil
@@ -473,6 +486,7 @@ func checkReservations(ctx context.Context, tx *sql.Tx, tenantID int64, quota in
 	err := tx.QueryRowContext(ctx, `
 SELECT (SELECT count(*) FROM images WHERE tenant_id = ?1)
      + (SELECT count(*) FROM tickets WHERE tenant_id = ?1 AND used_at IS NULL AND expires_at > ?2)
+     + (SELECT count(*) FROM tickets WHERE tenant_id = ?1 AND put_running = 1)
      + (SELECT count(*) FROM upload_sessions WHERE tenant_id = ?1 AND "offset" < length AND expires_at > ?2)`,
 		tenantID, now).Scan(&n)
 	if err != nil {
@@ -485,12 +499,11 @@ SELECT (SELECT count(*) FROM images WHERE tenant_id = ?1)
 }
 
 // CreateTicket stores tk under the ticket hash unless the tenant's stored
-// images, unused tickets and unfinished sessions (see checkReservations,
-// with tk.CreatedAt as now) already reach quota (ErrQuota; quota <= 0 means
-// no limit). A zero
-// tk.CreatedAt means now; tk.UsedAt is ignored, a new ticket is unused.
-// ErrExists if the hash or the upload id is taken, ErrNotFound if the tenant
-// does not exist.
+// images, unused tickets, running plain uploads and unfinished sessions
+// (see checkReservations, with tk.CreatedAt as now) already reach quota
+// (ErrQuota; quota <= 0 means no limit). A zero tk.CreatedAt means now;
+// tk.UsedAt is ignored, a new ticket is unused. ErrExists if the hash or the
+// upload id is taken, ErrNotFound if the tenant does not exist.
 func (s *Store) CreateTicket(ctx context.Context, tk imagestore.Ticket, ticket imagestore.Hash, quota int) error {
 	created, err := createdNanos(tk.CreatedAt)
 	if err != nil {
@@ -528,10 +541,11 @@ func (s *Store) Ticket(ctx context.Context, ticket imagestore.Hash) (imagestore.
 	return tk, err
 }
 
-// ConsumeTicket marks the ticket used at now. The decision is the single
-// conditional UPDATE in consumeTicket, so of any number of concurrent
-// callers, in this process or another, exactly one changes the row. A
-// ticket both used and expired is reported as used.
+// ConsumeTicket marks the ticket used at now and its plain upload running
+// (it holds its quota place until AddImage or EndUpload). The decision is
+// the single conditional UPDATE in consumeTicket, so of any number of
+// concurrent callers, in this process or another, exactly one changes the
+// row. A ticket both used and expired is reported as used.
 func (s *Store) ConsumeTicket(ctx context.Context, ticket imagestore.Hash, now time.Time) (imagestore.Ticket, error) {
 	at, err := nanos("now", now)
 	if err != nil {
@@ -539,7 +553,7 @@ func (s *Store) ConsumeTicket(ctx context.Context, ticket imagestore.Hash, now t
 	}
 	var tk imagestore.Ticket
 	err = s.write(ctx, "consume ticket", func(tx *sql.Tx) (err error) {
-		tk, err = consumeTicket(ctx, tx, ticket, at)
+		tk, err = consumeTicket(ctx, tx, ticket, at, plainUpload)
 		return err
 	})
 	if err != nil {
@@ -548,16 +562,27 @@ func (s *Store) ConsumeTicket(ctx context.Context, ticket imagestore.Hash, now t
 	return tk, nil
 }
 
+// uploadKind says what a consumed ticket starts: a plain upload holds its
+// quota place through the ticket's put_running mark, a resumable one
+// through its session (counted itself, so its ticket must not be too).
+type uploadKind bool
+
+const (
+	plainUpload   uploadKind = true
+	sessionUpload uploadKind = false
+)
+
 // consumeTicket is the one place a ticket is used, shared by ConsumeTicket
 // and StartSession so that both decide alike: the conditional UPDATE either
 // changes the row or not, and only a loser reads the row afterwards to say
-// why (ErrNotFound, ErrTicketUsed, ErrTicketExpired).
-func consumeTicket(ctx context.Context, tx *sql.Tx, ticket imagestore.Hash, at int64) (imagestore.Ticket, error) {
+// why (ErrNotFound, ErrTicketUsed, ErrTicketExpired). The same UPDATE marks
+// a plain upload running, so a consumed ticket never lacks its mark.
+func consumeTicket(ctx context.Context, tx *sql.Tx, ticket imagestore.Hash, at int64, kind uploadKind) (imagestore.Ticket, error) {
 	tk, err := scanTicket(tx.QueryRowContext(ctx, `
-UPDATE tickets SET used_at = ?1
+UPDATE tickets SET used_at = ?1, put_running = ?3
 WHERE hash = ?2 AND used_at IS NULL AND expires_at > ?1
 RETURNING `+ticketCols,
-		at, ticket[:]))
+		at, ticket[:], bool(kind)))
 	if !errors.Is(err, sql.ErrNoRows) {
 		return tk, err
 	}
@@ -571,6 +596,34 @@ RETURNING `+ticketCols,
 	default:
 		return imagestore.Ticket{}, imagestore.ErrTicketExpired
 	}
+}
+
+// EndUpload clears the plain upload's running mark; a missing ticket, or
+// one not marked (ended already, or a session's), is not an error, so a
+// retry after a lost answer succeeds.
+func (s *Store) EndUpload(ctx context.Context, uploadID string) error {
+	return s.write(ctx, "end upload", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE tickets SET put_running = 0 WHERE upload_id = ? AND put_running = 1`, uploadID)
+		return err
+	})
+}
+
+// EndRunningUploads clears every running mark in one statement and returns
+// how many there were.
+func (s *Store) EndRunningUploads(ctx context.Context) (int, error) {
+	var n int64
+	err := s.write(ctx, "end running uploads", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE tickets SET put_running = 0 WHERE put_running = 1`)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }
 
 // SweepTickets first counts unused tickets that expired at or before now
@@ -608,9 +661,12 @@ WHERE used_at IS NULL AND expiry_counted = 0 AND expires_at <= ?`, at)
 }
 
 // AddImage records a committed image unless the tenant already holds quota
-// images (ErrQuota; quota <= 0 means no limit). A zero img.CreatedAt means
-// now. ErrExists if the upload id is taken, ErrNotFound if the tenant does
-// not exist.
+// images (ErrQuota; quota <= 0 means no limit), and in the same
+// transaction ends its plain upload's running mark, so that the upload is
+// counted as the image alone from the commit on. A refused AddImage leaves
+// the mark for the caller's EndUpload. A zero img.CreatedAt means now.
+// ErrExists if the upload id is taken, ErrNotFound if the tenant does not
+// exist.
 func (s *Store) AddImage(ctx context.Context, img imagestore.Image, quota int) error {
 	created, err := createdNanos(img.CreatedAt)
 	if err != nil {
@@ -639,7 +695,10 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 			return fmt.Errorf("image: %w", imagestore.ErrExists)
 		case isForeignKey(err):
 			return fmt.Errorf("tenant: %w", imagestore.ErrNotFound)
+		case err != nil:
+			return err
 		}
+		_, err = tx.ExecContext(ctx, `UPDATE tickets SET put_running = 0 WHERE upload_id = ? AND put_running = 1`, img.UploadID)
 		return err
 	})
 }
@@ -689,7 +748,10 @@ func (s *Store) ImageIDs(ctx context.Context) ([]string, error) {
 
 // RemoveImage deletes the tenant's image and revokes its fetch tokens.
 // ErrNotFound if the tenant has no such image, including when another
-// tenant has it.
+// tenant has it (which is checked first, so another tenant does not learn
+// that an order uses it); ErrInUse if an order that holds capacity names
+// it, asked in the same transaction, so an order placed meanwhile is
+// seen (CreateOrder checks the image in its transaction as well).
 func (s *Store) RemoveImage(ctx context.Context, tenantID int64, uploadID string) error {
 	// revoked_at is a record for operators, not an input to any decision,
 	// so the wall clock is good enough here.
@@ -701,6 +763,16 @@ func (s *Store) RemoveImage(ctx context.Context, tenantID int64, uploadID string
 		}
 		if err := mustChange(res, "image"); err != nil {
 			return err
+		}
+		// The delete is undone with the transaction if an order needs it.
+		var inUse bool
+		err = tx.QueryRowContext(ctx, `
+SELECT EXISTS (SELECT 1 FROM orders WHERE image_kind = 'upload' AND image = ? AND `+holdsSQL+`)`, uploadID).Scan(&inUse)
+		if err != nil {
+			return err
+		}
+		if inUse {
+			return fmt.Errorf("image: %w", imagestore.ErrInUse)
 		}
 		_, err = tx.ExecContext(ctx, `
 UPDATE fetch_tokens SET revoked_at = ? WHERE upload_id = ? AND revoked_at IS NULL`, revoked, uploadID)
@@ -803,7 +875,7 @@ func (s *Store) StartSession(ctx context.Context, ticket, session imagestore.Has
 	}
 	var stored imagestore.UploadSession
 	err = s.write(ctx, "start session", func(tx *sql.Tx) error {
-		tk, err := consumeTicket(ctx, tx, ticket, at)
+		tk, err := consumeTicket(ctx, tx, ticket, at, sessionUpload)
 		if err != nil {
 			return err
 		}

@@ -200,8 +200,13 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if err := old.CreateTicket(ctx, tk, imagestore.HashSecret("ticket"), 0); err != nil {
 		t.Fatal(err)
 	}
+	// Written as the version 1 binary did: today's AddImage also touches
+	// columns later steps added.
 	img := imagestore.Image{UploadID: imagestore.NewUploadID(), TenantID: a.ID, Name: "done", Size: 7, VirtualSize: 8, SHA256: "ab", CreatedAt: now}
-	if err := old.AddImage(ctx, img, 0); err != nil {
+	if _, err := old.wdb.ExecContext(ctx, `
+INSERT INTO images (upload_id, tenant_id, name, efi, size, virtual_size, sha256, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		img.UploadID, img.TenantID, img.Name, img.EFI, img.Size, img.VirtualSize, img.SHA256, now.UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -516,5 +521,147 @@ func TestCanceledContext(t *testing.T) {
 	cancel()
 	if _, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "a"}, imagestore.HashSecret("a")); !errors.Is(err, context.Canceled) {
 		t.Errorf("CreateTenant with a canceled context: %v, want context.Canceled", err)
+	}
+}
+
+// TestQueryPlans: the queries that run on every request, or filter the
+// tables that grow without bound, use their indexes instead of a scan.
+func TestQueryPlans(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	tests := []struct {
+		name, query, index string
+	}{
+		{"running uploads counted by the quota", `SELECT count(*) FROM tickets WHERE tenant_id = 1 AND put_running = 1`, "tickets_put_running"},
+		{"running uploads ended at start-up", `UPDATE tickets SET put_running = 0 WHERE put_running = 1`, "tickets_put_running"},
+		{"a listing's counts", `SELECT ` + listingCols + ` FROM listings l WHERE l.id = 'l'`, "COVERING INDEX orders_listing"},
+		{"a host's listings", `SELECT ` + listingCols + ` FROM listings l WHERE l.host_id = 1 ORDER BY l.created_at, l.id`, "listings_host"},
+		{"open listings", `SELECT ` + listingCols + ` FROM listings l WHERE l.closed_at IS NULL ORDER BY l.created_at, l.id`, "listings_open"},
+		{"a buyer's orders", `SELECT ` + orderCols + ` FROM orders WHERE buyer_id = 1 ORDER BY created_at DESC, id DESC`, "orders_buyer"},
+		{"orders in a state", `SELECT ` + orderCols + ` FROM orders WHERE state = 'paid' ORDER BY created_at, id`, "orders_state"},
+		{"overdue orders", `SELECT ` + orderCols + ` FROM orders WHERE state = 'awaitingPayment' AND reserve_until <= 5 ORDER BY created_at, id`, "orders_state"},
+		{"orders of an upload", `SELECT EXISTS (SELECT 1 FROM orders WHERE image_kind = 'upload' AND image = 'x' AND ` + holdsSQL + `)`, "orders_upload"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if p := queryPlan(t, s, tc.query); !strings.Contains(p, tc.index) {
+				t.Errorf("plan %q does not use %s", p, tc.index)
+			}
+		})
+	}
+}
+
+// queryPlan returns EXPLAIN QUERY PLAN's details for query, joined.
+func queryPlan(t *testing.T, s *Store, query string) string {
+	t.Helper()
+	rows, err := s.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notUsed int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "; ")
+}
+
+// TestMarketTables checks what the schema guarantees beside the suite:
+// STRICT tables, the state CHECKs that tie times to states, and that a
+// replayed webhook event keeps its first record.
+func TestMarketTables(t *testing.T) {
+	ctx := t.Context()
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	for _, table := range []string{"listings", "orders", "webhook_events"} {
+		var strict int
+		if err := s.db.QueryRowContext(ctx, "SELECT strict FROM pragma_table_list WHERE name = ?", table).Scan(&strict); err != nil {
+			t.Fatalf("%s: %v", table, err)
+		}
+		if strict != 1 {
+			t.Errorf("%s is not STRICT", table)
+		}
+	}
+
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	h, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_h"}, imagestore.HashSecret("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: h.ID, UnitPrice: 600, Currency: "eur", Capacity: 5, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	o := imagestore.Order{ID: "o1", ListingID: "l1", BuyerID: b.ID, HostID: h.ID, Quantity: 2, ImageKind: imagestore.ImageCatalogue,
+		Image: "debian-13", Name: "web", UnitPrice: 600, Total: 1200, Fee: 600, Currency: "eur", Destination: "acct_h",
+		ReserveUntil: now.Add(time.Hour), CreatedAt: now}
+	if err := s.CreateOrder(ctx, o, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A state change that forgot its time is refused by the schema.
+	for _, bad := range []string{
+		`UPDATE orders SET state = 'paid' WHERE id = 'o1'`,
+		`UPDATE orders SET state = 'cancelled' WHERE id = 'o1'`,
+		`UPDATE orders SET state = 'lost' WHERE id = 'o1'`,
+		`UPDATE orders SET paid_at = 1 WHERE id = 'o1'`,
+		`UPDATE orders SET total = 1 WHERE id = 'o1'`,
+		`UPDATE orders SET fee = 1201 WHERE id = 'o1'`,
+	} {
+		if _, err := s.wdb.ExecContext(ctx, bad); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+	got, err := s.Order(ctx, "o1")
+	if err != nil || got.State != imagestore.OrderAwaitingPayment || got.Total != 1200 || got.Fee != 600 || !got.PaidAt.IsZero() {
+		t.Errorf("order after refused updates = %+v, %v", got, err)
+	}
+
+	first := imagestore.WebhookEvent{ID: "evt_1", Type: "checkout.session.completed", Result: "paid", At: now}
+	if err := s.RecordWebhookEvent(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordWebhookEvent(ctx, imagestore.WebhookEvent{ID: "evt_1", Type: "other", Result: "replayed", At: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	var ev imagestore.WebhookEvent
+	var at int64
+	if err := s.db.QueryRowContext(ctx, `SELECT id, type, result, at FROM webhook_events`).Scan(&ev.ID, &ev.Type, &ev.Result, &at); err != nil {
+		t.Fatal(err)
+	}
+	ev.At = fromNanos(at)
+	if ev != first {
+		t.Errorf("webhook event after a replay = %+v, want the first %+v", ev, first)
+	}
+}
+
+// TestMarketErrorsCarryNoUserData: a refused order's error names the
+// field, never the user data it came with.
+func TestMarketErrorsCarryNoUserData(t *testing.T) {
+	ctx := t.Context()
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	const ud = "#cloud-config\npassword: hunter2-user-data\n"
+	for _, o := range []imagestore.Order{
+		{ID: "o1", ListingID: "unknown", Quantity: 1, ImageKind: imagestore.ImageCatalogue, Image: "x", UnitPrice: 1, Total: 1, Destination: "a", ReserveUntil: time.Now()},
+		{ID: "o2", ListingID: "unknown", Quantity: 1, ImageKind: imagestore.ImageCatalogue, Image: "x", UnitPrice: 1, Total: 2, Destination: "a", ReserveUntil: time.Now()},
+	} {
+		err := s.CreateOrder(ctx, o, ud)
+		if err == nil {
+			t.Fatalf("CreateOrder(%+v) succeeded", o)
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("error %q carries the user data", err)
+		}
 	}
 }

@@ -41,6 +41,8 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"ConsumeTicketConcurrent", testConsumeTicketConcurrent},
 		{"Quota", testQuota},
 		{"QuotaReservations", testQuotaReservations},
+		{"QuotaRunningUploads", testQuotaRunningUploads},
+		{"EndRunningUploads", testEndRunningUploads},
 		{"OpenSessions", testOpenSessions},
 		{"Images", testImages},
 		{"RemoveImage", testRemoveImage},
@@ -56,6 +58,21 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"ExpireSessions", testExpireSessions},
 		{"SessionUploadIDs", testSessionUploadIDs},
 		{"PendingSessionBytes", testPendingSessionBytes},
+		{"CreateListing", testCreateListing},
+		{"Listings", testListings},
+		{"CloseListing", testCloseListing},
+		{"CreateOrder", testCreateOrder},
+		{"CreateOrderRefused", testCreateOrderRefused},
+		{"CreateOrderConcurrent", testCreateOrderConcurrent},
+		{"ListingCounts", testListingCounts},
+		{"OrderStates", testOrderStates},
+		{"OrderTimeRoundTrip", testOrderTimeRoundTrip},
+		{"OrderQueries", testOrderQueries},
+		{"OverdueOrders", testOverdueOrders},
+		{"OrderCounts", testOrderCounts},
+		{"OrderUserData", testOrderUserData},
+		{"RemoveImageInUse", testRemoveImageInUse},
+		{"WebhookEvents", testWebhookEvents},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,6 +244,9 @@ func testCreateTenant(t *testing.T, s imagestore.Store) {
 	got, err = s.TenantByToken(ctx, hash("token-alpha"))
 	must(t, "TenantByToken", err)
 	checkTenant(t, "TenantByToken", got, a)
+	got, err = s.TenantByID(ctx, a.ID)
+	must(t, "TenantByID", err)
+	checkTenant(t, "TenantByID", got, a)
 
 	// Booleans must round-trip as false too, not only as true.
 	b := newTenant(t, s, "beta")
@@ -259,6 +279,10 @@ func testTenantErrors(t *testing.T, s imagestore.Store) {
 		}, imagestore.ErrNotFound},
 		{"TenantByToken unknown", func(t *testing.T) error {
 			_, err := s.TenantByToken(t.Context(), hash("nobody"))
+			return err
+		}, imagestore.ErrNotFound},
+		{"TenantByID unknown", func(t *testing.T) error {
+			_, err := s.TenantByID(t.Context(), 1<<40)
 			return err
 		}, imagestore.ErrNotFound},
 		{"UpdateTenant unknown", func(t *testing.T) error {
@@ -621,6 +645,160 @@ func testQuotaReservations(t *testing.T, s imagestore.Store) {
 	step("ticket 3 of 2 after expiry", ticketAt(a, t0.Add(2*time.Hour), 2), imagestore.ErrQuota)
 	// Bravo's one ticket still fills bravo's quota of one.
 	step("other tenant's ticket at quota", ticketAt(b, t0, 1), imagestore.ErrQuota)
+}
+
+// testQuotaRunningUploads: a plain upload holds its quota place from
+// ConsumeTicket until AddImage records it or EndUpload ends it, whatever
+// its ticket's expiry; a resumable upload is counted by its session alone.
+func testQuotaRunningUploads(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	n := 0
+	// ticketAt asks for a fresh ticket of tenant at now under quota.
+	ticketAt := func(tenant imagestore.Tenant, now time.Time, quota int) (string, error) {
+		n++
+		secret := fmt.Sprintf("p%d", n)
+		return secret, s.CreateTicket(ctx, imagestore.Ticket{UploadID: uploadID(300 + n), TenantID: tenant.ID, Name: secret,
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, hash(secret), quota)
+	}
+	// start issues a ticket without a limit and consumes it: a PUT whose
+	// body is on its way.
+	start := func(tenant imagestore.Tenant) (imagestore.Ticket, string) {
+		t.Helper()
+		secret, err := ticketAt(tenant, t0, 0)
+		must(t, "CreateTicket "+secret, err)
+		tk, err := s.ConsumeTicket(ctx, hash(secret), t0)
+		must(t, "ConsumeTicket "+secret, err)
+		return tk, secret
+	}
+	step := func(name string, err, want error) {
+		t.Helper()
+		if want == nil {
+			must(t, name, err)
+		} else {
+			wantErr(t, name, err, want)
+		}
+	}
+	imageOf := func(tk imagestore.Ticket) imagestore.Image {
+		return imagestore.Image{UploadID: tk.UploadID, TenantID: tk.TenantID, Name: tk.Name, Size: 1, VirtualSize: 1, SHA256: "00", CreatedAt: t0}
+	}
+	ticket := func(tenant imagestore.Tenant, now time.Time, quota int) error {
+		_, err := ticketAt(tenant, now, quota)
+		return err
+	}
+
+	t.Run("running PUT counted until EndUpload", func(t *testing.T) {
+		a := newTenant(t, s, "alpha")
+		put, secret := start(a)
+		// Nothing but the running upload: no image, no unused ticket.
+		step("ticket beside a running PUT at quota 1", ticket(a, t0, 1), imagestore.ErrQuota)
+		// Its ticket expired at t0+1h, but the body is still arriving.
+		step("ticket after the running PUT's ticket expired", ticket(a, t0.Add(2*time.Hour), 1), imagestore.ErrQuota)
+		step("EndUpload", s.EndUpload(ctx, put.UploadID), nil)
+		step("ticket after EndUpload", ticket(a, t0.Add(2*time.Hour), 1), nil)
+		step("EndUpload twice", s.EndUpload(ctx, put.UploadID), nil)
+		step("EndUpload of an unknown id", s.EndUpload(ctx, uploadID(999)), nil)
+		// The ended upload's ticket stays used.
+		_, err := s.ConsumeTicket(ctx, hash(secret), t0)
+		wantErr(t, "ConsumeTicket after EndUpload", err, imagestore.ErrTicketUsed)
+	})
+
+	t.Run("AddImage moves the place to the image", func(t *testing.T) {
+		b := newTenant(t, s, "bravo")
+		put, _ := start(b)
+		step("AddImage of the running PUT", s.AddImage(ctx, imageOf(put), 2), nil)
+		// One image, nothing running: the upload is not counted twice.
+		step("ticket 2 of 2 right after the commit", ticket(b, t0, 2), nil)
+		step("ticket 3 of 2", ticket(b, t0, 2), imagestore.ErrQuota)
+		// Ending an upload that became an image changes nothing.
+		step("EndUpload after AddImage", s.EndUpload(ctx, put.UploadID), nil)
+		if _, err := s.Image(ctx, put.UploadID); err != nil {
+			t.Errorf("Image after EndUpload: %v", err)
+		}
+		step("ticket 3 of 2 after EndUpload", ticket(b, t0, 2), imagestore.ErrQuota)
+	})
+
+	t.Run("refused AddImage keeps the place for EndUpload", func(t *testing.T) {
+		c := newTenant(t, s, "charlie")
+		newImage(t, s, c.ID, uploadID(350), t0, 1)
+		put, _ := start(c)
+		step("AddImage over quota", s.AddImage(ctx, imageOf(put), 1), imagestore.ErrQuota)
+		step("ticket beside an image and a refused PUT", ticket(c, t0, 2), imagestore.ErrQuota)
+		step("EndUpload", s.EndUpload(ctx, put.UploadID), nil)
+		step("ticket after EndUpload", ticket(c, t0, 2), nil)
+	})
+
+	t.Run("a session's ticket is counted as the session only", func(t *testing.T) {
+		d := newTenant(t, s, "delta")
+		us := newSession(t, s, d.ID, "sd", uploadID(360), t0.Add(2*time.Hour))
+		step("ticket 2 of 2 beside one session", ticket(d, t0, 2), nil)
+		step("ticket 3 of 2", ticket(d, t0, 2), imagestore.ErrQuota)
+		must(t, "EndSession", s.EndSession(ctx, us.UploadID))
+		// The ended session's ticket holds nothing; the unused one does.
+		step("ticket 2 of 2 after EndSession", ticket(d, t0, 2), nil)
+		n, err := s.EndRunningUploads(ctx)
+		must(t, "EndRunningUploads", err)
+		if n != 0 {
+			t.Errorf("EndRunningUploads with only a session's ticket = %d, want 0", n)
+		}
+	})
+}
+
+// testEndRunningUploads: start-up ends every plain upload still marked
+// running, of every tenant, and nothing else.
+func testEndRunningUploads(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	b := newTenant(t, s, "bravo")
+	n, err := s.EndRunningUploads(ctx)
+	must(t, "EndRunningUploads on an empty store", err)
+	if n != 0 {
+		t.Errorf("EndRunningUploads on an empty store = %d, want 0", n)
+	}
+	for i, tn := range []imagestore.Tenant{a, a, b} {
+		secret := fmt.Sprintf("run-%d", i)
+		newTicket(t, s, tn.ID, secret, uploadID(i+1), t0.Add(time.Hour))
+		_, err := s.ConsumeTicket(ctx, hash(secret), t0)
+		must(t, "ConsumeTicket "+secret, err)
+	}
+	// Not running: one ended, one committed, one a session, one unused.
+	newTicket(t, s, a.ID, "ended", uploadID(10), t0.Add(time.Hour))
+	_, err = s.ConsumeTicket(ctx, hash("ended"), t0)
+	must(t, "ConsumeTicket ended", err)
+	must(t, "EndUpload", s.EndUpload(ctx, uploadID(10)))
+	newTicket(t, s, a.ID, "done", uploadID(11), t0.Add(time.Hour))
+	_, err = s.ConsumeTicket(ctx, hash("done"), t0)
+	must(t, "ConsumeTicket done", err)
+	must(t, "AddImage", s.AddImage(ctx, imagestore.Image{UploadID: uploadID(11), TenantID: a.ID, Name: "done", Size: 1, SHA256: "00", CreatedAt: t0}, 0))
+	newSession(t, s, b.ID, "sess", uploadID(12), t0.Add(time.Hour))
+	newTicket(t, s, b.ID, "unused", uploadID(13), t0.Add(time.Hour))
+
+	next := 100
+	ticket := func(tn imagestore.Tenant, quota int) error {
+		next++
+		secret := fmt.Sprintf("q%d", next)
+		return s.CreateTicket(ctx, imagestore.Ticket{UploadID: uploadID(next), TenantID: tn.ID, Name: secret,
+			CreatedAt: t0, ExpiresAt: t0.Add(time.Hour)}, hash(secret), quota)
+	}
+	// alpha: 1 image + 2 running; bravo: 1 running + 1 session + 1 unused.
+	wantErr(t, "alpha at 3 before", ticket(a, 3), imagestore.ErrQuota)
+	wantErr(t, "bravo at 3 before", ticket(b, 3), imagestore.ErrQuota)
+
+	n, err = s.EndRunningUploads(ctx)
+	must(t, "EndRunningUploads", err)
+	if n != 3 {
+		t.Errorf("EndRunningUploads = %d, want 3", n)
+	}
+	must(t, "alpha ticket 2 of 2 after", ticket(a, 2))
+	must(t, "bravo ticket 3 of 3 after", ticket(b, 3))
+	n, err = s.EndRunningUploads(ctx)
+	must(t, "EndRunningUploads again", err)
+	if n != 0 {
+		t.Errorf("EndRunningUploads again = %d, want 0", n)
+	}
+	// The session and its ticket are untouched.
+	if ids := sessionIDs(t, s); !slices.Equal(ids, []string{uploadID(12)}) {
+		t.Errorf("SessionUploadIDs after EndRunningUploads = %v, want [%s]", ids, uploadID(12))
+	}
 }
 
 func testOpenSessions(t *testing.T, s imagestore.Store) {

@@ -1,0 +1,228 @@
+package billing
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// testKey is the secret key of the tests. No error text may contain it.
+const testKey = "sk_test_51VmshelfSecretKey0000000000000000"
+
+// fakeStripe is a Stripe on loopback that records every request it gets
+// and answers what the test tells it. stripe-go sends its forms chunked;
+// net/http's server undoes that before ParseForm.
+type fakeStripe struct {
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	reqs    []recorded
+	answers map[string]answer // by "METHOD /path"
+}
+
+// recorded is one request as the fake received it.
+type recorded struct {
+	Method, Path string
+	Query        url.Values
+	Form         url.Values // the body's form
+	Header       http.Header
+	Chunked      bool
+}
+
+// answer is a canned response.
+type answer struct {
+	status int
+	header map[string]string
+	body   string
+	// block, if set, holds the answer until the request ends (its client
+	// gave up) or the channel closes.
+	block chan struct{}
+}
+
+func newFakeStripe(t *testing.T) *fakeStripe {
+	t.Helper()
+	f := &fakeStripe{answers: map[string]answer{}}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.reqs = append(f.reqs, recorded{
+		Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), Form: r.PostForm,
+		Header: r.Header.Clone(), Chunked: slices.Contains(r.TransferEncoding, "chunked"),
+	})
+	a, ok := f.answers[r.Method+" "+r.URL.Path]
+	f.mu.Unlock()
+	if !ok {
+		a = answer{status: http.StatusNotFound, body: `{"error":{"message":"Unrecognized request URL (` + r.Method + `: ` + r.URL.Path + `).","type":"invalid_request_error"}}`}
+	}
+	if a.block != nil {
+		select {
+		case <-r.Context().Done():
+		case <-a.block:
+		}
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", "req_fake1")
+	for k, v := range a.header {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(a.status)
+	_, _ = w.Write([]byte(a.body))
+}
+
+// on sets the answer to method and path.
+func (f *fakeStripe) on(method, path string, status int, body string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answers[method+" "+path] = answer{status: status, body: body}
+}
+
+func (f *fakeStripe) onAnswer(method, path string, a answer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answers[method+" "+path] = a
+}
+
+func (f *fakeStripe) requests() []recorded {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.reqs)
+}
+
+// client is a Stripe client of the fake, on a fresh registry.
+func (f *fakeStripe) client(t *testing.T, edit ...func(*StripeConfig)) (*Stripe, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	cfg := StripeConfig{
+		SecretKey: testKey, APIBase: f.srv.URL, HTTPClient: f.srv.Client(),
+		Timeout: 10 * time.Second, Metrics: reg, Now: func() time.Time { return testNow },
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	s, err := NewStripe(cfg)
+	if err != nil {
+		t.Fatalf("NewStripe: %v", err)
+	}
+	return s, reg
+}
+
+// Shapes of Stripe's answers, from its API reference (the Checkout Session
+// and Account objects, the error object) with vmshelf's values.
+const (
+	// sessionOpen is a fresh session: no PaymentIntent yet.
+	sessionOpen = `{
+  "id": "cs_test_a1VmshelfOrder42",
+  "object": "checkout.session",
+  "amount_subtotal": 1800,
+  "amount_total": 1800,
+  "cancel_url": "https://edge.example/machines",
+  "client_reference_id": "ord_42",
+  "created": 1772366400,
+  "currency": "eur",
+  "expires_at": 1772368260,
+  "livemode": false,
+  "metadata": {"order_id": "ord_42"},
+  "mode": "payment",
+  "payment_intent": null,
+  "payment_method_types": ["card"],
+  "payment_status": "unpaid",
+  "status": "open",
+  "success_url": "https://edge.example/machines?paid={CHECKOUT_SESSION_ID}",
+  "url": "https://checkout.stripe.com/c/pay/cs_test_a1VmshelfOrder42#fidkdWxOYHwnPyd1blpxYHZxWjA0"
+}`
+	// sessionPaid is the same session after the buyer paid, with its
+	// PaymentIntent expanded.
+	sessionPaid = `{
+  "id": "cs_test_a1VmshelfOrder42",
+  "object": "checkout.session",
+  "amount_subtotal": 1800,
+  "amount_total": 1800,
+  "client_reference_id": "ord_42",
+  "created": 1772366400,
+  "currency": "eur",
+  "expires_at": 1772368260,
+  "livemode": false,
+  "metadata": {"order_id": "ord_42"},
+  "mode": "payment",
+  "payment_intent": {
+    "id": "pi_3VmshelfPaid0001",
+    "object": "payment_intent",
+    "amount": 1800,
+    "amount_received": 1800,
+    "application_fee_amount": 900,
+    "capture_method": "automatic",
+    "currency": "eur",
+    "latest_charge": "ch_3VmshelfPaid0001",
+    "metadata": {"order_id": "ord_42"},
+    "status": "succeeded",
+    "transfer_data": {"destination": "acct_1HostBox0000001"},
+    "transfer_group": "group_pi_3VmshelfPaid0001"
+  },
+  "payment_status": "paid",
+  "status": "complete",
+  "url": null
+}`
+	sessionExpired = `{
+  "id": "cs_test_a1VmshelfOrder42",
+  "object": "checkout.session",
+  "amount_total": 1800,
+  "client_reference_id": "ord_42",
+  "currency": "eur",
+  "expires_at": 1772368260,
+  "metadata": {"order_id": "ord_42"},
+  "mode": "payment",
+  "payment_intent": null,
+  "payment_status": "unpaid",
+  "status": "expired",
+  "url": null
+}`
+	accountActive = `{
+  "id": "acct_1HostBox0000001",
+  "object": "account",
+  "business_type": "individual",
+  "capabilities": {"card_payments": "active", "transfers": "active"},
+  "charges_enabled": true,
+  "country": "DE",
+  "default_currency": "eur",
+  "details_submitted": true,
+  "payouts_enabled": true,
+  "type": "express"
+}`
+	accountPending = `{
+  "id": "acct_1HostBox0000001",
+  "object": "account",
+  "capabilities": {"card_payments": "pending", "transfers": "pending"},
+  "charges_enabled": false,
+  "details_submitted": false,
+  "payouts_enabled": false,
+  "type": "express"
+}`
+	accountNoCapabilities = `{"id": "acct_1HostBox0000001", "object": "account", "type": "express"}`
+
+	errNoSuchSession = `{"error": {"code": "resource_missing", "doc_url": "https://stripe.com/docs/error-codes/resource-missing",
+  "message": "No such checkout.session: 'cs_test_a1VmshelfOrder42'", "param": "session", "type": "invalid_request_error"}}`
+	errNotExpirable = `{"error": {"message": "Only Checkout Sessions with a status in [\"open\"] can be expired. This Checkout Session has a status of ` + "`complete`" + `.",
+  "type": "invalid_request_error"}}`
+	errNoSuchDestination = `{"error": {"code": "resource_missing", "message": "No such destination: 'acct_1HostBox0000001'",
+  "param": "payment_intent_data[transfer_data][destination]", "type": "invalid_request_error"}}`
+	errBadKey = `{"error": {"message": "Invalid API Key provided: ` + testKey + `", "type": "invalid_request_error"}}`
+	errRate   = `{"error": {"code": "rate_limit", "message": "Too many requests hit the API too quickly.", "type": "invalid_request_error"}}`
+	errLock   = `{"error": {"code": "lock_timeout", "message": "This object cannot be accessed right now because another API request or Stripe process is currently accessing it.", "type": "invalid_request_error"}}`
+	errAPI    = `{"error": {"message": "An unknown error occurred", "type": "api_error"}}`
+	errNoAcct = `{"error": {"code": "account_invalid", "message": "The provided key does not have access to account 'acct_1HostBox0000001' (or that account does not exist).", "type": "invalid_request_error"}}`
+)

@@ -1,0 +1,265 @@
+package imagestore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+)
+
+// Errors of the market records; callers test them with errors.Is.
+var (
+	// ErrNoCapacity is an order for more replicas than its listing has
+	// free, or for a closed listing.
+	ErrNoCapacity = errors.New("not enough free capacity")
+	// ErrOwnListing is an order a host places on its own listing.
+	ErrOwnListing = errors.New("a host cannot order from its own listing")
+	// ErrOrderState is a state change the order's current state does not
+	// allow (paying a cancelled order, cancelling a paid one).
+	ErrOrderState = errors.New("the order is not in a state that allows this")
+	// ErrInUse is a remove of an image that an order still needs.
+	ErrInUse = errors.New("in use by an order")
+)
+
+// OrderState is where an order stands (SPEC "Order states").
+type OrderState string
+
+const (
+	// OrderAwaitingPayment: the checkout is open, capacity reserved.
+	OrderAwaitingPayment OrderState = "awaitingPayment"
+	// OrderPaid: the payment is confirmed; the provisioner's turn.
+	OrderPaid OrderState = "paid"
+	// OrderActive: the order's objects exist in the cluster.
+	OrderActive OrderState = "active"
+	// OrderExpired: the month is over, the replicas are halted.
+	OrderExpired OrderState = "expired"
+	// OrderCancelled: the checkout expired or the payment failed; the
+	// capacity is released.
+	OrderCancelled OrderState = "cancelled"
+)
+
+// OrderStates lists every state, in their order of succession.
+var OrderStates = []OrderState{OrderAwaitingPayment, OrderPaid, OrderActive, OrderExpired, OrderCancelled}
+
+// Holds reports whether an order in state s holds capacity of its listing:
+// reserved while its checkout is open, taken while it runs.
+func (s OrderState) Holds() bool {
+	return s == OrderAwaitingPayment || s == OrderPaid || s == OrderActive
+}
+
+// Listing is a host's offer of replicas. Reserved and Running are derived
+// by the store from the orders that hold capacity (never stored), so they
+// cannot drift from the orders.
+type Listing struct {
+	ID     string `json:"listing_id"`
+	HostID int64  `json:"-"`
+	// UnitPrice is the price of one replica-month in minor units of
+	// Currency (cents).
+	UnitPrice int64     `json:"unit_price"`
+	Currency  string    `json:"currency"`
+	Capacity  int       `json:"capacity"`
+	CreatedAt time.Time `json:"created_at"`
+	ClosedAt  time.Time `json:"-"` // zero while open
+
+	// Reserved is the replicas of orders awaiting payment, Running those
+	// of paid and active orders.
+	Reserved int `json:"reserved"`
+	Running  int `json:"running"`
+}
+
+// Open reports whether the listing takes orders.
+func (l Listing) Open() bool { return l.ClosedAt.IsZero() }
+
+// Free is the replicas a new order may take: none on a closed listing,
+// and never negative.
+func (l Listing) Free() int {
+	if !l.Open() {
+		return 0
+	}
+	return max(0, l.Capacity-l.Reserved-l.Running)
+}
+
+// ImageKind says where an order's image comes from.
+type ImageKind string
+
+const (
+	// ImageCatalogue: Order.Image is a catalogue id.
+	ImageCatalogue ImageKind = "catalogue"
+	// ImageUpload: Order.Image is the buyer's own upload id.
+	ImageUpload ImageKind = "upload"
+)
+
+// Order is a buyer's purchase of Quantity replicas of a listing. The
+// prices, fee and destination are copied from the listing and the host
+// when the order is placed, so a later change of either never changes
+// what a checkout charges or what the webhook checks. The user data is
+// deliberately not a field: it is written with CreateOrder and read only
+// by OrderUserData, so that no answer, log line or metric that shows an
+// Order can carry it.
+type Order struct {
+	ID        string
+	ListingID string
+	BuyerID   int64
+	HostID    int64
+	Quantity  int
+	ImageKind ImageKind
+	Image     string
+	Name      string
+
+	UnitPrice   int64
+	Total       int64 // UnitPrice × Quantity
+	Fee         int64 // the platform's share (billing decides it)
+	Currency    string
+	Destination string // the host's Stripe account
+
+	State OrderState
+	// Reason says why an order was cancelled (checkoutExpired,
+	// paymentFailed, checkoutFailed, ...); empty otherwise.
+	Reason string
+
+	// CheckoutID and CheckoutURL are the Stripe Checkout Session, set
+	// once Stripe created it; empty before.
+	CheckoutID  string
+	CheckoutURL string
+	// ReserveUntil is when the capacity reservation of an unpaid order
+	// ends whatever Stripe says or fails to say: the checkout's own expiry
+	// plus a grace. The sweeper acts on it.
+	ReserveUntil time.Time
+
+	CreatedAt time.Time
+	PaidAt    time.Time // zero until paid
+	// ExpiresAt is the end of the paid month; zero until paid.
+	ExpiresAt time.Time
+	EndedAt   time.Time // when it became expired or cancelled
+}
+
+// WebhookEvent is a Stripe event the webhook handled, remembered by its id
+// so that a replay changes nothing.
+type WebhookEvent struct {
+	ID     string
+	Type   string
+	Result string
+	At     time.Time
+}
+
+// NewListingID returns a fresh listing id: "l" and 16 hex characters, a
+// DNS label.
+func NewListingID() string { return "l" + randomHex(8) }
+
+// NewOrderID returns a fresh order id: "o" and 16 hex characters, a DNS
+// label that starts with a letter, so that "vm-<order>-<i>" and
+// "market-<buyer>" names built from it are valid Kubernetes names.
+func NewOrderID() string { return "o" + randomHex(8) }
+
+// ValidOrderID reports whether id has NewOrderID's form.
+func ValidOrderID(id string) bool { return validID(id, 'o') }
+
+// ValidListingID reports whether id has NewListingID's form.
+func ValidListingID(id string) bool { return validID(id, 'l') }
+
+func validID(id string, prefix byte) bool {
+	if len(id) != 17 || id[0] != prefix {
+		return false
+	}
+	for _, c := range id[1:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// MarketStore holds the market's records: listings, orders and the
+// webhook's events. Every method is one transaction. Capacity is reserved
+// in the same transaction that creates an order, so two buyers can never
+// both take the last replica.
+type MarketStore interface {
+	// CreateListing stores l (ID, HostID, UnitPrice, Currency, Capacity,
+	// CreatedAt; a zero CreatedAt means now) open, and returns it as
+	// stored. ErrExists if the id is taken, ErrNotFound if the host does
+	// not exist; a capacity or unit price below 1 or an empty currency is
+	// an error.
+	CreateListing(ctx context.Context, l Listing) (Listing, error)
+	// Listing returns a listing, open or closed, with its derived counts;
+	// ErrNotFound.
+	Listing(ctx context.Context, id string) (Listing, error)
+	// Listings returns the host's listings, open and closed, oldest first.
+	Listings(ctx context.Context, hostID int64) ([]Listing, error)
+	// OpenListings returns every open listing, oldest first.
+	OpenListings(ctx context.Context) ([]Listing, error)
+	// CloseListing closes the host's listing at now: it takes no more
+	// orders; orders already placed go on. Closing a closed listing is
+	// not an error. ErrNotFound if the host has no such listing.
+	CloseListing(ctx context.Context, hostID int64, id string, now time.Time) error
+
+	// CreateOrder stores o in state awaitingPayment with its user data,
+	// reserving o.Quantity replicas of o.ListingID in the same
+	// transaction. Errors: ErrExists (the id is taken; checked first, so
+	// a retry hears it rather than that its own reservation took the
+	// last replica), ErrNotFound (no such listing or buyer, or an upload
+	// image the buyer does not hold: checked in the transaction, so an
+	// image removed meanwhile is not ordered), ErrOwnListing (the buyer
+	// is the host), ErrNoCapacity (closed, or fewer free than
+	// o.Quantity). The listing's host, price and currency and the host's
+	// Stripe account (o.Destination) are checked against o, as are
+	// Total = UnitPrice × Quantity and 0 <= Fee <= Total: a listing is
+	// immutable once created, so a mismatch is the caller's bug (an
+	// error). A zero CreatedAt means now; ReserveUntil is required. The
+	// fields a state change sets (State, Reason, CheckoutID, CheckoutURL,
+	// PaidAt, ExpiresAt, EndedAt) are ignored.
+	CreateOrder(ctx context.Context, o Order, userData string) error
+	// SetCheckout records the Stripe Checkout Session of an order
+	// awaiting payment (again: the last call wins); ErrOrderState in any
+	// other state, ErrNotFound if there is no such order.
+	SetCheckout(ctx context.Context, orderID, checkoutID, checkoutURL string) error
+	// Order returns an order; ErrNotFound.
+	Order(ctx context.Context, id string) (Order, error)
+	// Orders returns the buyer's orders, newest first.
+	Orders(ctx context.Context, buyerID int64) ([]Order, error)
+	// OrdersInState returns every order in state, oldest first.
+	OrdersInState(ctx context.Context, state OrderState) ([]Order, error)
+	// OrderUserData returns the cloud-init user data of an order ("" if
+	// none): for the provisioner only. ErrNotFound.
+	OrderUserData(ctx context.Context, id string) (string, error)
+	// MarkOrderPaid moves an order from awaitingPayment to paid at paidAt,
+	// running until expiresAt. An order already paid, active or expired
+	// is left as it is and nil returned (a replayed event); a cancelled
+	// one is ErrOrderState. Every state change (this one, CancelOrder,
+	// MarkOrderActive, ExpireOrder) returns ErrNotFound for an unknown id.
+	MarkOrderPaid(ctx context.Context, id string, paidAt, expiresAt time.Time) error
+	// CancelOrder moves an order from awaitingPayment to cancelled with
+	// reason at now, releasing its capacity. A cancelled order is left as
+	// it is and nil returned; a paid, active or expired one is
+	// ErrOrderState.
+	CancelOrder(ctx context.Context, id, reason string, now time.Time) error
+	// MarkOrderActive moves a paid order to active: its objects exist in
+	// the cluster. An active one is left as it is and nil returned; any
+	// other state is ErrOrderState.
+	MarkOrderActive(ctx context.Context, id string) error
+	// ExpireOrder moves a paid or active order whose ExpiresAt is at or
+	// before now to expired at now: its month is over, its replicas are
+	// halted, its capacity returns to the listing. An expired order is
+	// left as it is and nil returned; an order awaiting payment or
+	// cancelled, or one whose month is not over at now, is ErrOrderState.
+	ExpireOrder(ctx context.Context, id string, now time.Time) error
+	// OverdueOrders returns the orders awaiting payment whose
+	// ReserveUntil is at or before now, oldest first: the sweeper asks
+	// Stripe about each and cancels it.
+	OverdueOrders(ctx context.Context, now time.Time) ([]Order, error)
+	// OrderCounts returns the number of orders in each state (every state
+	// present, zero included).
+	OrderCounts(ctx context.Context) (map[OrderState]int64, error)
+
+	// WebhookEventSeen reports whether an event with this id was recorded.
+	WebhookEventSeen(ctx context.Context, id string) (bool, error)
+	// RecordWebhookEvent remembers a handled event (a zero At means now);
+	// recording an id again is not an error and keeps the first record.
+	RecordWebhookEvent(ctx context.Context, ev WebhookEvent) error
+}

@@ -1,0 +1,517 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// The state names are written into the SQL as literals, as the schema's
+// CHECK lists them, so that each query reads as the rule it implements.
+// storetest drives every method with the imagestore constants, so a
+// literal that drifted from its constant fails there.
+
+// holdsSQL is imagestore.OrderState.Holds as SQL.
+const holdsSQL = `state IN ('awaitingPayment', 'paid', 'active')`
+
+// listingCols selects a listing with its derived counts: reserved by the
+// orders awaiting payment, running by the paid and active ones, both
+// summed from the covering index orders_listing.
+const listingCols = `l.id, l.host_id, l.unit_price, l.currency, l.capacity, l.created_at, l.closed_at,
+	(SELECT coalesce(sum(quantity), 0) FROM orders WHERE listing_id = l.id AND state = 'awaitingPayment'),
+	(SELECT coalesce(sum(quantity), 0) FROM orders WHERE listing_id = l.id AND state IN ('paid', 'active'))`
+
+func scanListing(r scanner) (imagestore.Listing, error) {
+	var (
+		l       imagestore.Listing
+		created int64
+		closed  sql.NullInt64
+	)
+	if err := r.Scan(&l.ID, &l.HostID, &l.UnitPrice, &l.Currency, &l.Capacity, &created, &closed, &l.Reserved, &l.Running); err != nil {
+		return imagestore.Listing{}, err
+	}
+	l.CreatedAt = fromNanos(created)
+	if closed.Valid {
+		l.ClosedAt = fromNanos(closed.Int64)
+	}
+	return l, nil
+}
+
+// listing reads one listing inside tx; ErrNotFound.
+func listing(ctx context.Context, tx *sql.Tx, id string) (imagestore.Listing, error) {
+	l, err := scanListing(tx.QueryRowContext(ctx, `SELECT `+listingCols+` FROM listings l WHERE l.id = ?`, id))
+	return l, notFound("listing", err)
+}
+
+func queryListings(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]imagestore.Listing, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ls []imagestore.Listing
+	for rows.Next() {
+		l, err := scanListing(rows)
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+	}
+	return ls, rows.Err()
+}
+
+// CreateListing stores l open; see imagestore.MarketStore.
+func (s *Store) CreateListing(ctx context.Context, l imagestore.Listing) (imagestore.Listing, error) {
+	fail := func(err error) (imagestore.Listing, error) {
+		return imagestore.Listing{}, fmt.Errorf("sqlite: create listing: %w", err)
+	}
+	created, err := createdNanos(l.CreatedAt)
+	if err != nil {
+		return fail(err)
+	}
+	if l.ID == "" || l.Capacity < 1 || l.UnitPrice < 1 || l.Currency == "" {
+		return fail(fmt.Errorf("id %q, capacity %d, unit price %d and currency %q do not describe a listing", l.ID, l.Capacity, l.UnitPrice, l.Currency))
+	}
+	var stored imagestore.Listing
+	err = s.write(ctx, "create listing", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `
+INSERT INTO listings (id, host_id, unit_price, currency, capacity, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			l.ID, l.HostID, l.UnitPrice, l.Currency, l.Capacity, created)
+		switch {
+		case isUnique(err):
+			return fmt.Errorf("listing: %w", imagestore.ErrExists)
+		case isForeignKey(err):
+			return fmt.Errorf("host: %w", imagestore.ErrNotFound)
+		case err != nil:
+			return err
+		}
+		stored, err = listing(ctx, tx, l.ID)
+		return err
+	})
+	if err != nil {
+		return imagestore.Listing{}, err
+	}
+	return stored, nil
+}
+
+// Listing returns the listing with its derived counts; ErrNotFound.
+func (s *Store) Listing(ctx context.Context, id string) (imagestore.Listing, error) {
+	var l imagestore.Listing
+	err := s.read(ctx, "listing", func(tx *sql.Tx) (err error) {
+		l, err = listing(ctx, tx, id)
+		return err
+	})
+	return l, err
+}
+
+// Listings returns the host's listings, open and closed, by creation time
+// and id.
+func (s *Store) Listings(ctx context.Context, hostID int64) ([]imagestore.Listing, error) {
+	var ls []imagestore.Listing
+	err := s.read(ctx, "listings", func(tx *sql.Tx) (err error) {
+		ls, err = queryListings(ctx, tx, `SELECT `+listingCols+` FROM listings l
+WHERE l.host_id = ? ORDER BY l.created_at, l.id`, hostID)
+		return err
+	})
+	return ls, err
+}
+
+// OpenListings returns every open listing by creation time and id.
+func (s *Store) OpenListings(ctx context.Context) ([]imagestore.Listing, error) {
+	var ls []imagestore.Listing
+	err := s.read(ctx, "open listings", func(tx *sql.Tx) (err error) {
+		ls, err = queryListings(ctx, tx, `SELECT `+listingCols+` FROM listings l
+WHERE l.closed_at IS NULL ORDER BY l.created_at, l.id`)
+		return err
+	})
+	return ls, err
+}
+
+// CloseListing closes the host's open listing at now; a closed one keeps
+// its first closing time. ErrNotFound if the host has no such listing,
+// including when another host has it.
+func (s *Store) CloseListing(ctx context.Context, hostID int64, id string, now time.Time) error {
+	at, err := nanos("now", now)
+	if err != nil {
+		return fmt.Errorf("sqlite: close listing: %w", err)
+	}
+	return s.write(ctx, "close listing", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE listings SET closed_at = ? WHERE id = ? AND host_id = ? AND closed_at IS NULL`, at, id, hostID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		var one int
+		err = tx.QueryRowContext(ctx, `SELECT 1 FROM listings WHERE id = ? AND host_id = ?`, id, hostID).Scan(&one)
+		return notFound("listing", err)
+	})
+}
+
+// orderCols is every column of an order but user_data, which only
+// OrderUserData reads: nothing that shows an Order can carry it.
+const orderCols = `id, listing_id, buyer_id, host_id, quantity, image_kind, image, name,
+	unit_price, total, fee, currency, destination, state, reason, checkout_id, checkout_url,
+	reserve_until, created_at, paid_at, expires_at, ended_at`
+
+func scanOrder(r scanner) (imagestore.Order, error) {
+	var (
+		o                      imagestore.Order
+		reserve, created       int64
+		paid, expires, endedAt sql.NullInt64
+		kind, state            string
+	)
+	if err := r.Scan(&o.ID, &o.ListingID, &o.BuyerID, &o.HostID, &o.Quantity, &kind, &o.Image, &o.Name,
+		&o.UnitPrice, &o.Total, &o.Fee, &o.Currency, &o.Destination, &state, &o.Reason, &o.CheckoutID, &o.CheckoutURL,
+		&reserve, &created, &paid, &expires, &endedAt); err != nil {
+		return imagestore.Order{}, err
+	}
+	o.ImageKind, o.State = imagestore.ImageKind(kind), imagestore.OrderState(state)
+	o.ReserveUntil, o.CreatedAt = fromNanos(reserve), fromNanos(created)
+	for _, t := range []struct {
+		dst *time.Time
+		src sql.NullInt64
+	}{{&o.PaidAt, paid}, {&o.ExpiresAt, expires}, {&o.EndedAt, endedAt}} {
+		if t.src.Valid {
+			*t.dst = fromNanos(t.src.Int64)
+		}
+	}
+	return o, nil
+}
+
+func queryOrders(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]imagestore.Order, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var orders []imagestore.Order
+	for rows.Next() {
+		o, err := scanOrder(rows)
+		if err != nil {
+			return nil, err
+		}
+		orders = append(orders, o)
+	}
+	return orders, rows.Err()
+}
+
+// checkOrder refuses an order that no caller should build: the store
+// keeps the money fields consistent whatever the handler computed.
+func checkOrder(o imagestore.Order) error {
+	switch {
+	case o.ID == "" || o.ListingID == "":
+		return errors.New("order or listing id missing")
+	case o.Quantity < 1:
+		return fmt.Errorf("quantity %d", o.Quantity)
+	case o.ImageKind != imagestore.ImageCatalogue && o.ImageKind != imagestore.ImageUpload:
+		return fmt.Errorf("image kind %q", o.ImageKind)
+	case o.Image == "":
+		return errors.New("image missing")
+	case o.UnitPrice < 1 || o.Total != o.UnitPrice*int64(o.Quantity):
+		return fmt.Errorf("total %d is not unit price %d × quantity %d", o.Total, o.UnitPrice, o.Quantity)
+	case o.Fee < 0 || o.Fee > o.Total:
+		return fmt.Errorf("fee %d outside 0..%d", o.Fee, o.Total)
+	case o.Destination == "":
+		return errors.New("destination missing")
+	}
+	return nil
+}
+
+// CreateOrder reserves o.Quantity replicas of the listing and stores the
+// order; see imagestore.MarketStore for the errors.
+//
+// The free capacity is read and the order inserted in one write
+// transaction, and SQLite's BEGIN IMMEDIATE holds the database's write
+// lock from the first statement on: no other CreateOrder, in this process
+// or another, can insert between the count and the insert. A store
+// without a database-wide write lock (PostgreSQL) must lock the listing
+// row first (SELECT ... FOR UPDATE); storetest's CreateOrderConcurrent
+// overbooks a store that does not.
+func (s *Store) CreateOrder(ctx context.Context, o imagestore.Order, userData string) error {
+	fail := func(err error) error { return fmt.Errorf("sqlite: create order: %w", err) }
+	if err := checkOrder(o); err != nil {
+		return fail(err)
+	}
+	created, err := createdNanos(o.CreatedAt)
+	if err != nil {
+		return fail(err)
+	}
+	reserve, err := nanos("reserve_until", o.ReserveUntil)
+	if err != nil {
+		return fail(err)
+	}
+	return s.write(ctx, "create order", func(tx *sql.Tx) error {
+		// A retry after a lost answer must hear that its order exists,
+		// not that its own reservation took the last replica.
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM orders WHERE id = ?`, o.ID).Scan(&one)
+		if err == nil {
+			return fmt.Errorf("order: %w", imagestore.ErrExists)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		l, err := listing(ctx, tx, o.ListingID)
+		if err != nil {
+			return err
+		}
+		var account string
+		err = tx.QueryRowContext(ctx, `SELECT stripe_account FROM tenants WHERE id = ?`, l.HostID).Scan(&account)
+		if err != nil {
+			return fmt.Errorf("host of the listing: %w", err)
+		}
+		switch {
+		case o.HostID != l.HostID || o.UnitPrice != l.UnitPrice || o.Currency != l.Currency:
+			return fmt.Errorf("order (host %d, %d %s) does not match its listing (host %d, %d %s)",
+				o.HostID, o.UnitPrice, o.Currency, l.HostID, l.UnitPrice, l.Currency)
+		case o.Destination != account:
+			// Stripe account ids are not secrets; they are still left
+			// out, since the error says enough to find the bug.
+			return errors.New("order destination is not the host's Stripe account")
+		case o.BuyerID == l.HostID:
+			return imagestore.ErrOwnListing
+		case l.Free() < o.Quantity:
+			return fmt.Errorf("listing has %d free, order wants %d: %w", l.Free(), o.Quantity, imagestore.ErrNoCapacity)
+		}
+		if o.ImageKind == imagestore.ImageUpload {
+			err := tx.QueryRowContext(ctx, `SELECT 1 FROM images WHERE upload_id = ? AND tenant_id = ?`, o.Image, o.BuyerID).Scan(&one)
+			if err != nil {
+				return notFound("image", err)
+			}
+		}
+		_, err = tx.ExecContext(ctx, `
+INSERT INTO orders (id, listing_id, buyer_id, host_id, quantity, image_kind, image, name,
+	unit_price, total, fee, currency, destination, state, reserve_until, created_at, user_data)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'awaitingPayment', ?, ?, ?)`,
+			o.ID, o.ListingID, o.BuyerID, o.HostID, o.Quantity, string(o.ImageKind), o.Image, o.Name,
+			o.UnitPrice, o.Total, o.Fee, o.Currency, o.Destination, reserve, created, userData)
+		switch {
+		case isUnique(err):
+			return fmt.Errorf("order: %w", imagestore.ErrExists)
+		case isForeignKey(err):
+			return fmt.Errorf("buyer: %w", imagestore.ErrNotFound)
+		}
+		return err
+	})
+}
+
+// orderState reads an order's state inside tx, for a state change whose
+// conditional UPDATE changed nothing; ErrNotFound.
+func orderState(ctx context.Context, tx *sql.Tx, id string) (imagestore.OrderState, error) {
+	var st string
+	err := tx.QueryRowContext(ctx, `SELECT state FROM orders WHERE id = ?`, id).Scan(&st)
+	return imagestore.OrderState(st), notFound("order", err)
+}
+
+// transition runs one conditional UPDATE of order id and, when it changed
+// no row, reads the state it met: left reports whether that state is one
+// the change leaves alone (nil), otherwise it is ErrOrderState. The
+// decision is the UPDATE's WHERE, never the read: of two concurrent
+// changes exactly one applies.
+func transition(ctx context.Context, tx *sql.Tx, id string, left func(imagestore.OrderState) bool, update string, args ...any) error {
+	res, err := tx.ExecContext(ctx, update, args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err
+	}
+	st, err := orderState(ctx, tx, id)
+	switch {
+	case err != nil:
+		return err
+	case left(st):
+		return nil
+	}
+	return fmt.Errorf("order is %s: %w", st, imagestore.ErrOrderState)
+}
+
+func never(imagestore.OrderState) bool { return false }
+
+// SetCheckout records the checkout session of an order awaiting payment.
+func (s *Store) SetCheckout(ctx context.Context, orderID, checkoutID, checkoutURL string) error {
+	return s.write(ctx, "set checkout", func(tx *sql.Tx) error {
+		return transition(ctx, tx, orderID, never, `
+UPDATE orders SET checkout_id = ?, checkout_url = ? WHERE id = ? AND state = 'awaitingPayment'`,
+			checkoutID, checkoutURL, orderID)
+	})
+}
+
+// Order returns the order without its user data; ErrNotFound.
+func (s *Store) Order(ctx context.Context, id string) (imagestore.Order, error) {
+	var o imagestore.Order
+	err := s.read(ctx, "order", func(tx *sql.Tx) (err error) {
+		o, err = scanOrder(tx.QueryRowContext(ctx, `SELECT `+orderCols+` FROM orders WHERE id = ?`, id))
+		return notFound("order", err)
+	})
+	return o, err
+}
+
+// Orders returns the buyer's orders, newest first (then by id, descending).
+func (s *Store) Orders(ctx context.Context, buyerID int64) ([]imagestore.Order, error) {
+	var orders []imagestore.Order
+	err := s.read(ctx, "orders", func(tx *sql.Tx) (err error) {
+		orders, err = queryOrders(ctx, tx, `SELECT `+orderCols+` FROM orders
+WHERE buyer_id = ? ORDER BY created_at DESC, id DESC`, buyerID)
+		return err
+	})
+	return orders, err
+}
+
+// OrdersInState returns the orders in state, oldest first (then by id).
+func (s *Store) OrdersInState(ctx context.Context, state imagestore.OrderState) ([]imagestore.Order, error) {
+	var orders []imagestore.Order
+	err := s.read(ctx, "orders in state", func(tx *sql.Tx) (err error) {
+		orders, err = queryOrders(ctx, tx, `SELECT `+orderCols+` FROM orders
+WHERE state = ? ORDER BY created_at, id`, string(state))
+		return err
+	})
+	return orders, err
+}
+
+// OrderUserData returns the user data column alone; ErrNotFound.
+func (s *Store) OrderUserData(ctx context.Context, id string) (string, error) {
+	var ud string
+	err := s.read(ctx, "order user data", func(tx *sql.Tx) error {
+		return notFound("order", tx.QueryRowContext(ctx, `SELECT user_data FROM orders WHERE id = ?`, id).Scan(&ud))
+	})
+	return ud, err
+}
+
+// MarkOrderPaid: awaitingPayment → paid; see imagestore.MarketStore.
+func (s *Store) MarkOrderPaid(ctx context.Context, id string, paidAt, expiresAt time.Time) error {
+	paid, err := nanos("paid_at", paidAt)
+	if err != nil {
+		return fmt.Errorf("sqlite: mark order paid: %w", err)
+	}
+	expires, err := nanos("expires_at", expiresAt)
+	if err != nil {
+		return fmt.Errorf("sqlite: mark order paid: %w", err)
+	}
+	return s.write(ctx, "mark order paid", func(tx *sql.Tx) error {
+		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
+			return st == imagestore.OrderPaid || st == imagestore.OrderActive || st == imagestore.OrderExpired
+		}, `
+UPDATE orders SET state = 'paid', paid_at = ?, expires_at = ? WHERE id = ? AND state = 'awaitingPayment'`,
+			paid, expires, id)
+	})
+}
+
+// CancelOrder: awaitingPayment → cancelled; see imagestore.MarketStore.
+func (s *Store) CancelOrder(ctx context.Context, id, reason string, now time.Time) error {
+	at, err := nanos("now", now)
+	if err != nil {
+		return fmt.Errorf("sqlite: cancel order: %w", err)
+	}
+	return s.write(ctx, "cancel order", func(tx *sql.Tx) error {
+		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
+			return st == imagestore.OrderCancelled
+		}, `
+UPDATE orders SET state = 'cancelled', reason = ?, ended_at = ? WHERE id = ? AND state = 'awaitingPayment'`,
+			reason, at, id)
+	})
+}
+
+// MarkOrderActive: paid → active; see imagestore.MarketStore.
+func (s *Store) MarkOrderActive(ctx context.Context, id string) error {
+	return s.write(ctx, "mark order active", func(tx *sql.Tx) error {
+		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
+			return st == imagestore.OrderActive
+		}, `UPDATE orders SET state = 'active' WHERE id = ? AND state = 'paid'`, id)
+	})
+}
+
+// ExpireOrder: paid or active, with its month over at now → expired.
+func (s *Store) ExpireOrder(ctx context.Context, id string, now time.Time) error {
+	at, err := nanos("now", now)
+	if err != nil {
+		return fmt.Errorf("sqlite: expire order: %w", err)
+	}
+	return s.write(ctx, "expire order", func(tx *sql.Tx) error {
+		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
+			return st == imagestore.OrderExpired
+		}, `
+UPDATE orders SET state = 'expired', ended_at = ?1
+WHERE id = ?2 AND state IN ('paid', 'active') AND expires_at <= ?1`, at, id)
+	})
+}
+
+// OverdueOrders returns the orders awaiting payment with reserve_until <=
+// now, by creation time and id.
+func (s *Store) OverdueOrders(ctx context.Context, now time.Time) ([]imagestore.Order, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: overdue orders: %w", err)
+	}
+	var orders []imagestore.Order
+	err = s.read(ctx, "overdue orders", func(tx *sql.Tx) (err error) {
+		orders, err = queryOrders(ctx, tx, `SELECT `+orderCols+` FROM orders
+WHERE state = 'awaitingPayment' AND reserve_until <= ? ORDER BY created_at, id`, at)
+		return err
+	})
+	return orders, err
+}
+
+// OrderCounts counts the orders by state, every state present.
+func (s *Store) OrderCounts(ctx context.Context) (map[imagestore.OrderState]int64, error) {
+	counts := make(map[imagestore.OrderState]int64, len(imagestore.OrderStates))
+	for _, st := range imagestore.OrderStates {
+		counts[st] = 0
+	}
+	err := s.read(ctx, "order counts", func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT state, count(*) FROM orders GROUP BY state`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				st string
+				n  int64
+			)
+			if err := rows.Scan(&st, &n); err != nil {
+				return err
+			}
+			counts[imagestore.OrderState(st)] = n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return counts, nil
+}
+
+// WebhookEventSeen reports whether the event id was recorded.
+func (s *Store) WebhookEventSeen(ctx context.Context, id string) (bool, error) {
+	var seen bool
+	err := s.read(ctx, "webhook event seen", func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = ?)`, id).Scan(&seen)
+	})
+	return seen, err
+}
+
+// RecordWebhookEvent inserts the event unless its id is recorded; the
+// first record is kept.
+func (s *Store) RecordWebhookEvent(ctx context.Context, ev imagestore.WebhookEvent) error {
+	at, err := createdNanos(ev.At)
+	if err != nil {
+		return fmt.Errorf("sqlite: record webhook event: %w", err)
+	}
+	if ev.ID == "" {
+		return errors.New("sqlite: record webhook event: id missing")
+	}
+	return s.write(ctx, "record webhook event", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `
+INSERT INTO webhook_events (id, type, result, at) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+			ev.ID, ev.Type, ev.Result, at)
+		return err
+	})
+}

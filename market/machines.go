@@ -1,0 +1,455 @@
+package market
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/vmshelf/vmshelf/billing"
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/apierr"
+)
+
+// The VM market's limits. SPEC fixes capacity and quantity; the price
+// bounds keep a total (≤ 10 × the price) far inside Stripe's maximum
+// charge and above its minimum; the open-listing and unpaid-order bounds
+// stop one tenant from filling the store or holding every listing's
+// capacity with checkouts it never pays.
+const (
+	minUnitPrice       = 50        // cents: Stripe's minimum charge in EUR and USD
+	maxUnitPrice       = 1_000_000 // 10 000.00 a replica-month
+	minCapacity        = 1
+	maxCapacity        = 50
+	minQuantity        = 1
+	maxQuantity        = 10
+	maxOpenListings    = 10 // per host
+	maxUnpaidOrders    = 3  // per buyer, awaiting payment at once
+	maxUserData        = 16 << 10
+	maxOrderNameLength = 63 // a DNS label
+)
+
+// Defaults of the checkout's timing.
+const (
+	// DefaultCheckoutTTL is how long a Checkout Session stays payable:
+	// Stripe's minimum of 30 minutes, plus one so that the time between
+	// building the request and Stripe's own check never takes it below.
+	DefaultCheckoutTTL = 31 * time.Minute
+	// DefaultCheckoutGrace is how long after the session's expiry the
+	// sweeper waits for Stripe's checkout.session.expired before it asks
+	// Stripe itself and releases the reservation.
+	DefaultCheckoutGrace = 10 * time.Minute
+)
+
+var (
+	errNotOffered = apierr.New(http.StatusConflict, "notOffered",
+		"this edge does not offer virtual machines (it runs without --vms-enable)")
+	errPaymentsUnavailable = apierr.New(http.StatusServiceUnavailable, "paymentsUnavailable",
+		"this edge cannot take payments now: its Stripe keys are not configured")
+	errNotHosting = apierr.New(http.StatusConflict, "notHosting",
+		"only a box in the mesh that shares its disk and hosts VMs (host-vms on, with an appliance node) can list machines")
+	errNoPayoutAccount = apierr.New(http.StatusConflict, "noPayoutAccount",
+		"this box has no Stripe account that can receive payouts (its transfers capability is not active)")
+	errListingUnknown = apierr.New(http.StatusNotFound, "listingUnknown",
+		"there is no such listing")
+	errNoCapacity = apierr.New(http.StatusConflict, "noCapacity",
+		"the listing does not have that many replicas free")
+	errOwnListing = apierr.New(http.StatusConflict, "ownListing",
+		"a box cannot order machines from its own listing")
+	errTooManyListings = apierr.New(http.StatusConflict, "tooManyListings",
+		"this box already has "+strconv.Itoa(maxOpenListings)+" open listings; close one first")
+	errTooManyUnpaid = apierr.New(http.StatusConflict, "tooManyUnpaidOrders",
+		"this box already has "+strconv.Itoa(maxUnpaidOrders)+" orders awaiting payment; pay or let one expire first")
+	errHostGone = apierr.New(http.StatusConflict, "notHosting",
+		"the listing's host no longer hosts machines or has no payout account")
+)
+
+// stripeUnavailable is the 503 of a Stripe call that got no answer; the
+// client may retry.
+func stripeUnavailable(w http.ResponseWriter, err error) error {
+	w.Header().Set("Retry-After", "30")
+	return apierr.Wrap(err, http.StatusServiceUnavailable, "paymentsUnavailable",
+		"the payment provider did not answer; try again in a minute")
+}
+
+// machinesUnavailable is why tenant t cannot use the VM market, or nil:
+// not sharing, VMs not offered, or (payments) no Stripe keys. Status
+// reports it as available:false; every machine action is refused with it
+// before anything else is looked at.
+func (s *Server) machinesUnavailable(t imagestore.Tenant, payments bool) *apierr.Error {
+	switch {
+	case !t.Sharing:
+		return errNotSharing
+	case !s.cfg.VMsEnabled:
+		return errNotOffered
+	case payments && s.cfg.Payments == nil:
+		return errPaymentsUnavailable
+	}
+	return nil
+}
+
+// machineRoute is a tenant route of the VM market: after the tenant's
+// token, its availability is decided before the body is read. payments
+// says whether the action needs Stripe (closing a listing does not).
+func (s *Server) machineRoute(payments bool, h func(http.ResponseWriter, *http.Request, imagestore.Tenant)) http.HandlerFunc {
+	return s.tenantRoute(func(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
+		if e := s.machinesUnavailable(t, payments); e != nil {
+			s.fail(w, r, e)
+			return
+		}
+		h(w, r, t)
+	})
+}
+
+// listingInfo is a listing as its host sees it (and the 201 of a new one).
+type listingInfo struct {
+	ListingID string    `json:"listing_id"`
+	UnitPrice int64     `json:"unit_price"`
+	Currency  string    `json:"currency"`
+	Capacity  int       `json:"capacity"`
+	Reserved  int       `json:"reserved"`
+	Running   int       `json:"running"`
+	Free      int       `json:"free"`
+	Open      bool      `json:"open"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func listingOf(l imagestore.Listing) listingInfo {
+	return listingInfo{ListingID: l.ID, UnitPrice: l.UnitPrice, Currency: l.Currency, Capacity: l.Capacity,
+		Reserved: l.Reserved, Running: l.Running, Free: l.Free(), Open: l.Open(), CreatedAt: l.CreatedAt.UTC()}
+}
+
+type listingRequest struct {
+	UnitPrice int64 `json:"unit_price"`
+	Capacity  int   `json:"capacity"`
+}
+
+// createListing is POST /market/vms/listings: a host offers capacity
+// replicas at unit_price cents a replica-month.
+func (s *Server) createListing(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
+	var req listingRequest
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	switch {
+	case req.UnitPrice < minUnitPrice || req.UnitPrice > maxUnitPrice:
+		s.fail(w, r, badRequest(fmt.Sprintf("unit_price must be %d to %d (minor units, e.g. cents, per replica-month)", minUnitPrice, maxUnitPrice)))
+		return
+	case req.Capacity < minCapacity || req.Capacity > maxCapacity:
+		s.fail(w, r, badRequest(fmt.Sprintf("capacity must be %d to %d replicas", minCapacity, maxCapacity)))
+		return
+	}
+	if err := s.checkHost(r.Context(), w, t); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	own, err := s.st.Listings(r.Context(), t.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	open := 0
+	for _, l := range own {
+		if l.Open() {
+			open++
+		}
+	}
+	if open >= maxOpenListings {
+		s.fail(w, r, errTooManyListings)
+		return
+	}
+	l, err := s.st.CreateListing(r.Context(), imagestore.Listing{ID: imagestore.NewListingID(), HostID: t.ID,
+		UnitPrice: req.UnitPrice, Currency: s.cfg.Currency, Capacity: req.Capacity, CreatedAt: s.cfg.Now().UTC()})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("listing created", "listing_id", l.ID, "host", t.Name, "unit_price", l.UnitPrice, "capacity", l.Capacity)
+	s.writeJSON(w, r, http.StatusCreated, listingOf(l))
+}
+
+// checkHost is nil when t may host: in the mesh, sharing, hosting with an
+// appliance node, and with a Stripe account whose transfers capability is
+// active — asked from Stripe, since only Stripe knows. Stripe's "no" (no
+// such account, not connected to this platform) is noPayoutAccount; no
+// answer is a 503, never a "no".
+func (s *Server) checkHost(ctx context.Context, w http.ResponseWriter, t imagestore.Tenant) error {
+	if !t.InMesh || !t.HostsVMs || t.Appliance == "" {
+		return errNotHosting
+	}
+	if t.StripeAccount == "" {
+		return errNoPayoutAccount
+	}
+	ok, err := s.cfg.Payments.TransfersActive(ctx, t.StripeAccount)
+	switch {
+	case errors.Is(err, billing.ErrUnavailable):
+		return stripeUnavailable(w, err)
+	case err != nil: // not found, refused, malformed id: Stripe's answer
+		return apierr.Wrap(err, http.StatusConflict, "noPayoutAccount", errNoPayoutAccount.Msg)
+	case !ok:
+		return errNoPayoutAccount
+	}
+	return nil
+}
+
+type closeListingRequest struct {
+	ListingID string `json:"listing_id"`
+}
+
+// closeListing is POST /market/vms/listings/close: the host takes no more
+// orders on the listing; orders already placed go on.
+func (s *Server) closeListing(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
+	var req closeListingRequest
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	err := s.st.CloseListing(r.Context(), t.ID, req.ListingID, s.cfg.Now().UTC())
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound):
+		s.fail(w, r, errListingUnknown) // another host's listing looks the same
+		return
+	case err != nil:
+		s.fail(w, r, err)
+		return
+	}
+	l, err := s.st.Listing(r.Context(), req.ListingID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("listing closed", "listing_id", l.ID, "host", t.Name)
+	s.writeJSON(w, r, http.StatusOK, listingOf(l))
+}
+
+type orderRequest struct {
+	ListingID string `json:"listing_id"`
+	Quantity  int    `json:"quantity"`
+	Image     string `json:"image"`
+	Name      string `json:"name"`
+	UserData  string `json:"user_data"`
+}
+
+type orderAnswer struct {
+	OrderID     string                `json:"order_id"`
+	State       imagestore.OrderState `json:"state"`
+	CheckoutURL string                `json:"checkout_url"`
+	// ExpiresAt is when the checkout stops taking the payment.
+	ExpiresAt time.Time `json:"expires_at"`
+	Total     int64     `json:"total"`
+	Currency  string    `json:"currency"`
+}
+
+// dnsLabel is an RFC 1123 label in lower case, as Kubernetes names want.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// createOrder is POST /market/vms/orders: the buyer reserves quantity
+// replicas of a listing and gets a Stripe Checkout to pay them. The
+// reservation and the order are one store transaction; the checkout comes
+// after it, and an order whose checkout could not be opened is cancelled
+// at once, so its capacity is back.
+func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
+	var req orderRequest
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := checkOrderRequest(req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	kind, err := s.orderImage(ctx, t, req.Image)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	l, err := s.st.Listing(ctx, req.ListingID)
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound):
+		s.fail(w, r, errListingUnknown)
+		return
+	case err != nil:
+		s.fail(w, r, err)
+		return
+	case l.HostID == t.ID:
+		s.fail(w, r, errOwnListing)
+		return
+	}
+	host, err := s.st.TenantByID(ctx, l.HostID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// The host may have stopped hosting since it listed; a payment to it
+	// now would run no machine.
+	if !canHost(host) {
+		s.fail(w, r, errHostGone)
+		return
+	}
+	unpaid := 0
+	mine, err := s.st.Orders(ctx, t.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, o := range mine {
+		if o.State == imagestore.OrderAwaitingPayment {
+			unpaid++
+		}
+	}
+	if unpaid >= maxUnpaidOrders {
+		s.fail(w, r, errTooManyUnpaid)
+		return
+	}
+
+	now := s.cfg.Now().UTC()
+	total := l.UnitPrice * int64(req.Quantity)
+	fee, _ := billing.Split(total)
+	expires := now.Add(s.cfg.CheckoutTTL)
+	o := imagestore.Order{
+		ID: imagestore.NewOrderID(), ListingID: l.ID, BuyerID: t.ID, HostID: l.HostID,
+		Quantity: req.Quantity, ImageKind: kind, Image: req.Image, Name: req.Name,
+		UnitPrice: l.UnitPrice, Total: total, Fee: fee, Currency: l.Currency, Destination: host.StripeAccount,
+		State: imagestore.OrderAwaitingPayment, ReserveUntil: expires.Add(s.cfg.CheckoutGrace), CreatedAt: now,
+	}
+	switch err := s.st.CreateOrder(ctx, o, req.UserData); {
+	case errors.Is(err, imagestore.ErrNoCapacity):
+		s.fail(w, r, apierr.Wrap(err, http.StatusConflict, "noCapacity",
+			fmt.Sprintf("the listing has fewer than %d replicas free (or is closed)", req.Quantity)))
+		return
+	case errors.Is(err, imagestore.ErrOwnListing):
+		s.fail(w, r, errOwnListing)
+		return
+	case errors.Is(err, imagestore.ErrNotFound):
+		s.fail(w, r, errListingUnknown)
+		return
+	case err != nil:
+		s.fail(w, r, err)
+		return
+	}
+	s.metrics.ordersPlaced.Inc()
+
+	// The order holds its capacity now. Whatever happens to the request,
+	// the checkout is opened (or the order cancelled) to the end.
+	cctx := context.WithoutCancel(ctx)
+	sess, err := s.cfg.Payments.CreateCheckout(cctx, s.checkoutFor(o, host.Name, expires))
+	if err != nil {
+		s.cancel(cctx, o.ID, "checkoutFailed", err)
+		switch {
+		case errors.Is(err, billing.ErrUnavailable):
+			s.fail(w, r, stripeUnavailable(w, err))
+		case errors.Is(err, billing.ErrGate):
+			s.fail(w, r, fmt.Errorf("order %s: the payment gate refused the checkout we built: %w", o.ID, err))
+		default:
+			s.fail(w, r, apierr.Wrap(err, http.StatusBadGateway, "paymentRefused",
+				"the payment provider refused to open the checkout; the order is cancelled"))
+		}
+		return
+	}
+	if err := s.st.SetCheckout(cctx, o.ID, sess.ID, sess.URL); err != nil {
+		// The session exists but the order does not know it: the webhook
+		// still finds the order by its metadata, and the sweeper releases
+		// it if it is never paid.
+		s.fail(w, r, fmt.Errorf("order %s: record its checkout: %w", o.ID, err))
+		return
+	}
+	s.log.Info("order placed", "order_id", o.ID, "buyer", t.Name, "listing_id", l.ID,
+		"quantity", o.Quantity, "total", o.Total, "fee", o.Fee)
+	s.writeJSON(w, r, http.StatusCreated, orderAnswer{OrderID: o.ID, State: o.State, CheckoutURL: sess.URL,
+		ExpiresAt: expires, Total: o.Total, Currency: o.Currency})
+}
+
+// checkOrderRequest checks what an order request says by itself.
+func checkOrderRequest(req orderRequest) error {
+	switch {
+	case req.Quantity < minQuantity || req.Quantity > maxQuantity:
+		return badRequest(fmt.Sprintf("quantity must be %d to %d", minQuantity, maxQuantity))
+	case len(req.Name) > maxOrderNameLength || !dnsLabel.MatchString(req.Name):
+		return badRequest("name must be a DNS label: 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
+	case req.ListingID == "":
+		return badRequest("listing_id is required")
+	case req.Image == "":
+		return badRequest("image is required: a catalogue id or one of this box's upload_ids")
+	}
+	if ud := req.UserData; ud != "" {
+		switch {
+		case len(ud) > maxUserData:
+			return badRequest("user_data must be at most 16 KiB")
+		case !utf8.ValidString(ud):
+			return badRequest("user_data must be UTF-8 text")
+		case !strings.HasPrefix(ud, "#cloud-config") && !strings.HasPrefix(ud, "#!"):
+			return badRequest("user_data must start with #cloud-config or #! (a cloud-init config or a script)")
+		}
+	}
+	return nil
+}
+
+// orderImage says what image names: a catalogue id, or one of t's own
+// images (by upload_id). Anything else, another box's image included, is
+// imageUnknown.
+func (s *Server) orderImage(ctx context.Context, t imagestore.Tenant, image string) (imagestore.ImageKind, error) {
+	if _, ok := s.cfg.Catalogue.Lookup(image); ok {
+		return imagestore.ImageCatalogue, nil
+	}
+	if !imagestore.ValidUploadID(image) {
+		return "", errImageUnknown
+	}
+	img, err := s.st.Image(ctx, image)
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound) || err == nil && img.TenantID != t.ID:
+		return "", errImageUnknown
+	case err != nil:
+		return "", err
+	}
+	return imagestore.ImageUpload, nil
+}
+
+// checkoutFor is the Checkout of order o: what CreateCheckout opens and
+// what a session must match before the order counts as paid.
+func (s *Server) checkoutFor(o imagestore.Order, host string, expires time.Time) billing.Checkout {
+	return billing.Checkout{
+		OrderID:     o.ID,
+		Description: fmt.Sprintf("VM replica-month on %s (order %s)", host, o.ID),
+		Currency:    o.Currency, UnitAmount: o.UnitPrice, Quantity: o.Quantity,
+		Fee: o.Fee, Destination: o.Destination,
+		SuccessURL: returnURL(s.cfg.CheckoutReturnURL, o.ID, "success"),
+		CancelURL:  returnURL(s.cfg.CheckoutReturnURL, o.ID, "cancelled"),
+		ExpiresAt:  expires,
+	}
+}
+
+// returnURL is base with the order and the checkout's outcome in its
+// query, so the page the buyer returns to can show the order.
+func returnURL(base, orderID, outcome string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return base // checked at start-up; the gate refuses it anyway
+	}
+	q := u.Query()
+	q.Set("order", orderID)
+	q.Set("checkout", outcome)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// cancel ends the reservation of an unpaid order, logging why.
+func (s *Server) cancel(ctx context.Context, orderID, reason string, cause error) {
+	err := s.st.CancelOrder(ctx, orderID, reason, s.cfg.Now().UTC())
+	attrs := []any{"order_id", orderID, "reason", reason}
+	if cause != nil {
+		attrs = append(attrs, "cause", logText(cause.Error()))
+	}
+	if err != nil {
+		s.log.Error("order not cancelled; the sweeper retries", append(attrs, "err", err.Error())...)
+		return
+	}
+	s.log.Info("order cancelled", attrs...)
+}

@@ -1,0 +1,298 @@
+package market
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/vmshelf/vmshelf/billing"
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/apierr"
+)
+
+// maxWebhookBody caps a Stripe event: Stripe's own are a few KiB, and the
+// route is the only one of the control plane a stranger may post to.
+const maxWebhookBody = 1 << 20
+
+// The Checkout Session events the market acts on; every other type is
+// acknowledged and ignored.
+const (
+	eventCompleted      = "checkout.session.completed"
+	eventAsyncSucceeded = "checkout.session.async_payment_succeeded"
+	eventAsyncFailed    = "checkout.session.async_payment_failed"
+	eventExpired        = "checkout.session.expired"
+)
+
+// What the webhook did with an event: the result label of
+// vmshelf_webhook_events_total and of the stored event.
+const (
+	resultPaid          = "paid"          // the order is paid now
+	resultAlreadyPaid   = "alreadyPaid"   // it was already (another event, the sweeper)
+	resultUnpaid        = "unpaid"        // completed, but the payment is still pending (async methods)
+	resultCancelled     = "cancelled"     // the unpaid order is cancelled, its capacity back
+	resultIgnored       = "ignored"       // a type we do not act on, or nothing left to do
+	resultDuplicate     = "duplicate"     // an event id handled before: nothing changes
+	resultUnknownOrder  = "unknownOrder"  // no order of ours: logged, never provisioned
+	resultInconsistent  = "inconsistent"  // amount, fee, destination or session do not match the order
+	resultPaidCancelled = "paidCancelled" // paid for an order already cancelled: refund by hand
+	resultRefused       = "refused"       // bad signature, stale, malformed: 400
+)
+
+var (
+	errWebhookNotConfigured = apierr.New(http.StatusServiceUnavailable, "webhookNotConfigured",
+		"this edge has no webhook signing secret (STRIPE_WEBHOOK_SECRET); events cannot be verified")
+	errBadSignature = apierr.New(http.StatusBadRequest, "badSignature",
+		"the Stripe-Signature header does not verify, or its timestamp is too old")
+	errWebhookTooLarge = apierr.New(http.StatusRequestEntityTooLarge, "tooLarge",
+		"the event is larger than 1 MiB")
+)
+
+type webhookAnswer struct {
+	Received bool   `json:"received"`
+	Result   string `json:"result"`
+}
+
+// webhook is POST /market/stripe/webhook. The body is read raw (the
+// signature covers its exact bytes), verified, and each event id handled
+// once: an event seen before is answered 200 and changes nothing. An event
+// only says which session to look at: the session is read again from
+// Stripe and checked against the order before the order counts as paid.
+// Failures Stripe should retry (Stripe or the store did not answer) are a
+// 5xx and are not recorded; every other outcome is a 200, so Stripe stops
+// resending, and is counted by result.
+func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.WebhookSecret == "" {
+		s.fail(w, r, errWebhookNotConfigured)
+		return
+	}
+	body, err := s.readWebhookBody(w, r)
+	if err != nil {
+		s.metrics.webhook("unknown", resultRefused)
+		s.fail(w, r, err)
+		return
+	}
+	ev, err := billing.ParseEvent(body, r.Header.Get("Stripe-Signature"), s.cfg.WebhookSecret, s.cfg.Now())
+	switch {
+	case errors.Is(err, billing.ErrBadSignature), errors.Is(err, billing.ErrStale):
+		s.metrics.webhook("unknown", resultRefused)
+		s.fail(w, r, apierr.Wrap(err, errBadSignature.Status, errBadSignature.Reason, errBadSignature.Msg))
+		return
+	case err != nil:
+		s.metrics.webhook("unknown", resultRefused)
+		s.fail(w, r, apierr.Wrap(err, http.StatusBadRequest, "badRequest", "the body is not a Stripe event"))
+		return
+	}
+	ctx := context.WithoutCancel(r.Context()) // Stripe hanging up must not cut a state change in half
+	seen, err := s.st.WebhookEventSeen(ctx, ev.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	result := resultDuplicate
+	if !seen {
+		if result, err = s.handleEvent(ctx, ev); err != nil {
+			if errors.Is(err, billing.ErrUnavailable) {
+				err = stripeUnavailable(w, err)
+			}
+			s.fail(w, r, err) // 5xx: Stripe retries
+			return
+		}
+		if err := s.st.RecordWebhookEvent(ctx, imagestore.WebhookEvent{ID: ev.ID, Type: ev.Type, Result: result, At: s.cfg.Now().UTC()}); err != nil {
+			// Handled but not remembered: a replay is handled again,
+			// which the state changes allow (each is idempotent).
+			s.log.Error("webhook event handled but not recorded", "event", ev.ID, "err", err.Error())
+		}
+	}
+	s.metrics.webhook(ev.Type, result)
+	s.log.Info("stripe event", "event", logText(ev.ID), "type", logText(ev.Type), "order_id", orderForLog(ev.OrderID), "result", result)
+	s.writeJSON(w, r, http.StatusOK, webhookAnswer{Received: true, Result: result})
+}
+
+// orderForLog is an event's order id for a log line: ours have a known
+// form (and are no secret); anything else is shown as such, not echoed.
+func orderForLog(id string) string {
+	if imagestore.ValidOrderID(id) {
+		return id
+	}
+	if id == "" {
+		return "none"
+	}
+	return "notOurs"
+}
+
+// readWebhookBody reads the raw event under its own cap and the control
+// plane's body deadline.
+func (s *Server) readWebhookBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > maxWebhookBody {
+		return nil, errWebhookTooLarge
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxWebhookBody))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, errWebhookTooLarge
+		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return nil, errRequestTimeout
+		}
+		return nil, badRequest("the request body could not be read")
+	}
+	bodyRead(w)
+	return body, nil
+}
+
+// handleEvent acts on one verified event and says what it did. An error
+// means "not now" (Stripe or the store did not answer): the event is not
+// recorded and Stripe sends it again.
+func (s *Server) handleEvent(ctx context.Context, ev billing.Event) (string, error) {
+	switch ev.Type {
+	case eventCompleted, eventAsyncSucceeded:
+		o, result, err := s.eventOrder(ctx, ev)
+		if result != "" || err != nil {
+			return result, err
+		}
+		sess, err := s.cfg.Payments.Session(ctx, ev.SessionID)
+		if err != nil {
+			if errors.Is(err, billing.ErrNotFound) || errors.Is(err, billing.ErrBadID) {
+				s.log.Error("stripe event names a session Stripe does not know; not provisioned",
+					"event", ev.ID, "order_id", o.ID, "err", err.Error())
+				return resultInconsistent, nil
+			}
+			return "", fmt.Errorf("re-read checkout session of order %s: %w", o.ID, err) // 503 when Stripe did not answer
+		}
+		return s.settle(ctx, o, sess)
+	case eventAsyncFailed, eventExpired:
+		o, result, err := s.eventOrder(ctx, ev)
+		if result != "" || err != nil {
+			return result, err
+		}
+		reason := "paymentFailed"
+		if ev.Type == eventExpired {
+			reason = "checkoutExpired"
+		}
+		return s.release(ctx, o, reason)
+	}
+	return resultIgnored, nil
+}
+
+// eventOrder finds the order a checkout event is about. A result instead
+// of an order means there is nothing to act on.
+func (s *Server) eventOrder(ctx context.Context, ev billing.Event) (imagestore.Order, string, error) {
+	if s.cfg.Payments == nil {
+		return imagestore.Order{}, "", errPaymentsUnavailable // 503: Stripe retries once keys are set
+	}
+	o, err := s.st.Order(ctx, ev.OrderID)
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound) || ev.OrderID == "":
+		s.log.Error("stripe event for no order of this edge; not provisioned", "event", ev.ID, "type", logText(ev.Type))
+		return o, resultUnknownOrder, nil
+	case err != nil:
+		return o, "", err
+	case o.CheckoutID != "" && o.CheckoutID != ev.SessionID:
+		s.log.Error("stripe event names another checkout session than the order's; not provisioned",
+			"event", ev.ID, "order_id", o.ID)
+		return o, resultInconsistent, nil
+	}
+	return o, "", nil
+}
+
+// settle marks o paid if sess is its paid destination charge: the total,
+// the platform's half and the host's account exactly as the order says.
+// Anything else is refused, logged and counted, and never provisioned.
+func (s *Server) settle(ctx context.Context, o imagestore.Order, sess billing.Session) (string, error) {
+	err := sess.PaidFor(s.checkoutFor(o, "", time.Time{}))
+	switch {
+	case errors.Is(err, billing.ErrNotPaid):
+		return resultUnpaid, nil // an async method: its own event follows
+	case err != nil:
+		s.log.Error("checkout session does not match its order; not provisioned",
+			"order_id", o.ID, "session", sess.ID, "err", err.Error())
+		return resultInconsistent, nil
+	}
+	now := s.cfg.Now().UTC()
+	switch err := s.st.MarkOrderPaid(ctx, o.ID, now, now.AddDate(0, 1, 0)); {
+	case errors.Is(err, imagestore.ErrOrderState):
+		s.log.Error("payment for an order already cancelled: its capacity may be gone; refund it in Stripe",
+			"order_id", o.ID, "session", sess.ID)
+		return resultPaidCancelled, nil
+	case err != nil:
+		return "", err
+	}
+	if o.State != imagestore.OrderAwaitingPayment {
+		return resultAlreadyPaid, nil
+	}
+	s.log.Info("order paid", "order_id", o.ID, "total", o.Total, "fee", o.Fee)
+	if s.cfg.OnPaid != nil {
+		s.cfg.OnPaid(o.ID)
+	}
+	return resultPaid, nil
+}
+
+// release cancels the unpaid order o with reason; a paid one stays paid.
+func (s *Server) release(ctx context.Context, o imagestore.Order, reason string) (string, error) {
+	switch err := s.st.CancelOrder(ctx, o.ID, reason, s.cfg.Now().UTC()); {
+	case errors.Is(err, imagestore.ErrOrderState):
+		return resultIgnored, nil
+	case err != nil:
+		return "", err
+	}
+	if o.State == imagestore.OrderCancelled {
+		return resultIgnored, nil
+	}
+	s.log.Info("order cancelled", "order_id", o.ID, "reason", reason)
+	return resultCancelled, nil
+}
+
+// sweepCheckouts ends the reservations Stripe never reported on: for
+// every unpaid order past its ReserveUntil, the session is expired at
+// Stripe (so it can no longer be paid) and the order settled by what
+// Stripe answers — paid if the buyer paid first, else cancelled. An order
+// whose checkout never opened is cancelled at once. When Stripe does not
+// answer, the order stays as it is until the next sweep: "could not ask"
+// is never "not paid".
+func (s *Server) sweepCheckouts(ctx context.Context) {
+	overdue, err := s.st.OverdueOrders(ctx, s.cfg.Now().UTC())
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("listing overdue checkouts failed", "err", err.Error())
+		}
+		return
+	}
+	for _, o := range overdue {
+		if ctx.Err() != nil {
+			return
+		}
+		if o.CheckoutID == "" {
+			s.cancel(ctx, o.ID, "checkoutFailed", nil)
+			continue
+		}
+		if s.cfg.Payments == nil {
+			continue // keys removed since: cannot ask, so cannot release
+		}
+		sess, err := s.cfg.Payments.ExpireSession(ctx, o.CheckoutID)
+		switch {
+		case errors.Is(err, billing.ErrNotFound):
+			s.cancel(ctx, o.ID, "checkoutExpired", err) // Stripe's own word: no such session
+			continue
+		case err != nil:
+			s.log.Warn("overdue checkout: Stripe did not settle it; retried at the next sweep",
+				"order_id", o.ID, "err", err.Error())
+			continue
+		}
+		var result string
+		if sess.Status == billing.StatusComplete {
+			result, err = s.settle(ctx, o, sess)
+		} else {
+			result, err = s.release(ctx, o, "checkoutExpired")
+		}
+		if err != nil {
+			s.log.Warn("overdue checkout not settled; retried at the next sweep", "order_id", o.ID, "err", err.Error())
+			continue
+		}
+		s.log.Info("overdue checkout settled", "order_id", o.ID, "result", result)
+	}
+}
