@@ -18,12 +18,19 @@ import (
 	"github.com/vmshelf/vmshelf/internal/apierr"
 )
 
-// handleFetch is GET|HEAD /market/vm-images/fetch/{token}, what CDI's
-// importer (nbdkit curl, qemu-img's http driver) reads images with: it needs
-// Content-Length, Accept-Ranges and exact 206 answers to its range reads.
-func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
+// handleFetch is GET|HEAD /market/vm-images/fetch/{token} and, with the
+// token in Authorization, /market/vm-images/fetch/{upload_id} (see
+// fetchCapability): what CDI's importer (nbdkit curl, qemu-img's http
+// driver) reads images with. It needs Content-Length, Accept-Ranges and
+// exact 206 answers to its range reads.
+func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	start := g.cfg.Now()
-	img, blob, aerr := g.openForToken(ctx, token)
+	fc, aerr := fetchCapabilityOf(ctx, last)
+	var img imagestore.Image
+	var blob imagestore.Blob
+	if aerr == nil {
+		img, blob, aerr = g.openForToken(ctx, fc)
+	}
 	if aerr != nil {
 		g.refused(dirFetch, aerr)
 		writeError(ctx, aerr)
@@ -69,7 +76,7 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 	var release func()
 	if !ctx.IsHead() {
 		var aerr *apierr.Error
-		if release, aerr = g.acquireFetchSlot(ctx, token); aerr != nil {
+		if release, aerr = g.acquireFetchSlot(ctx, fc.token); aerr != nil {
 			blob.Close()
 			g.refused(dirFetch, aerr)
 			writeError(ctx, aerr)
@@ -95,7 +102,7 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, token string) {
 }
 
 // openForToken resolves a fetch token to its image and opens the bytes.
-func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, token string) (imagestore.Image, imagestore.Blob, *apierr.Error) {
+func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability) (imagestore.Image, imagestore.Blob, *apierr.Error) {
 	now := g.cfg.Now()
 	// The limiter is asked only once the token missed: a valid token is
 	// always served, whoever else guessed from the same address.
@@ -105,17 +112,23 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, token string) (imagesto
 		}
 		return apierr.New(fasthttp.StatusNotFound, "tokenUnknown", "no such fetch token, or it was revoked or has expired")
 	}
-	if !isSecretShape(token) {
+	if !isSecretShape(fc.token) {
 		return imagestore.Image{}, nil, unknown()
 	}
 	octx, cancel := op()
 	defer cancel()
-	img, err := g.store.ImageForToken(octx, imagestore.HashSecret(token), now)
+	img, err := g.store.ImageForToken(octx, imagestore.HashSecret(fc.token), now)
 	if errors.Is(err, imagestore.ErrNotFound) {
 		return imagestore.Image{}, nil, unknown()
 	}
 	if err != nil {
 		return imagestore.Image{}, nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the token up")
+	}
+	// The header form names its image: a token of another image is as
+	// useless there as an unknown one, and answered (and counted) alike.
+	// Upload ids are names, not secrets: a plain compare is right.
+	if fc.uploadID != "" && img.UploadID != fc.uploadID {
+		return imagestore.Image{}, nil, unknown()
 	}
 	blob, err := g.blobs.Open(octx, img.UploadID)
 	if err != nil {

@@ -14,12 +14,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// holdFetch starts a whole GET of url and reads its first MiB, then stops:
-// the server is blocked on a full socket and the fetch holds its slot.
-// finish reads the rest and checks it.
-func holdFetch(t *testing.T, url string, data []byte) (finish func()) {
+// holdFetch starts a whole GET of url (with the header pairs in hdr) and
+// reads its first MiB, then stops: the server is blocked on a full socket
+// and the fetch holds its slot. finish reads the rest and checks it.
+func holdFetch(t *testing.T, url string, data []byte, hdr ...string) (finish func()) {
 	t.Helper()
-	resp, err := testClient.Get(url)
+	req := newRequest(t, http.MethodGet, url, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := testClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

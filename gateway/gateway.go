@@ -217,7 +217,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	return g.srv.ShutdownWithContext(ctx)
 }
 
-// route dispatches on exact path shapes: a capability is the last path
+// route dispatches on exact path shapes: a capability (or, for the fetch
+// route's header form, the upload id its token must name) is the last path
 // segment and nothing else is accepted.
 func (g *Gateway) route(ctx *fasthttp.RequestCtx) {
 	if aerr := badFraming(ctx); aerr != nil {
@@ -379,11 +380,12 @@ func (g *Gateway) tooManyMisses(ctx *fasthttp.RequestCtx) *apierr.Error {
 }
 
 // redactingLogger keeps capabilities out of fasthttp's own log lines (they
-// can quote a request URI, and URIs carry tickets and tokens).
+// can quote a request head: URIs carry tickets and tokens, Authorization
+// headers fetch tokens).
 type redactingLogger struct{ log *slog.Logger }
 
 func (l redactingLogger) Printf(format string, args ...any) {
-	l.log.Warn(logsample.Redact(fmt.Sprintf(format, args...)), "component", "fasthttp")
+	l.log.Warn(redactHead(fmt.Sprintf(format, args...)), "component", "fasthttp")
 }
 
 // isTimeout reports whether err is a deadline that passed: the idle timeout.

@@ -35,7 +35,8 @@ func (g *Gateway) logRefusal(ctx *fasthttp.RequestCtx, e *apierr.Error) {
 	attrs := []any{"status", e.Status, "reason", e.Reason, "method", string(ctx.Method()),
 		"path", logsample.Redact(string(ctx.Path())), "remote", g.clientAddr(ctx)}
 	if e.Err != nil {
-		attrs = append(attrs, "err", logsample.Redact(e.Err.Error()))
+		// fasthttp's errors quote the request head, headers included.
+		attrs = append(attrs, "err", redactHead(e.Err.Error()))
 	}
 	g.log.Log(context.Background(), level, "refused", attrs...)
 }
