@@ -225,6 +225,11 @@ type Store interface {
 	// ImageForToken returns the image a valid token names; ErrNotFound when
 	// the token is unknown, revoked or expired at now.
 	ImageForToken(ctx context.Context, token Hash, now time.Time) (Image, error)
+	// RevokeOrderTokens revokes, at now, every fetch token of the order
+	// that is not revoked yet and returns how many there were (an unknown
+	// order has none). An empty orderID is an error: it would name the
+	// operators' tokens.
+	RevokeOrderTokens(ctx context.Context, orderID string, now time.Time) (int, error)
 
 	// StartSession consumes a ticket exactly as ConsumeTicket does and, in
 	// the same transaction, creates the upload session us (UploadID,

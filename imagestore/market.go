@@ -132,6 +132,40 @@ type Order struct {
 	// ExpiresAt is the end of the paid month; zero until paid.
 	ExpiresAt time.Time
 	EndedAt   time.Time // when it became expired or cancelled
+
+	// Note is the provisioner's word on a problem with the order (the
+	// cluster cannot be reached, an object could not be created), shown
+	// to the buyer; empty when there is none. It never carries a secret.
+	Note string
+}
+
+// The states a replica is reported in (ReplicaState.State): the machines
+// page's words, from the VirtualMachine's and its DataVolume's status.
+const (
+	ReplicaRunning   = "running"
+	ReplicaStarting  = "starting"
+	ReplicaImporting = "importing" // CDI copies the disk
+	ReplicaPaused    = "paused"
+	ReplicaStopped   = "stopped"
+	ReplicaFailed    = "failed"
+)
+
+// ReplicaStateNames lists every replica state.
+var ReplicaStateNames = []string{ReplicaRunning, ReplicaStarting, ReplicaImporting, ReplicaPaused, ReplicaStopped, ReplicaFailed}
+
+// ReplicaState is what the provisioner last saw of one replica of an
+// order.
+type ReplicaState struct {
+	Index int    // 0 .. Quantity-1
+	Name  string // the VirtualMachine: vm-<order>-<index>
+	State string // one of ReplicaStateNames
+	// Detail is what the state was read from: the VirtualMachine's
+	// printableStatus ("Running", "ErrImagePull"...) or the DataVolume's
+	// phase ("ImportInProgress", "Failed"...).
+	Detail string
+	// Progress is CDI's import progress ("42.50%") while importing.
+	Progress   string
+	ObservedAt time.Time
 }
 
 // WebhookEvent is a Stripe event the webhook handled, remembered by its id
@@ -213,7 +247,7 @@ type MarketStore interface {
 	// immutable once created, so a mismatch is the caller's bug (an
 	// error). A zero CreatedAt means now; ReserveUntil is required. The
 	// fields a state change sets (State, Reason, CheckoutID, CheckoutURL,
-	// PaidAt, ExpiresAt, EndedAt) are ignored.
+	// PaidAt, ExpiresAt, EndedAt) and Note are ignored.
 	CreateOrder(ctx context.Context, o Order, userData string) error
 	// SetCheckout records the Stripe Checkout Session of an order
 	// awaiting payment (again: the last call wins); ErrOrderState in any
@@ -248,7 +282,23 @@ type MarketStore interface {
 	// halted, its capacity returns to the listing. An expired order is
 	// left as it is and nil returned; an order awaiting payment or
 	// cancelled, or one whose month is not over at now, is ErrOrderState.
+	// Its fetch tokens stay valid: the provisioner revokes them
+	// (RevokeOrderTokens) once it has halted the replicas, which may
+	// still be importing.
 	ExpireOrder(ctx context.Context, id string, now time.Time) error
+	// SetOrderNote sets the provisioner's note on an order, in any state;
+	// "" clears it. ErrNotFound for an unknown order.
+	SetOrderNote(ctx context.Context, id, note string) error
+	// SetReplicaStates replaces the replica states stored for an order
+	// with states (none: forget them). Each index must be in 0 ..
+	// Quantity-1 and appear once, each state one of ReplicaStateNames;
+	// anything else is an error and changes nothing. ErrNotFound for an
+	// unknown order.
+	SetReplicaStates(ctx context.Context, orderID string, states []ReplicaState) error
+	// ReplicaStates returns the replica states stored for an order, by
+	// index (none: empty). ErrNotFound for an unknown order.
+	ReplicaStates(ctx context.Context, orderID string) ([]ReplicaState, error)
+
 	// OverdueOrders returns the orders awaiting payment whose
 	// ReserveUntil is at or before now, oldest first: the sweeper asks
 	// Stripe about each and cancels it.

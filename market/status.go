@@ -72,11 +72,19 @@ type orderInfo struct {
 	// empty without --vms-domain.
 	Address  string        `json:"address"`
 	Replicas []replicaInfo `json:"replicas"`
+	// Note is the provisioner's word on a problem with the order (the
+	// cluster cannot be reached, an object could not be made).
+	Note string `json:"note,omitempty"`
 }
 
+// replicaInfo is a replica as the provisioner last saw it: state is one
+// of imagestore.ReplicaStateNames; detail what KubeVirt or CDI said
+// ("ErrImagePull"), progress CDI's import progress while importing.
 type replicaInfo struct {
-	Name  string `json:"name"`
-	State string `json:"state"`
+	Name     string `json:"name"`
+	State    string `json:"state"`
+	Detail   string `json:"detail,omitempty"`
+	Progress string `json:"progress,omitempty"`
 }
 
 // sessionInfo is an open upload session as status shows it: offset is
@@ -178,17 +186,24 @@ func (s *Server) market(ctx context.Context, t imagestore.Tenant) ([]listingInfo
 	}
 	orders := make([]orderInfo, 0, len(mine))
 	for _, o := range mine {
-		orders = append(orders, s.orderOf(o, byID[o.HostID].Name))
+		var seen []imagestore.ReplicaState
+		if o.State == imagestore.OrderPaid || o.State == imagestore.OrderActive || o.State == imagestore.OrderExpired {
+			if seen, err = s.st.ReplicaStates(ctx, o.ID); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		orders = append(orders, s.orderOf(o, byID[o.HostID].Name, seen))
 	}
 	return listings, offers, orders, nil
 }
 
-// orderOf is o as its buyer sees it. Replica states come from the
-// provisioner; until it has seen a replica, a paid one is "starting".
-func (s *Server) orderOf(o imagestore.Order, host string) orderInfo {
+// orderOf is o as its buyer sees it, with the replica states the
+// provisioner stored (seen). A replica it has not seen yet is "starting"
+// while the order is paid or active, "stopped" once it expired.
+func (s *Server) orderOf(o imagestore.Order, host string, seen []imagestore.ReplicaState) orderInfo {
 	oi := orderInfo{OrderID: o.ID, ListingID: o.ListingID, Host: host, State: o.State, Reason: o.Reason,
 		Quantity: o.Quantity, Image: o.Image, ImageKind: o.ImageKind, Name: o.Name, Total: o.Total,
-		Currency: o.Currency, CreatedAt: o.CreatedAt.UTC(), Replicas: []replicaInfo{}}
+		Currency: o.Currency, CreatedAt: o.CreatedAt.UTC(), Replicas: []replicaInfo{}, Note: o.Note}
 	if !o.PaidAt.IsZero() {
 		paid, exp := o.PaidAt.UTC(), o.ExpiresAt.UTC()
 		oi.PaidAt, oi.ExpiresAt = &paid, &exp
@@ -199,17 +214,26 @@ func (s *Server) orderOf(o imagestore.Order, host string) orderInfo {
 	if s.cfg.VMsDomain != "" {
 		oi.Address = "vm-" + o.ID + "." + s.cfg.VMsDomain
 	}
-	state := ""
+	unseen := ""
 	switch o.State {
 	case imagestore.OrderPaid, imagestore.OrderActive:
-		state = "starting"
+		unseen = imagestore.ReplicaStarting
 	case imagestore.OrderExpired:
-		state = "stopped"
+		unseen = imagestore.ReplicaStopped
 	}
-	if state != "" {
-		for i := range o.Quantity {
-			oi.Replicas = append(oi.Replicas, replicaInfo{Name: fmt.Sprintf("vm-%s-%d", o.ID, i), State: state})
+	if unseen == "" {
+		return oi
+	}
+	byIndex := make(map[int]imagestore.ReplicaState, len(seen))
+	for _, rs := range seen {
+		byIndex[rs.Index] = rs
+	}
+	for i := range o.Quantity {
+		ri := replicaInfo{Name: fmt.Sprintf("vm-%s-%d", o.ID, i), State: unseen}
+		if rs, ok := byIndex[i]; ok {
+			ri.State, ri.Detail, ri.Progress = rs.State, rs.Detail, rs.Progress
 		}
+		oi.Replicas = append(oi.Replicas, ri)
 	}
 	return oi
 }
@@ -259,11 +283,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyAnswer is /readyz's 200. Machines says why the VM market cannot
-// take payments although --vms-enable is on (paymentsUnavailable: no
-// STRIPE_SECRET_KEY; webhookNotConfigured: no STRIPE_WEBHOOK_SECRET, so
-// no payment is ever confirmed). The edge is still ready: uploads,
-// fetches and everything else work, and taking it out of a load
-// balancer would stop those too.
+// take payments or run machines although --vms-enable is on
+// (paymentsUnavailable: no STRIPE_SECRET_KEY; webhookNotConfigured: no
+// STRIPE_WEBHOOK_SECRET, so no payment is ever confirmed;
+// clusterUnreachable: the provisioner cannot reach the Kubernetes API, so
+// paid orders wait). The edge is still ready: uploads, fetches and
+// everything else work, and taking it out of a load balancer would stop
+// those too.
 type readyAnswer struct {
 	Status   string `json:"status"`
 	Machines string `json:"machines,omitempty"`
@@ -277,6 +303,9 @@ func (s *Server) readiness() readyAnswer {
 		ans.Machines = errPaymentsUnavailable.Reason
 	case s.cfg.WebhookSecret == "":
 		ans.Machines = errWebhookNotConfigured.Reason
+	case s.cfg.ClusterReady != nil && s.cfg.ClusterReady() != nil:
+		// Why goes to the provisioner's log and the orders' notes.
+		ans.Machines = "clusterUnreachable"
 	}
 	return ans
 }

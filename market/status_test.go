@@ -2,10 +2,13 @@ package market
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 )
@@ -158,4 +161,128 @@ func TestReadyzFails(t *testing.T) {
 			t.Errorf("body %s should name the image storage and no path", r.body)
 		}
 	})
+}
+
+// TestStatusReplicaStates: status shows each replica as the provisioner
+// stored it, with its detail and import progress, and the order's note; a
+// replica the provisioner has not seen is "starting" while the order is
+// paid or active and "stopped" once it expired; an unpaid order has none.
+func TestStatusReplicaStates(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	_, host := e.host("host", "acct_1HostActive000001")
+	_, buyer := e.host("buyer", "")
+	listing := e.listing(host, 600, 10)
+	paid := e.placed(buyer, listing, 3).OrderID
+	expired := e.placed(buyer, listing, 2).OrderID
+	unpaid := e.placed(buyer, listing, 1).OrderID
+	month := t0.Add(30 * 24 * time.Hour)
+	for _, id := range []string{paid, expired} {
+		if err := e.st.MarkOrderPaid(ctx, id, t0, month); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byID := func(st statusAnswer) map[string]orderInfo {
+		m := map[string]orderInfo{}
+		for _, o := range st.Orders {
+			m[o.OrderID] = o
+		}
+		return m
+	}
+	check := func(when string, o orderInfo, note string, want ...replicaInfo) {
+		t.Helper()
+		if o.Note != note {
+			t.Errorf("%s: note %q, want %q", when, o.Note, note)
+		}
+		if len(o.Replicas) != len(want) {
+			t.Fatalf("%s: replicas %+v, want %+v", when, o.Replicas, want)
+		}
+		for i := range want {
+			if o.Replicas[i] != want[i] {
+				t.Errorf("%s: replica %d = %+v, want %+v", when, i, o.Replicas[i], want[i])
+			}
+		}
+	}
+	starting := func(id string, i int) replicaInfo {
+		return replicaInfo{Name: fmt.Sprintf("vm-%s-%d", id, i), State: "starting"}
+	}
+
+	// Nothing stored yet.
+	orders := byID(e.statusOf(buyer))
+	check("paid, unseen", orders[paid], "", starting(paid, 0), starting(paid, 1), starting(paid, 2))
+	check("unpaid", orders[unpaid], "")
+
+	// The provisioner saw two of three replicas and has a problem.
+	err := e.st.SetReplicaStates(ctx, paid, []imagestore.ReplicaState{
+		{Index: 2, Name: "vm-" + paid + "-2", State: imagestore.ReplicaFailed, Detail: "ErrImagePull", ObservedAt: t0},
+		{Index: 0, Name: "vm-" + paid + "-0", State: imagestore.ReplicaImporting, Detail: "ImportInProgress", Progress: "42.50%", ObservedAt: t0},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const note = "making the VirtualMachine vm-x-1: forbidden"
+	if err := e.st.SetOrderNote(ctx, paid, note); err != nil {
+		t.Fatal(err)
+	}
+	r := e.post("/market/vms/status", buyer, "")
+	orders = byID(e.statusOf(buyer))
+	check("paid, two seen", orders[paid], note,
+		replicaInfo{Name: "vm-" + paid + "-0", State: "importing", Detail: "ImportInProgress", Progress: "42.50%"},
+		starting(paid, 1),
+		replicaInfo{Name: "vm-" + paid + "-2", State: "failed", Detail: "ErrImagePull"})
+	if !strings.Contains(string(r.body), `"note":"`+note+`"`) || !strings.Contains(string(r.body), `"progress":"42.50%"`) {
+		t.Errorf("status body lacks the note or the progress: %s", r.body)
+	}
+
+	// Expired: the stored states, or stopped where none.
+	if err := e.st.MarkOrderActive(ctx, expired); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.ExpireOrder(ctx, expired, month); err != nil {
+		t.Fatal(err)
+	}
+	orders = byID(e.statusOf(buyer))
+	check("expired, unseen", orders[expired], "",
+		replicaInfo{Name: "vm-" + expired + "-0", State: "stopped"}, replicaInfo{Name: "vm-" + expired + "-1", State: "stopped"})
+	err = e.st.SetReplicaStates(ctx, expired, []imagestore.ReplicaState{
+		{Index: 1, Name: "vm-" + expired + "-1", State: imagestore.ReplicaStopped, Detail: "Halted", ObservedAt: month},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders = byID(e.statusOf(buyer))
+	check("expired, halted", orders[expired], "",
+		replicaInfo{Name: "vm-" + expired + "-0", State: "stopped"}, replicaInfo{Name: "vm-" + expired + "-1", State: "stopped", Detail: "Halted"})
+}
+
+// TestReadyzCluster: with --vms-enable, /readyz stays 200 and says
+// clusterUnreachable while the provisioner cannot reach the cluster; the
+// reason itself is not in the answer. The Stripe reasons come first: they
+// stop every order before a cluster is needed.
+func TestReadyzCluster(t *testing.T) {
+	unreachable := func() error { return errors.New("dial tcp 127.0.0.1:6443: connection refused") }
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"unreachable", func(c *Config) { c.ClusterReady = unreachable }, "clusterUnreachable"},
+		{"reachable", func(c *Config) { c.ClusterReady = func() error { return nil } }, ""},
+		{"no provisioner", func(c *Config) { c.ClusterReady = nil }, ""},
+		{"vms off", func(c *Config) { c.VMsEnabled = false; c.ClusterReady = unreachable }, ""},
+		{"no stripe key first", func(c *Config) { c.Payments = nil; c.ClusterReady = unreachable }, "paymentsUnavailable"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, c.mod)
+			r := e.do(http.MethodGet, "/readyz", "", nil)
+			var got readyAnswer
+			decode(t, r, &got)
+			if r.status != http.StatusOK || got.Status != "ok" || got.Machines != c.want {
+				t.Errorf("/readyz %d %s, want 200 with machines %q", r.status, r.body, c.want)
+			}
+			if strings.Contains(string(r.body), "6443") {
+				t.Errorf("/readyz tells the cause: %s", r.body)
+			}
+		})
+	}
 }

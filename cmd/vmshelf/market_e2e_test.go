@@ -98,6 +98,7 @@ type marketOrder struct {
 	ExpiresAt   *time.Time `json:"expires_at"`
 	CheckoutURL string     `json:"checkout_url"`
 	Address     string     `json:"address"`
+	Note        string     `json:"note"`
 	Replicas    []struct {
 		Name  string `json:"name"`
 		State string `json:"state"`
@@ -245,8 +246,10 @@ func TestE2EMarketFlow(t *testing.T) {
 	s.secret(whsec)
 	var seen answers
 
-	if code, body := s.readyz(t); code != http.StatusOK || strings.Contains(string(body), "machines") {
-		t.Errorf("/readyz with both Stripe secrets: %d %s, want 200 without a machines reason", code, body)
+	// No cluster here (no --kubeconfig, not in one): the provisioner
+	// says so, the market works.
+	if code, body := s.readyz(t); code != http.StatusOK || !strings.Contains(string(body), `"machines":"clusterUnreachable"`) {
+		t.Errorf("/readyz with both Stripe secrets and no cluster: %d %s, want 200 with machines clusterUnreachable", code, body)
 	}
 
 	host := addHost(t, s, "host", account)
@@ -354,6 +357,15 @@ func TestE2EMarketFlow(t *testing.T) {
 	}
 	if want := "vm-" + o.OrderID + ".vms.example.org"; so.Address != want {
 		t.Errorf("address %q, want %q (--vms-domain)", so.Address, want)
+	}
+	// The payment kicked the provisioner, which has no cluster: the
+	// buyer reads why the order waits.
+	poll(t, 400, 25*time.Millisecond, "the paid order's note", func() bool {
+		so = marketStatusOf(t, s, &seen, s.token).Orders[0]
+		return strings.HasPrefix(so.Note, "the cluster cannot be reached: ")
+	}, func() string { return so.Note })
+	if so.State != "paid" {
+		t.Errorf("the order waiting for the cluster is %s, want paid", so.State)
 	}
 	if len(st.Offers) != 1 || st.Offers[0].ListingID != l.ListingID || st.Offers[0].Free != 2 {
 		t.Errorf("the buyer's offers %+v; want the listing with 2 free", st.Offers)

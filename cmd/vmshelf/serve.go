@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/klog/v2"
 
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/gateway"
@@ -28,6 +29,7 @@ import (
 	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/market"
 	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/provisioner"
 )
 
 // serveFlags are SPEC's serve flags. Those later stages use (VMs, Stripe)
@@ -303,6 +305,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usagef("STRIPE_SECRET_KEY or --stripe-api-base: %v", err)
 		}
 	}
+	// The cluster's configuration too: a bad --kubeconfig stops here. A
+	// cluster that does not answer does not: uploads and the market work
+	// without it, and the provisioner keeps asking.
+	var cluster provisioner.Cluster
+	if f.vmsEnable {
+		if cluster, err = kubeCluster(f.kubeconfig, log); err != nil {
+			return err
+		}
+	}
 	if err := prepareDataDir(f.dataDir); err != nil {
 		return err
 	}
@@ -370,6 +381,27 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if returnURL == "" {
 		returnURL = "http://" + f.controlAddr + "/machines"
 	}
+	var (
+		prov         *provisioner.Provisioner
+		onPaid       func(string)
+		clusterReady func() error
+	)
+	if f.vmsEnable {
+		prov, err = provisioner.New(provisioner.Config{
+			CPU:          f.vmCPU,
+			MemoryMiB:    f.vmMemoryMiB,
+			DiskGiB:      f.vmDiskGiB,
+			StorageClass: f.vmStorageClass,
+			Domain:       f.vmsDomain,
+			FetchBase:    base,
+			Catalogue:    f.catalogue,
+			Log:          log.With("component", "provisioner"),
+		}, st, cluster, reg)
+		if err != nil {
+			return err
+		}
+		onPaid, clusterReady = prov.Kick, prov.Ready
+	}
 	mk, err := market.New(market.Config{
 		PublicURL:         base,
 		TicketTTL:         f.ticketTTL,
@@ -383,6 +415,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Currency:          f.currency,
 		CheckoutReturnURL: returnURL,
 		VMsDomain:         f.vmsDomain,
+		OnPaid:            onPaid,
+		ClusterReady:      clusterReady,
 		Log:               log.With("plane", "control"),
 	}, st, blobs, reg, reg)
 	if err != nil {
@@ -411,6 +445,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go mk.RunSweeper(sweepCtx, time.Minute)
 	go keepReserve(sweepCtx, st, time.Minute, log)
 	go gw.RunSweeper(sweepCtx, time.Minute)
+	provDone := make(chan struct{})
+	if prov != nil {
+		go func() { defer close(provDone); prov.Run(sweepCtx) }()
+	} else {
+		close(provDone)
+	}
 
 	errs := make(chan error, 2)
 	go func() { errs <- gw.Serve(dataLn) }()
@@ -422,6 +462,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case serveErr = <-errs:
 	}
 	stopSweep()
+	// The store closes after serve returns: the provisioner's pass must
+	// have ended (it ends at once when its context does).
+	<-provDone
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
 	defer cancel()
 	if err := gw.Shutdown(sctx); err != nil {
@@ -434,6 +477,30 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveErr
 	}
 	return nil
+}
+
+// kubeCluster is the provisioner's cluster: the --kubeconfig file's, or
+// with none the pod's in-cluster configuration. A file that cannot be read
+// or parsed is a usage error. With no file outside a cluster, serve still
+// runs (the README's walk-through does): the provisioner then runs over a
+// cluster that cannot be reached, so /readyz and the paid orders' notes
+// say why nothing is provisioned.
+func kubeCluster(kubeconfig string, log *slog.Logger) (provisioner.Cluster, error) {
+	// client-go logs through klog; its lines go where vmshelf's go.
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	rc, err := provisioner.RESTConfig(kubeconfig)
+	if err != nil && kubeconfig == "" {
+		log.Warn("--vms-enable without --kubeconfig outside a cluster: paid orders are not provisioned", "err", err)
+		return provisioner.Unreachable(errors.New("no --kubeconfig is given and vmshelf does not run in a cluster")), nil
+	}
+	if err != nil {
+		return nil, usagef("--kubeconfig: %s", strings.Join(strings.Fields(err.Error()), " "))
+	}
+	c, err := provisioner.ClusterFromConfig(rc)
+	if err != nil {
+		return nil, usagef("--kubeconfig %s: %s", kubeconfig, strings.Join(strings.Fields(err.Error()), " "))
+	}
+	return c, nil
 }
 
 // defaultMemoryLimit is the runtime's soft memory limit unless GOMEMLIMIT

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
@@ -158,7 +159,7 @@ UPDATE listings SET closed_at = ? WHERE id = ? AND host_id = ? AND closed_at IS 
 // OrderUserData reads: nothing that shows an Order can carry it.
 const orderCols = `id, listing_id, buyer_id, host_id, quantity, image_kind, image, name,
 	unit_price, total, fee, currency, destination, state, reason, checkout_id, checkout_url,
-	reserve_until, created_at, paid_at, expires_at, ended_at`
+	reserve_until, created_at, paid_at, expires_at, ended_at, note`
 
 func scanOrder(r scanner) (imagestore.Order, error) {
 	var (
@@ -169,7 +170,7 @@ func scanOrder(r scanner) (imagestore.Order, error) {
 	)
 	if err := r.Scan(&o.ID, &o.ListingID, &o.BuyerID, &o.HostID, &o.Quantity, &kind, &o.Image, &o.Name,
 		&o.UnitPrice, &o.Total, &o.Fee, &o.Currency, &o.Destination, &state, &o.Reason, &o.CheckoutID, &o.CheckoutURL,
-		&reserve, &created, &paid, &expires, &endedAt); err != nil {
+		&reserve, &created, &paid, &expires, &endedAt, &o.Note); err != nil {
 		return imagestore.Order{}, err
 	}
 	o.ImageKind, o.State = imagestore.ImageKind(kind), imagestore.OrderState(state)
@@ -441,6 +442,90 @@ func (s *Store) ExpireOrder(ctx context.Context, id string, now time.Time) error
 UPDATE orders SET state = 'expired', ended_at = ?1
 WHERE id = ?2 AND state IN ('paid', 'active') AND expires_at <= ?1`, at, id)
 	})
+}
+
+// SetOrderNote sets an order's note, in any state; ErrNotFound.
+func (s *Store) SetOrderNote(ctx context.Context, id, note string) error {
+	return s.write(ctx, "set order note", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE orders SET note = ? WHERE id = ?`, note, id)
+		if err != nil {
+			return err
+		}
+		return mustChange(res, "order")
+	})
+}
+
+// SetReplicaStates replaces an order's replica states in one transaction:
+// a reader sees the old set or the new one, never a mix.
+func (s *Store) SetReplicaStates(ctx context.Context, orderID string, states []imagestore.ReplicaState) error {
+	fail := func(err error) error { return fmt.Errorf("sqlite: set replica states: %w", err) }
+	observed := make([]int64, len(states))
+	seen := make(map[int]bool, len(states))
+	for i, rs := range states {
+		switch {
+		case rs.Index < 0 || seen[rs.Index]:
+			return fail(fmt.Errorf("replica index %d is negative or repeated", rs.Index))
+		case !slices.Contains(imagestore.ReplicaStateNames, rs.State):
+			return fail(fmt.Errorf("replica %d: state %q is not one of %v", rs.Index, rs.State, imagestore.ReplicaStateNames))
+		}
+		seen[rs.Index] = true
+		var err error
+		if observed[i], err = nanos("observed_at", rs.ObservedAt); err != nil {
+			return fail(err)
+		}
+	}
+	return s.write(ctx, "set replica states", func(tx *sql.Tx) error {
+		var quantity int
+		err := tx.QueryRowContext(ctx, `SELECT quantity FROM orders WHERE id = ?`, orderID).Scan(&quantity)
+		if err != nil {
+			return notFound("order", err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM replica_states WHERE order_id = ?`, orderID); err != nil {
+			return err
+		}
+		for i, rs := range states {
+			if rs.Index >= quantity {
+				return fmt.Errorf("replica index %d, but the order has %d replicas", rs.Index, quantity)
+			}
+			_, err := tx.ExecContext(ctx, `
+INSERT INTO replica_states (order_id, replica, name, state, detail, progress, observed_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+				orderID, rs.Index, rs.Name, rs.State, rs.Detail, rs.Progress, observed[i])
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ReplicaStates returns an order's replica states by index; ErrNotFound.
+func (s *Store) ReplicaStates(ctx context.Context, orderID string) ([]imagestore.ReplicaState, error) {
+	var states []imagestore.ReplicaState
+	err := s.read(ctx, "replica states", func(tx *sql.Tx) error {
+		var one int
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM orders WHERE id = ?`, orderID).Scan(&one); err != nil {
+			return notFound("order", err)
+		}
+		rows, err := tx.QueryContext(ctx, `
+SELECT replica, name, state, detail, progress, observed_at FROM replica_states WHERE order_id = ? ORDER BY replica`, orderID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				rs       imagestore.ReplicaState
+				observed int64
+			)
+			if err := rows.Scan(&rs.Index, &rs.Name, &rs.State, &rs.Detail, &rs.Progress, &observed); err != nil {
+				return err
+			}
+			rs.ObservedAt = fromNanos(observed)
+			states = append(states, rs)
+		}
+		return rows.Err()
+	})
+	return states, err
 }
 
 // OverdueOrders returns the orders awaiting payment with reserve_until <=

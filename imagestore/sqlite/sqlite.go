@@ -823,6 +823,30 @@ WHERE f.hash = ? AND f.revoked_at IS NULL AND f.expires_at > ?`, token[:], at))
 	return img, err
 }
 
+// RevokeOrderTokens revokes the order's live fetch tokens at now and
+// counts them.
+func (s *Store) RevokeOrderTokens(ctx context.Context, orderID string, now time.Time) (int, error) {
+	fail := func(err error) (int, error) { return 0, fmt.Errorf("sqlite: revoke order tokens: %w", err) }
+	if orderID == "" {
+		return fail(errors.New("order id missing (an empty one names the operators' tokens)"))
+	}
+	at, err := nanos("now", now)
+	if err != nil {
+		return fail(err)
+	}
+	var n int64
+	err = s.write(ctx, "revoke order tokens", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE fetch_tokens SET revoked_at = ? WHERE order_id = ? AND revoked_at IS NULL`, at, orderID)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
 const sessionCols = `upload_id, tenant_id, name, efi, length, "offset", hash_state, created_at, expires_at`
 
 func scanSession(r scanner) (imagestore.UploadSession, error) {

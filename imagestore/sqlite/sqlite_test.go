@@ -665,3 +665,69 @@ func TestMarketErrorsCarryNoUserData(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateOrdersToNotes opens a database written before the
+// provisioner's step (orders, no note, no replica states) and checks that
+// its orders come through with an empty note and take notes, replica
+// states and token revocations afterwards.
+func TestMigrateOrdersToNotes(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	const before = 5 // the market's step; the provisioner's came after it
+
+	old, err := open(ctx, path, schema()[:before])
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_host"}, imagestore.HashSecret("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buyer, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 3, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	o := imagestore.Order{ID: "o1", ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: 2,
+		ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: 1200, Fee: 600,
+		Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
+	if err := old.CreateOrder(ctx, o, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := mustOpen(t, path)
+	defer s.Close()
+	if got, want := userVersion(t, s), len(schema()); got != want || want <= before {
+		t.Errorf("after migration: user_version = %d, want %d (> %d)", got, want, before)
+	}
+	got, err := s.Order(ctx, "o1")
+	if err != nil || got.State != imagestore.OrderPaid || got.Note != "" || got.Quantity != 2 {
+		t.Fatalf("order after migration = %+v, %v; want paid, 2 replicas, no note", got, err)
+	}
+	if err := s.SetOrderNote(ctx, "o1", "noted"); err != nil {
+		t.Fatal(err)
+	}
+	rs := []imagestore.ReplicaState{{Index: 1, Name: "vm-o1-1", State: imagestore.ReplicaRunning, Detail: "Running", ObservedAt: now}}
+	if err := s.SetReplicaStates(ctx, "o1", rs); err != nil {
+		t.Fatal(err)
+	}
+	states, err := s.ReplicaStates(ctx, "o1")
+	if err != nil || len(states) != 1 || states[0].Name != "vm-o1-1" {
+		t.Errorf("replica states after migration = %+v, %v", states, err)
+	}
+	if got, err := s.Order(ctx, "o1"); err != nil || got.Note != "noted" {
+		t.Errorf("note after migration = %q, %v", got.Note, err)
+	}
+	if n, err := s.RevokeOrderTokens(ctx, "o1", now); err != nil || n != 0 {
+		t.Errorf("RevokeOrderTokens after migration = %d, %v; want 0", n, err)
+	}
+}

@@ -60,6 +60,7 @@ func stored(o imagestore.Order) imagestore.Order {
 	o.State = imagestore.OrderAwaitingPayment
 	o.Reason, o.CheckoutID, o.CheckoutURL = "", "", ""
 	o.PaidAt, o.ExpiresAt, o.EndedAt = time.Time{}, time.Time{}, time.Time{}
+	o.Note = ""
 	return o
 }
 

@@ -73,6 +73,10 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"OrderUserData", testOrderUserData},
 		{"RemoveImageInUse", testRemoveImageInUse},
 		{"WebhookEvents", testWebhookEvents},
+		{"OrderNote", testOrderNote},
+		{"ReplicaStates", testReplicaStates},
+		{"ReplicaStatesRefused", testReplicaStatesRefused},
+		{"RevokeOrderTokens", testRevokeOrderTokens},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

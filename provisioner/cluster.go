@@ -1,0 +1,227 @@
+package provisioner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
+	kubevirtclient "kubevirt.io/client-go/kubevirt"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// Cluster is what the provisioner needs of Kubernetes: get and create of
+// the few kinds it uses, one patch, and nothing that deletes. A buyer's
+// disk lives in a PVC that only its DataVolume names; a method that could
+// delete either is a method that one bug away deletes somebody's data, so
+// there is none, and the RBAC vmshelf ships grants no delete either.
+//
+// Errors are the API's own (k8s.io/apimachinery/pkg/api/errors tells
+// NotFound and AlreadyExists apart); a Get that could not ask is an error,
+// never a NotFound.
+type Cluster interface {
+	// Ping asks the API server for its version: it answers.
+	Ping(ctx context.Context) error
+	GetNamespace(ctx context.Context, name string) (*corev1.Namespace, error)
+	CreateNamespace(ctx context.Context, ns *corev1.Namespace) error
+	GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error)
+	CreateSecret(ctx context.Context, s *corev1.Secret) error
+	GetService(ctx context.Context, ns, name string) (*corev1.Service, error)
+	CreateService(ctx context.Context, s *corev1.Service) error
+	GetIngress(ctx context.Context, ns, name string) (*networkingv1.Ingress, error)
+	CreateIngress(ctx context.Context, ing *networkingv1.Ingress) error
+	GetVM(ctx context.Context, ns, name string) (*kubevirtv1.VirtualMachine, error)
+	CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) error
+	// SetRunStrategy changes spec.runStrategy of a VirtualMachine with a
+	// merge patch, and nothing else of it.
+	SetRunStrategy(ctx context.Context, ns, name string, s kubevirtv1.VirtualMachineRunStrategy) error
+	GetDataVolume(ctx context.Context, ns, name string) (*cdiv1.DataVolume, error)
+}
+
+// cluster is Cluster over the generated clientsets of Kubernetes, KubeVirt
+// and CDI (real ones, or their fakes in tests).
+type cluster struct {
+	k   kubernetes.Interface
+	kv  kubevirtclient.Interface
+	cdi cdiclient.Interface
+}
+
+// NewCluster is the Cluster over the three clientsets.
+func NewCluster(k kubernetes.Interface, kv kubevirtclient.Interface, cdi cdiclient.Interface) Cluster {
+	return &cluster{k: k, kv: kv, cdi: cdi}
+}
+
+// requestTimeout bounds every single API request, whatever the caller's
+// context: a pass of the reconciler must end even against an API server
+// that accepts connections and never answers.
+const requestTimeout = 30 * time.Second
+
+// ClusterFromConfig builds the clientsets from c (RESTConfig) and returns
+// the Cluster over them. It does not talk to the API server; Ping does.
+func ClusterFromConfig(c *rest.Config) (Cluster, error) {
+	if c == nil {
+		return nil, errors.New("provisioner: no REST config")
+	}
+	c = rest.CopyConfig(c)
+	c.UserAgent = "vmshelf-provisioner"
+	if c.Timeout == 0 {
+		c.Timeout = requestTimeout
+	}
+	k, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("provisioner: kubernetes client: %w", err)
+	}
+	kv, err := kubevirtclient.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("provisioner: kubevirt client: %w", err)
+	}
+	cdi, err := cdiclient.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("provisioner: CDI client: %w", err)
+	}
+	return NewCluster(k, kv, cdi), nil
+}
+
+// RESTConfig reads the kubeconfig file at path, or with "" the in-cluster
+// configuration of the pod's service account. An unreadable or invalid
+// file is an error; so is "" outside a cluster (it wraps
+// rest.ErrNotInCluster).
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config: %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}
+
+// Ping asks for the server version. The discovery call takes no context,
+// so it runs aside and Ping returns when ctx ends; the request itself ends
+// within the client's timeout (requestTimeout).
+func (c *cluster) Ping(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.k.Discovery().ServerVersion()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *cluster) GetNamespace(ctx context.Context, name string) (*corev1.Namespace, error) {
+	return c.k.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *cluster) CreateNamespace(ctx context.Context, ns *corev1.Namespace) error {
+	_, err := c.k.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	return err
+}
+
+func (c *cluster) GetSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	return c.k.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *cluster) CreateSecret(ctx context.Context, s *corev1.Secret) error {
+	_, err := c.k.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+	return err
+}
+
+func (c *cluster) GetService(ctx context.Context, ns, name string) (*corev1.Service, error) {
+	return c.k.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *cluster) CreateService(ctx context.Context, s *corev1.Service) error {
+	_, err := c.k.CoreV1().Services(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+	return err
+}
+
+func (c *cluster) GetIngress(ctx context.Context, ns, name string) (*networkingv1.Ingress, error) {
+	return c.k.NetworkingV1().Ingresses(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *cluster) CreateIngress(ctx context.Context, ing *networkingv1.Ingress) error {
+	_, err := c.k.NetworkingV1().Ingresses(ing.Namespace).Create(ctx, ing, metav1.CreateOptions{})
+	return err
+}
+
+func (c *cluster) GetVM(ctx context.Context, ns, name string) (*kubevirtv1.VirtualMachine, error) {
+	return c.kv.KubevirtV1().VirtualMachines(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) error {
+	_, err := c.kv.KubevirtV1().VirtualMachines(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{})
+	return err
+}
+
+// SetRunStrategy sends {"spec":{"runStrategy":s}} as a JSON merge patch:
+// it names no resourceVersion and no other field, so it changes the run
+// strategy and nothing the VM's owner or KubeVirt wrote.
+func (c *cluster) SetRunStrategy(ctx context.Context, ns, name string, s kubevirtv1.VirtualMachineRunStrategy) error {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"runStrategy": s}})
+	if err != nil {
+		return err
+	}
+	_, err = c.kv.KubevirtV1().VirtualMachines(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+func (c *cluster) GetDataVolume(ctx context.Context, ns, name string) (*cdiv1.DataVolume, error) {
+	return c.cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// unreachable is a Cluster that cannot be asked anything.
+type unreachable struct{ err error }
+
+// Unreachable is a Cluster every call of which fails with reason: serve
+// runs the provisioner over it when no cluster is configured (no
+// --kubeconfig outside a cluster), so that /readyz and the paid orders'
+// notes say why nothing is provisioned instead of saying nothing.
+func Unreachable(reason error) Cluster { return unreachable{reason} }
+
+func (u unreachable) Ping(context.Context) error { return u.err }
+func (u unreachable) GetNamespace(context.Context, string) (*corev1.Namespace, error) {
+	return nil, u.err
+}
+func (u unreachable) CreateNamespace(context.Context, *corev1.Namespace) error { return u.err }
+func (u unreachable) GetSecret(context.Context, string, string) (*corev1.Secret, error) {
+	return nil, u.err
+}
+func (u unreachable) CreateSecret(context.Context, *corev1.Secret) error { return u.err }
+func (u unreachable) GetService(context.Context, string, string) (*corev1.Service, error) {
+	return nil, u.err
+}
+func (u unreachable) CreateService(context.Context, *corev1.Service) error { return u.err }
+func (u unreachable) GetIngress(context.Context, string, string) (*networkingv1.Ingress, error) {
+	return nil, u.err
+}
+func (u unreachable) CreateIngress(context.Context, *networkingv1.Ingress) error { return u.err }
+func (u unreachable) GetVM(context.Context, string, string) (*kubevirtv1.VirtualMachine, error) {
+	return nil, u.err
+}
+func (u unreachable) CreateVM(context.Context, *kubevirtv1.VirtualMachine) error { return u.err }
+func (u unreachable) SetRunStrategy(context.Context, string, string, kubevirtv1.VirtualMachineRunStrategy) error {
+	return u.err
+}
+func (u unreachable) GetDataVolume(context.Context, string, string) (*cdiv1.DataVolume, error) {
+	return nil, u.err
+}

@@ -1,0 +1,277 @@
+package provisioner
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/market/catalogue"
+)
+
+// The objects of an order, as pure functions of the order and what it
+// resolved to: the reconciler only decides whether to create them.
+
+// Labels and keys vmshelf puts on and expects in the cluster.
+const (
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	managedBy      = "vmshelf"
+	labelOrder     = "losos.dev/order"
+	labelReplica   = "losos.dev/replica"
+	// labelAppliance is the node label of the box that runs a host's
+	// replicas (the host's Tenant.Appliance).
+	labelAppliance = "losos.dev/appliance"
+	// taintComputeWindow is the taint a box carries outside the hours it
+	// lends its CPU to the mesh. A machine bought for a month runs
+	// around the clock, so its replicas tolerate it, with any effect.
+	taintComputeWindow = "losos.dev/compute-window"
+)
+
+// CertResolver is the name of Traefik's certificate resolver (Let's
+// Encrypt) that the replicas' Ingresses ask for; the edge's Traefik
+// configuration defines it under this name.
+const CertResolver = "letsencrypt"
+
+// Names of the objects of order o (SPEC "Provisioning").
+func namespaceName(buyerID int64) string { return "market-" + strconv.FormatInt(buyerID, 10) }
+func vmName(o string, i int) string      { return fmt.Sprintf("vm-%s-%d", o, i) }
+func diskName(o string, i int) string    { return vmName(o, i) + "-disk" }
+func cloudInitName(o string) string      { return "vm-" + o + "-cloudinit" }
+func fetchSecretName(o string) string    { return "vm-" + o + "-fetch" }
+func serviceName(o string) string        { return "vm-" + o }
+func tlsSecretName(o string) string      { return "vm-" + o + "-tls" }
+
+// The disks and volumes of a replica.
+const (
+	rootDisk      = "rootdisk"
+	cloudInitDisk = "cloudinitdisk"
+	// userDataKey is the key of the cloud-init Secret KubeVirt reads.
+	userDataKey = "userdata"
+	// fetchHeaderKey is the key of the fetch Secret; CDI sends each value
+	// of a secretExtraHeaders Secret as one header line.
+	fetchHeaderKey = "authorization"
+	// minimalUserData is the user data of an order without any: cloud-init
+	// runs with its defaults.
+	minimalUserData = "#cloud-config\n"
+)
+
+// fetchPath is the data plane's route an own image is imported from; the
+// URL names only the image, the token travels in a header.
+const fetchPath = "/market/vm-images/fetch/"
+
+func orderLabels(orderID string) map[string]string {
+	return map[string]string{labelManagedBy: managedBy, labelOrder: orderID}
+}
+
+func replicaLabels(orderID string, i int) map[string]string {
+	l := orderLabels(orderID)
+	l[labelReplica] = strconv.Itoa(i)
+	return l
+}
+
+// machine is what the replicas of an order are built from, resolved from
+// the order, its host, its image and the edge's sizes.
+type machine struct {
+	orderID      string
+	namespace    string
+	appliance    string
+	cpu          int
+	memoryMiB    int
+	diskGiB      int
+	storageClass string
+	efi          bool
+	source       cdiv1.DataVolumeSource
+}
+
+// sizes are the edge's sizes of a replica (--vm-cpu, --vm-memory-mib,
+// --vm-disk-gib, --vm-storage-class) and the data plane's public URL.
+type sizes struct {
+	cpu, memoryMiB, diskGiB int
+	storageClass            string
+	fetchBase               string
+}
+
+// machineFor resolves order o: for a catalogue image entry is its entry,
+// for an own image img is the stored image (the other is nil). A replica
+// gets at least what the image needs: the catalogue's minimum memory and
+// disk, an own image's virtual size rounded up to whole GiB.
+func machineFor(sz sizes, o imagestore.Order, host imagestore.Tenant, entry *catalogue.Entry, img *imagestore.Image) (machine, error) {
+	if host.Appliance == "" {
+		// An empty nodeSelector value would match no box, or the wrong one.
+		return machine{}, errors.New("the host has no appliance node to run the replicas on")
+	}
+	m := machine{orderID: o.ID, namespace: namespaceName(o.BuyerID), appliance: host.Appliance, cpu: sz.cpu,
+		memoryMiB: sz.memoryMiB, diskGiB: sz.diskGiB, storageClass: sz.storageClass}
+	switch o.ImageKind {
+	case imagestore.ImageCatalogue:
+		if entry == nil {
+			return machine{}, fmt.Errorf("the catalogue has no system %q (any more)", o.Image)
+		}
+		m.efi = entry.EFI
+		m.memoryMiB = max(m.memoryMiB, entry.MinMemoryMiB)
+		m.diskGiB = max(m.diskGiB, entry.MinDiskGiB)
+		switch entry.Source {
+		case catalogue.SourceCloud:
+			m.source.HTTP = &cdiv1.DataVolumeSourceHTTP{URL: entry.URL}
+		case catalogue.SourceLosOS:
+			u := entry.URL // docker://registry/path:tag
+			m.source.Registry = &cdiv1.DataVolumeSourceRegistry{URL: &u}
+		default:
+			return machine{}, fmt.Errorf("catalogue system %q has source %q, neither %q nor %q",
+				entry.ID, entry.Source, catalogue.SourceCloud, catalogue.SourceLosOS)
+		}
+	case imagestore.ImageUpload:
+		if img == nil {
+			return machine{}, fmt.Errorf("the image %s is not stored", o.Image)
+		}
+		m.efi = img.EFI
+		const gib = 1 << 30
+		m.diskGiB = max(m.diskGiB, int((img.VirtualSize+gib-1)/gib))
+		m.source.HTTP = &cdiv1.DataVolumeSourceHTTP{
+			URL:                sz.fetchBase + fetchPath + img.UploadID,
+			SecretExtraHeaders: []string{fetchSecretName(o.ID)},
+		}
+	default:
+		return machine{}, fmt.Errorf("image kind %q", o.ImageKind)
+	}
+	return m, nil
+}
+
+// namespaceObject is the buyer's namespace. It holds every order of the
+// buyer, so it carries no order's label.
+func namespaceObject(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{labelManagedBy: managedBy}}}
+}
+
+// cloudInitSecret holds the order's user data for KubeVirt's NoCloud
+// source; "" becomes a minimal #cloud-config.
+func cloudInitSecret(o imagestore.Order, userData string) *corev1.Secret {
+	if userData == "" {
+		userData = minimalUserData
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: cloudInitName(o.ID), Namespace: namespaceName(o.BuyerID), Labels: orderLabels(o.ID)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{userDataKey: []byte(userData)},
+	}
+}
+
+// fetchSecret holds the header CDI's importer sends to the fetch route of
+// an own image: the order's fetch token, which appears nowhere else.
+func fetchSecret(o imagestore.Order, token string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: fetchSecretName(o.ID), Namespace: namespaceName(o.BuyerID), Labels: orderLabels(o.ID)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{fetchHeaderKey: []byte("Authorization: Bearer " + token)},
+	}
+}
+
+func mib(n int) resource.Quantity { return *resource.NewQuantity(int64(n)<<20, resource.BinarySI) }
+func gib(n int) resource.Quantity { return *resource.NewQuantity(int64(n)<<30, resource.BinarySI) }
+
+// virtualMachine is replica i of m: always running, bound to the host's
+// box, tolerating its compute window, booting from its own DataVolume
+// with the order's cloud-init.
+func virtualMachine(m machine, i int) *kubevirtv1.VirtualMachine {
+	always := kubevirtv1.RunStrategyAlways
+	storageClass := m.storageClass
+	labels := replicaLabels(m.orderID, i)
+	var firmware *kubevirtv1.Firmware
+	if m.efi {
+		secureBoot := false
+		firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: &secureBoot}}}
+	}
+	return &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: vmName(m.orderID, i), Namespace: m.namespace, Labels: labels},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: &always,
+			DataVolumeTemplates: []kubevirtv1.DataVolumeTemplateSpec{{
+				ObjectMeta: metav1.ObjectMeta{Name: diskName(m.orderID, i), Labels: replicaLabels(m.orderID, i)},
+				Spec: cdiv1.DataVolumeSpec{
+					Source: m.source.DeepCopy(), // each replica its own: objects share no pointers
+					Storage: &cdiv1.StorageSpec{
+						StorageClassName: &storageClass,
+						Resources: corev1.VolumeResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceStorage: gib(m.diskGiB)},
+						},
+					},
+				},
+			}},
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: replicaLabels(m.orderID, i)},
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{
+					Domain: kubevirtv1.DomainSpec{
+						CPU: &kubevirtv1.CPU{Cores: uint32(m.cpu)},
+						Resources: kubevirtv1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceMemory: mib(m.memoryMiB)},
+						},
+						Firmware: firmware,
+						Devices: kubevirtv1.Devices{Disks: []kubevirtv1.Disk{
+							{Name: rootDisk, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+							{Name: cloudInitDisk, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+						}},
+					},
+					NodeSelector: map[string]string{labelAppliance: m.appliance},
+					Tolerations:  []corev1.Toleration{{Key: taintComputeWindow, Operator: corev1.TolerationOpExists}},
+					Volumes: []kubevirtv1.Volume{
+						{Name: rootDisk, VolumeSource: kubevirtv1.VolumeSource{
+							DataVolume: &kubevirtv1.DataVolumeSource{Name: diskName(m.orderID, i)}}},
+						{Name: cloudInitDisk, VolumeSource: kubevirtv1.VolumeSource{
+							CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{
+								UserDataSecretRef: &corev1.LocalObjectReference{Name: cloudInitName(m.orderID)}}}},
+					},
+				},
+			},
+		},
+	}
+}
+
+// service is port 80 in front of all replicas of the order.
+func service(o imagestore.Order) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: serviceName(o.ID), Namespace: namespaceName(o.BuyerID), Labels: orderLabels(o.ID)},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{labelOrder: o.ID},
+			Ports: []corev1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80,
+				TargetPort: intstr.FromInt32(80)}},
+		},
+	}
+}
+
+// ingress publishes the order's Service at https://vm-<order>.<domain>
+// through Traefik, with a Let's Encrypt certificate (CertResolver).
+func ingress(o imagestore.Order, domain string) *networkingv1.Ingress {
+	host := serviceName(o.ID) + "." + domain
+	prefix := networkingv1.PathTypePrefix
+	return &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: serviceName(o.ID), Namespace: namespaceName(o.BuyerID), Labels: orderLabels(o.ID),
+			Annotations: map[string]string{
+				"traefik.ingress.kubernetes.io/router.entrypoints":      "websecure",
+				"traefik.ingress.kubernetes.io/router.tls":              "true",
+				"traefik.ingress.kubernetes.io/router.tls.certresolver": CertResolver,
+			}},
+		Spec: networkingv1.IngressSpec{
+			TLS: []networkingv1.IngressTLS{{Hosts: []string{host}, SecretName: tlsSecretName(o.ID)}},
+			Rules: []networkingv1.IngressRule{{
+				Host: host,
+				IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{
+					Paths: []networkingv1.HTTPIngressPath{{
+						Path:     "/",
+						PathType: &prefix,
+						Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{
+							Name: serviceName(o.ID), Port: networkingv1.ServiceBackendPort{Number: 80}}},
+					}},
+				}},
+			}},
+		},
+	}
+}

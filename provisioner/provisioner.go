@@ -1,0 +1,614 @@
+// Package provisioner turns every paid VM order into KubeVirt objects and
+// keeps them: a level-based reconciler that, on every pass, makes sure each
+// paid or active order has its namespace, Secrets, VirtualMachines,
+// Service and Ingress, creating only what a Get reported NotFound and never
+// replacing what exists; it reports each replica's state to the store, and
+// halts the replicas of an order whose month is over and gives their
+// capacity back. Nothing here deletes: the Cluster seam has no such method.
+package provisioner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/market/catalogue"
+)
+
+// Config is what the provisioner needs of the command line.
+type Config struct {
+	// CPU, MemoryMiB and DiskGiB are a replica's size (--vm-cpu,
+	// --vm-memory-mib, --vm-disk-gib); an image that needs more gets more.
+	CPU, MemoryMiB, DiskGiB int
+	// StorageClass is the replicas' disks' class (--vm-storage-class).
+	StorageClass string
+	// Domain is --vms-domain: each order gets an Ingress
+	// vm-<order>.<Domain>; "" means none.
+	Domain string
+	// FetchBase is the data plane's public URL (serve's --public-url),
+	// where CDI imports a buyer's own image from.
+	FetchBase string
+	// Catalogue resolves an order's catalogue image; nil means
+	// catalogue.Builtin().
+	Catalogue *catalogue.Catalogue
+	// Every is the time between passes; 0 means DefaultEvery.
+	Every time.Duration
+	// Now is the clock; nil means time.Now. Tests control it.
+	Now func() time.Time
+	// Log receives a line per failed order and per order that became
+	// active or expired; nil discards.
+	Log *slog.Logger
+}
+
+// DefaultEvery is Config.Every's default.
+const DefaultEvery = 30 * time.Second
+
+// Backoff of an order that failed: it is tried again after Every, then
+// after twice that and so on, never later than maxBackoff after its last
+// failure. A success, or a Kick, ends the backoff.
+const maxBackoff = 10 * time.Minute
+
+// passTimeout bounds one pass of Run, so that a hung API server cannot
+// hold the loop.
+const passTimeout = 5 * time.Minute
+
+// maxNote bounds an order's note: an API error can be long.
+const maxNote = 500
+
+// conflictRetries is how often the runStrategy patch is sent again when
+// the API server reports a conflict.
+const conflictRetries = 5
+
+// notReached is Ready's answer before the first pass asked the cluster.
+var notReached = errors.New("the cluster has not been reached yet")
+
+// Provisioner is the reconciler. Build it with New and run it with Run.
+type Provisioner struct {
+	cfg Config
+	st  imagestore.Store
+	c   Cluster
+	log *slog.Logger
+	m   *metrics
+
+	kick chan struct{} // a pass is wanted soon; buffered, one pending
+
+	pass sync.Mutex // one pass at a time: two would mint two fetch tokens
+
+	mu      sync.Mutex
+	ready   error                 // the last Ping's verdict
+	backoff map[string]orderRetry // orders that failed, by id
+
+	// afterPass, when set (tests only), is called after every pass of
+	// Run, so that a test can wait for one without sleeping.
+	afterPass func(error)
+}
+
+type orderRetry struct {
+	failures int
+	next     time.Time // not tried before this
+}
+
+// New checks cfg and builds the provisioner over the store and the
+// cluster. Its metrics are registered on reg.
+func New(cfg Config, st imagestore.Store, c Cluster, reg prometheus.Registerer) (*Provisioner, error) {
+	if st == nil || c == nil || reg == nil {
+		return nil, errors.New("provisioner: store, cluster and registerer are all required")
+	}
+	switch {
+	case cfg.CPU < 1 || cfg.MemoryMiB < 64 || cfg.DiskGiB < 1:
+		return nil, fmt.Errorf("provisioner: replica size %d CPU, %d MiB, %d GiB: each must be positive (memory at least 64 MiB)",
+			cfg.CPU, cfg.MemoryMiB, cfg.DiskGiB)
+	case cfg.StorageClass == "":
+		return nil, errors.New("provisioner: a storage class is required")
+	case cfg.Every < 0:
+		return nil, fmt.Errorf("provisioner: the time between passes %v is negative", cfg.Every)
+	}
+	cfg.FetchBase = strings.TrimRight(cfg.FetchBase, "/")
+	if u, err := url.Parse(cfg.FetchBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("provisioner: fetch base %q is not an http(s) base URL", cfg.FetchBase)
+	}
+	if cfg.Catalogue == nil {
+		cfg.Catalogue = catalogue.Builtin()
+	}
+	if cfg.Every == 0 {
+		cfg.Every = DefaultEvery
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Provisioner{cfg: cfg, st: st, c: c, log: cfg.Log, m: m, kick: make(chan struct{}, 1),
+		ready: notReached, backoff: map[string]orderRetry{}}, nil
+}
+
+// Run reconciles at once, then on every Kick and every cfg.Every, until
+// ctx ends. A failed pass is logged; the next one tries again.
+func (p *Provisioner) Run(ctx context.Context) {
+	tick := time.NewTicker(p.cfg.Every)
+	defer tick.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, passTimeout)
+		err := p.ReconcileOnce(pctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("reconcile pass", "err", err)
+		}
+		if p.afterPass != nil {
+			p.afterPass(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-p.kick:
+		}
+	}
+}
+
+// Kick asks for a pass soon, for orderID above all: an order in backoff is
+// tried again at once. It never blocks.
+func (p *Provisioner) Kick(orderID string) {
+	p.mu.Lock()
+	delete(p.backoff, orderID)
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default: // a pass is already due
+	}
+}
+
+// Ready is nil while the cluster answered the last pass's Ping, or says
+// why it cannot be reached (also before the first pass).
+func (p *Provisioner) Ready() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ready
+}
+
+func (p *Provisioner) setReady(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready = err
+}
+
+// due reports whether order id is out of backoff at now.
+func (p *Provisioner) due(id string, now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.backoff[id]
+	return !ok || !now.Before(r.next)
+}
+
+// retryLater puts order id in backoff after a failure at now.
+func (p *Provisioner) retryLater(id string, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.backoff[id]
+	r.failures++
+	wait := maxBackoff
+	if shift := r.failures - 1; shift < 16 && p.cfg.Every<<shift < maxBackoff {
+		wait = p.cfg.Every << shift
+	}
+	r.next = now.Add(wait)
+	p.backoff[id] = r
+}
+
+func (p *Provisioner) succeeded(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.backoff, id)
+}
+
+// ReconcileOnce is one pass over every paid and active order. When the
+// cluster does not answer, it only notes so on the paid orders. Each order
+// is handled on its own: one that fails gets a note, is counted and tried
+// again after its backoff, and the others go on. The error joins what
+// failed.
+func (p *Provisioner) ReconcileOnce(ctx context.Context) error {
+	p.pass.Lock()
+	defer p.pass.Unlock()
+	start := time.Now()
+	p.m.runs.Inc()
+	defer func() { p.m.duration.Observe(time.Since(start).Seconds()) }()
+
+	if err := p.c.Ping(ctx); err != nil {
+		p.m.errors.WithLabelValues(stepPing).Inc()
+		unreached := fmt.Errorf("the cluster cannot be reached: %w", err)
+		p.setReady(unreached)
+		return errors.Join(unreached, p.noteUnreached(ctx, unreached))
+	}
+	p.setReady(nil)
+
+	var orders []imagestore.Order
+	for _, st := range []imagestore.OrderState{imagestore.OrderPaid, imagestore.OrderActive} {
+		os, err := p.st.OrdersInState(ctx, st)
+		if err != nil {
+			p.m.errors.WithLabelValues(stepStore).Inc()
+			return fmt.Errorf("reading the %s orders: %w", st, err)
+		}
+		orders = append(orders, os...)
+	}
+	var errs []error
+	for _, o := range orders {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+		now := p.cfg.Now()
+		if !p.due(o.ID, now) {
+			continue
+		}
+		err := p.reconcileOrder(ctx, o, now)
+		if err == nil {
+			p.succeeded(o.ID)
+			continue
+		}
+		if ctx.Err() != nil { // the pass ends, the order did not fail
+			errs = append(errs, ctx.Err())
+			break
+		}
+		step := stepOf(err)
+		p.m.errors.WithLabelValues(step).Inc()
+		p.retryLater(o.ID, now)
+		p.log.Warn("order not provisioned; trying again later", "order", o.ID, "step", step, "err", err)
+		errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
+	}
+	return errors.Join(errs...)
+}
+
+// noteUnreached gives every paid order the note that the cluster cannot
+// be reached. Active orders keep theirs: their machines exist.
+func (p *Provisioner) noteUnreached(ctx context.Context, unreached error) error {
+	paid, err := p.st.OrdersInState(ctx, imagestore.OrderPaid)
+	if err != nil {
+		p.m.errors.WithLabelValues(stepStore).Inc()
+		return fmt.Errorf("reading the paid orders: %w", err)
+	}
+	var errs []error
+	for _, o := range paid {
+		if err := p.setNote(ctx, o, noteOf(unreached)); err != nil {
+			p.m.errors.WithLabelValues(stepStore).Inc()
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setNote writes o's note if it changed.
+func (p *Provisioner) setNote(ctx context.Context, o imagestore.Order, note string) error {
+	if o.Note == note {
+		return nil
+	}
+	if err := p.st.SetOrderNote(ctx, o.ID, note); err != nil {
+		return fmt.Errorf("order %s: setting its note: %w", o.ID, err)
+	}
+	return nil
+}
+
+// noteOf is err as an order's note: one line, bounded.
+func noteOf(err error) string {
+	s := strings.Join(strings.Fields(err.Error()), " ")
+	if len(s) <= maxNote {
+		return s
+	}
+	cut := maxNote
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// reconcileOrder expires o if its month is over at now, and otherwise
+// makes sure its objects exist; its note says what failed, or is cleared.
+func (p *Provisioner) reconcileOrder(ctx context.Context, o imagestore.Order, now time.Time) error {
+	var err error
+	if !o.ExpiresAt.After(now) {
+		err = p.expire(ctx, o, now)
+	} else {
+		err = p.provision(ctx, o, now)
+	}
+	note := ""
+	if err != nil {
+		note = noteOf(err)
+	}
+	if nerr := p.setNote(ctx, o, note); nerr != nil {
+		return errors.Join(err, failed(stepStore, "noting the order's state", nerr))
+	}
+	return err
+}
+
+// ensure creates an object only when get says it is NotFound; an
+// AlreadyExists from create is success (somebody, maybe an earlier pass,
+// made it). Any other error of either is returned: could not ask is never
+// absent. It returns what get found (nil when it created).
+func ensure[T any](get func() (*T, error), create func() error) (*T, error) {
+	obj, err := get()
+	switch {
+	case err == nil:
+		return obj, nil
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// provision makes sure every object of o exists, stores its replicas'
+// states, and marks a paid order active once all exist.
+func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now time.Time) error {
+	ns := namespaceName(o.BuyerID)
+	if _, err := ensure(func() (*corev1.Namespace, error) { return p.c.GetNamespace(ctx, ns) },
+		func() error { return p.c.CreateNamespace(ctx, namespaceObject(ns)) }); err != nil {
+		return failed(stepNamespace, "making the namespace "+ns, err)
+	}
+	if err := p.ensureCloudInit(ctx, o); err != nil {
+		return err
+	}
+	if o.ImageKind == imagestore.ImageUpload {
+		if err := p.ensureFetchSecret(ctx, o); err != nil {
+			return err
+		}
+	}
+
+	// The machine is resolved only when a VM is missing: a catalogue
+	// entry removed after the order was provisioned stops nothing.
+	var m *machine
+	vms := make([]*kubevirtv1.VirtualMachine, o.Quantity)
+	for i := range o.Quantity {
+		name := vmName(o.ID, i)
+		vm, err := ensure(func() (*kubevirtv1.VirtualMachine, error) { return p.c.GetVM(ctx, ns, name) },
+			func() error {
+				if m == nil {
+					resolved, err := p.resolve(ctx, o)
+					if err != nil {
+						return err
+					}
+					m = &resolved
+				}
+				return p.c.CreateVM(ctx, virtualMachine(*m, i))
+			})
+		if err != nil {
+			var se *stepError
+			if errors.As(err, &se) {
+				return err
+			}
+			return failed(stepVM, "making the VirtualMachine "+name, err)
+		}
+		vms[i] = vm
+	}
+
+	svc := serviceName(o.ID)
+	if _, err := ensure(func() (*corev1.Service, error) { return p.c.GetService(ctx, ns, svc) },
+		func() error { return p.c.CreateService(ctx, service(o)) }); err != nil {
+		return failed(stepService, "making the Service "+svc, err)
+	}
+	if p.cfg.Domain != "" {
+		if _, err := ensure(func() (*networkingv1.Ingress, error) { return p.c.GetIngress(ctx, ns, svc) },
+			func() error { return p.c.CreateIngress(ctx, ingress(o, p.cfg.Domain)) }); err != nil {
+			return failed(stepIngress, "making the Ingress "+svc, err)
+		}
+	}
+
+	if err := p.storeStates(ctx, o, vms, now); err != nil {
+		return err
+	}
+	if o.State == imagestore.OrderPaid {
+		if err := p.st.MarkOrderActive(ctx, o.ID); err != nil {
+			return failed(stepStore, "marking the order active", err)
+		}
+		p.log.Info("order active: its objects exist", "order", o.ID, "namespace", ns, "replicas", o.Quantity)
+	}
+	return nil
+}
+
+// ensureCloudInit makes the cloud-init Secret. The user data is read only
+// when the Secret is missing, and kept out of any error.
+func (p *Provisioner) ensureCloudInit(ctx context.Context, o imagestore.Order) error {
+	ns, name := namespaceName(o.BuyerID), cloudInitName(o.ID)
+	what := "making the Secret " + name
+	_, err := ensure(func() (*corev1.Secret, error) { return p.c.GetSecret(ctx, ns, name) },
+		func() error {
+			ud, err := p.st.OrderUserData(ctx, o.ID)
+			if err != nil {
+				return failed(stepStore, "reading the order's user data", err)
+			}
+			if err := p.c.CreateSecret(ctx, cloudInitSecret(o, ud)); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					return nil
+				}
+				return failed(stepCloudInit, what, redact(err, ud))
+			}
+			return nil
+		})
+	return inStep(err, stepCloudInit, what)
+}
+
+// ensureFetchSecret gives an own image's order its fetch token: minted,
+// stored hashed (valid until the order ends) and put in the Secret CDI
+// sends as a header, only when that Secret is missing. An existing Secret
+// is never replaced: it holds the token the importers use.
+func (p *Provisioner) ensureFetchSecret(ctx context.Context, o imagestore.Order) error {
+	ns, name := namespaceName(o.BuyerID), fetchSecretName(o.ID)
+	what := "making the Secret " + name
+	_, err := ensure(func() (*corev1.Secret, error) { return p.c.GetSecret(ctx, ns, name) },
+		func() error {
+			// The token is stored before the Secret exists: a Secret
+			// whose token the store does not know would fail every
+			// import, and is never replaced.
+			token := imagestore.NewSecret()
+			err := p.st.CreateFetchToken(ctx, imagestore.HashSecret(token),
+				imagestore.FetchToken{UploadID: o.Image, OrderID: o.ID, ExpiresAt: o.ExpiresAt})
+			if err != nil {
+				return failed(stepFetch, "storing the image's fetch token", err)
+			}
+			if err := p.c.CreateSecret(ctx, fetchSecret(o, token)); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					return nil // another's token is in it; ours dies with the order
+				}
+				return failed(stepFetch, what, redact(err, token))
+			}
+			return nil
+		})
+	return inStep(err, stepFetch, what)
+}
+
+// inStep is err as a failure of step, unless it already is one.
+func inStep(err error, step, what string) error {
+	var se *stepError
+	if err == nil || errors.As(err, &se) {
+		return err
+	}
+	return failed(step, what, err)
+}
+
+// redact is err with every occurrence of secret replaced, and nothing
+// left to unwrap to: an API error may quote what it was sent.
+func redact(err error, secret string) error {
+	if secret == "" || secret == minimalUserData {
+		return err
+	}
+	if !strings.Contains(err.Error(), secret) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), secret, "[redacted]"))
+}
+
+// resolve finds what o's replicas are built from: its host's appliance
+// node and its image.
+func (p *Provisioner) resolve(ctx context.Context, o imagestore.Order) (machine, error) {
+	host, err := p.st.TenantByID(ctx, o.HostID)
+	if err != nil {
+		return machine{}, failed(stepResolve, "reading the order's host", err)
+	}
+	var (
+		entry *catalogue.Entry
+		img   *imagestore.Image
+	)
+	switch o.ImageKind {
+	case imagestore.ImageCatalogue:
+		if e, ok := p.cfg.Catalogue.Lookup(o.Image); ok {
+			entry = &e
+		}
+	case imagestore.ImageUpload:
+		i, err := p.st.Image(ctx, o.Image)
+		if err != nil && !errors.Is(err, imagestore.ErrNotFound) {
+			return machine{}, failed(stepResolve, "reading the order's image", err)
+		}
+		if err == nil {
+			img = &i
+		}
+	}
+	m, err := machineFor(sizes{cpu: p.cfg.CPU, memoryMiB: p.cfg.MemoryMiB, diskGiB: p.cfg.DiskGiB,
+		storageClass: p.cfg.StorageClass, fetchBase: p.cfg.FetchBase}, o, host, entry, img)
+	if err != nil {
+		return machine{}, failed(stepResolve, "building the replicas", err)
+	}
+	return m, nil
+}
+
+// storeStates reads each replica's VM (again, if this pass created it:
+// vms holds what the pass found) and its DataVolume, and stores the
+// replicas' states. A VM or DataVolume not there yet is a replica
+// starting; an error reading either is an error, not a state.
+func (p *Provisioner) storeStates(ctx context.Context, o imagestore.Order, vms []*kubevirtv1.VirtualMachine, now time.Time) error {
+	ns := namespaceName(o.BuyerID)
+	states := make([]imagestore.ReplicaState, 0, len(vms))
+	for i, vm := range vms {
+		if vm == nil {
+			got, err := p.c.GetVM(ctx, ns, vmName(o.ID, i))
+			switch {
+			case err == nil:
+				vm = got
+			case !apierrors.IsNotFound(err):
+				return failed(stepStatus, "reading the VirtualMachine "+vmName(o.ID, i), err)
+			}
+		}
+		var dv *cdiv1.DataVolume
+		if vm != nil {
+			got, err := p.c.GetDataVolume(ctx, ns, diskName(o.ID, i))
+			switch {
+			case err == nil:
+				dv = got
+			case !apierrors.IsNotFound(err):
+				return failed(stepStatus, "reading the DataVolume "+diskName(o.ID, i), err)
+			}
+		}
+		s := replicaState(vm, dv)
+		states = append(states, imagestore.ReplicaState{Index: i, Name: vmName(o.ID, i), State: s.state,
+			Detail: s.detail, Progress: s.progress, ObservedAt: now})
+	}
+	if err := p.st.SetReplicaStates(ctx, o.ID, states); err != nil {
+		return failed(stepStore, "storing the replicas' states", err)
+	}
+	return nil
+}
+
+// expire ends o's month: every replica is halted (runStrategy Halted; a
+// VM that is not there has nothing to halt), its state stored as
+// stopped, its fetch tokens revoked, and the order expired, which gives
+// its capacity back. The disks stay: they hold the buyer's data, and
+// removing them is the operator's decision. The tokens are revoked before
+// the order is expired so that a failure between the two is retried: an
+// expired order is not visited again.
+func (p *Provisioner) expire(ctx context.Context, o imagestore.Order, now time.Time) error {
+	ns := namespaceName(o.BuyerID)
+	states := make([]imagestore.ReplicaState, 0, o.Quantity)
+	for i := range o.Quantity {
+		name := vmName(o.ID, i)
+		if err := p.halt(ctx, ns, name); err != nil {
+			return failed(stepHalt, "halting the VirtualMachine "+name, err)
+		}
+		states = append(states, imagestore.ReplicaState{Index: i, Name: name, State: imagestore.ReplicaStopped,
+			Detail: string(kubevirtv1.RunStrategyHalted), ObservedAt: now})
+	}
+	if err := p.st.SetReplicaStates(ctx, o.ID, states); err != nil {
+		return failed(stepStore, "storing the replicas' states", err)
+	}
+	if _, err := p.st.RevokeOrderTokens(ctx, o.ID, now); err != nil {
+		return failed(stepExpire, "revoking the order's fetch tokens", err)
+	}
+	if err := p.st.ExpireOrder(ctx, o.ID, now); err != nil {
+		return failed(stepExpire, "expiring the order", err)
+	}
+	p.log.Info("order expired: replicas halted, disks kept, capacity back", "order", o.ID, "namespace", ns, "replicas", o.Quantity)
+	return nil
+}
+
+// halt sets a VM's runStrategy to Halted, sending the patch again on a
+// conflict (a bounded number of times). NotFound is success: nothing runs.
+func (p *Provisioner) halt(ctx context.Context, ns, name string) error {
+	var err error
+	for range conflictRetries {
+		err = p.c.SetRunStrategy(ctx, ns, name, kubevirtv1.RunStrategyHalted)
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			return nil
+		case !apierrors.IsConflict(err):
+			return err
+		}
+	}
+	return err
+}

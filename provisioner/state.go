@@ -1,0 +1,75 @@
+package provisioner
+
+import (
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// The replica state mapping: a VirtualMachine's status.printableStatus,
+// and while it waits its DataVolume's phase, to the machines page's six
+// words. A value KubeVirt or CDI adds later is "starting" with the value as
+// the detail, never a crash and never a guess of failure.
+
+// vmStates are the printable statuses that decide by themselves.
+var vmStates = map[kubevirtv1.VirtualMachinePrintableStatus]string{
+	kubevirtv1.VirtualMachineStatusRunning:                 imagestore.ReplicaRunning,
+	kubevirtv1.VirtualMachineStatusPaused:                  imagestore.ReplicaPaused,
+	kubevirtv1.VirtualMachineStatusStopped:                 imagestore.ReplicaStopped,
+	kubevirtv1.VirtualMachineStatusStopping:                imagestore.ReplicaStopped,
+	kubevirtv1.VirtualMachineStatusTerminating:             imagestore.ReplicaStopped,
+	kubevirtv1.VirtualMachineStatusUnschedulable:           imagestore.ReplicaFailed,
+	kubevirtv1.VirtualMachineStatusErrImagePull:            imagestore.ReplicaFailed,
+	kubevirtv1.VirtualMachineStatusImagePullBackOff:        imagestore.ReplicaFailed,
+	kubevirtv1.VirtualMachineStatusCrashLoopBackOff:        imagestore.ReplicaFailed,
+	kubevirtv1.VirtualMachineStatusPvcNotFound:             imagestore.ReplicaFailed,
+	"ErrorDataVolumeNotFound":                              imagestore.ReplicaFailed, // KubeVirt's, without a constant
+	kubevirtv1.VirtualMachineStatusDataVolumeError:         imagestore.ReplicaFailed,
+	kubevirtv1.VirtualMachineStatusStarting:                imagestore.ReplicaStarting,
+	kubevirtv1.VirtualMachineStatusProvisioning:            imagestore.ReplicaStarting,
+	kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding: imagestore.ReplicaStarting,
+	kubevirtv1.VirtualMachineStatusMigrating:               imagestore.ReplicaStarting,
+	"":                                                     imagestore.ReplicaStarting, // just created: KubeVirt has not looked yet
+}
+
+// importing are the DataVolume phases in which CDI copies the disk.
+var importing = map[cdiv1.DataVolumePhase]bool{
+	cdiv1.ImportScheduled:  true,
+	cdiv1.ImportInProgress: true,
+	cdiv1.CloneInProgress:  true,
+}
+
+// observed is one replica's state as read, before it gets its index,
+// name and time.
+type observed struct {
+	state, detail, progress string
+}
+
+// replicaState maps a replica's VirtualMachine (nil: not found) and its
+// DataVolume (nil: not found) to its state. While the VM waits (starting,
+// or a status unknown here) the DataVolume says more: importing with CDI's
+// progress, or failed.
+func replicaState(vm *kubevirtv1.VirtualMachine, dv *cdiv1.DataVolume) observed {
+	if vm == nil {
+		return observed{state: imagestore.ReplicaStarting}
+	}
+	status := vm.Status.PrintableStatus
+	state, known := vmStates[status]
+	if known && state != imagestore.ReplicaStarting {
+		return observed{state: state, detail: string(status)}
+	}
+	if dv != nil {
+		switch phase := dv.Status.Phase; {
+		case phase == cdiv1.Failed:
+			return observed{state: imagestore.ReplicaFailed, detail: "DataVolume" + string(phase)}
+		case importing[phase]:
+			return observed{state: imagestore.ReplicaImporting, detail: string(phase), progress: string(dv.Status.Progress)}
+		}
+	}
+	detail := string(status)
+	if detail == "" && dv != nil {
+		detail = string(dv.Status.Phase)
+	}
+	return observed{state: imagestore.ReplicaStarting, detail: detail}
+}
