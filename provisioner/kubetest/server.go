@@ -3,15 +3,21 @@
 // docs/deploy meet the API server a user's cluster runs: its validation, its
 // defaulting and its RBAC authorizer, not a fake clientset's idea of them.
 //
-// The server is the one Kubernetes' own integration tests use
-// (k8s.io/kubernetes/cmd/kube-apiserver/app/testing); etcd is
-// go.etcd.io/etcd/server/v3/embed, listening on a unix socket, so nothing but
-// the API server's own 127.0.0.1 port is opened. No controller runs: objects
+// The server is kube-apiserver itself, built from its own options and server
+// chain (k8s.io/kubernetes/cmd/kube-apiserver/app) the way its command
+// builds it; etcd is go.etcd.io/etcd/server/v3/embed, listening on a unix
+// socket, so nothing but the API server's own 127.0.0.1 port is opened. No controller runs: objects
 // are stored and served, never acted on (no pods, no garbage collection).
 package kubetest
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path"
@@ -20,23 +26,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
-	"k8s.io/kubernetes/test/utils/ktesting"
+	"k8s.io/client-go/util/keyutil"
+	basecompatibility "k8s.io/component-base/compatibility"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 )
-
-// The test server's ktesting sets klog's verbosity to 5 when it is
-// imported: tens of thousands of lines a start. Back to 0 (warnings and
-// errors), before the tests parse their flags, so that `go test ./...
-// -args -v=5` still brings the detail back when a failure needs it.
-func init() { ktesting.SetDefaultVerbosity(0) }
 
 // StartTimeout bounds each of etcd's and the API server's start.
 const StartTimeout = 90 * time.Second
+
+// stopTimeout bounds the wait for the API server to end after its test.
+const stopTimeout = 30 * time.Second
 
 // Server is a running kube-apiserver with its etcd. Both stop when the test
 // that started them ends.
@@ -47,7 +58,7 @@ type Server struct {
 }
 
 // Flags are the kube-apiserver flags of every Server: RBAC on as in a real
-// cluster (the test server's default is AlwaysAllow), and the two flags
+// cluster (the options' default is AlwaysAllow), and the two flags
 // Kubernetes' integration tests use because no controller manager runs.
 var Flags = []string{
 	"--authorization-mode=Node,RBAC",
@@ -58,19 +69,169 @@ var Flags = []string{
 }
 
 // Start runs etcd and a kube-apiserver for t and waits until the API server
-// is healthy (the test server waits for /healthz and the default namespace).
+// is ready (/readyz, which includes the RBAC bootstrap roles).
+//
+// The API server is built from kube-apiserver's own options and server
+// chain (k8s.io/kubernetes/cmd/kube-apiserver/app), as its command does,
+// and not through the test server of cmd/kube-apiserver/app/testing: that
+// one brings k8s.io/kubernetes/test/utils/ktesting, whose import registers
+// klog's -v on the process's flag set, and kubevirt.io/client-go/log (which
+// the provisioner links) registers a -v of its own there too: one binary
+// with both panics before any test runs.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	etcdURL := startEtcd(t)
-
-	storage := storagebackend.NewDefaultConfig(path.Join(strings.ReplaceAll(t.Name(), "/", "_"), "registry"), nil)
-	storage.Transport.ServerList = []string{etcdURL}
-	ts, err := kubeapiservertesting.StartTestServer(t, kubeapiservertesting.NewDefaultTestServerOptions(), Flags, storage)
+	admin, err := startAPIServer(t, etcdURL)
 	if err != nil {
 		t.Fatalf("start kube-apiserver: %v", err)
 	}
-	t.Cleanup(ts.TearDownFn)
-	return &Server{Admin: rest.CopyConfig(ts.ClientConfig)}
+	return &Server{Admin: admin}
+}
+
+func startAPIServer(t testing.TB, etcdURL string) (*rest.Config, error) {
+	dir := t.TempDir()
+
+	// A registry of versions and feature gates of its own, as kube-apiserver
+	// has one per process: a test may start several servers.
+	featureGate := utilfeature.DefaultMutableFeatureGate.DeepCopy()
+	effectiveVersion := compatibility.DefaultBuildEffectiveVersion()
+	effectiveVersion.SetEmulationVersion(featureGate.EmulationVersion())
+	registry := basecompatibility.NewComponentGlobalsRegistry()
+	if err := registry.Register(basecompatibility.DefaultKubeComponent, effectiveVersion, featureGate); err != nil {
+		return nil, err
+	}
+
+	s := options.NewServerRunOptions()
+	s.GenericServerRunOptions.ComponentGlobalsRegistry = registry
+	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
+	for _, f := range s.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(Flags); err != nil {
+		return nil, err
+	}
+	if err := registry.Set(); err != nil {
+		return nil, err
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.SecureServing.Listener = ln
+	s.SecureServing.BindPort = ln.Addr().(*net.TCPAddr).Port
+	s.SecureServing.ExternalAddress = net.IPv4(127, 0, 0, 1)
+	// A self-signed serving certificate is made here.
+	s.SecureServing.ServerCert.CertDirectory = dir
+	// The Service IP range is configuration only: no address of it is used.
+	s.ServiceClusterIPRanges = "10.0.0.0/16"
+
+	storage := storagebackend.NewDefaultConfig(path.Join(strings.ReplaceAll(t.Name(), "/", "_"), "registry"), nil)
+	storage.Transport.ServerList = []string{etcdURL}
+	s.Etcd.StorageConfig = *storage
+
+	// ServiceAccount tokens need a signing key; a fresh one per server.
+	keyFile, err := writeSigningKey(dir)
+	if err != nil {
+		return nil, err
+	}
+	s.ServiceAccountSigningKeyFile = keyFile
+	s.Authentication.ServiceAccounts.KeyFiles = []string{keyFile}
+	s.Authentication.ServiceAccounts.Issuers = []string{"https://kubetest.invalid"}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	completed, err := s.Complete(ctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("options: %w", err)
+	}
+	if errs := completed.Validate(); len(errs) > 0 {
+		cancel()
+		return nil, fmt.Errorf("options: %w", utilerrors.NewAggregate(errs))
+	}
+	config, err := app.NewConfig(completed)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	cc, err := config.Complete()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	server, err := app.CreateServerChain(cc)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("server chain: %w", err)
+	}
+	prepared, err := server.PrepareRun()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- prepared.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Logf("kube-apiserver stopped: %v", err)
+			}
+		case <-time.After(stopTimeout):
+			t.Errorf("kube-apiserver still running %s after its test", stopTimeout)
+		}
+	})
+
+	admin := rest.CopyConfig(server.GenericAPIServer.LoopbackClientConfig)
+	admin.QPS, admin.Burst = 1000, 10000
+	if err := waitReady(ctx, admin, done); err != nil {
+		return nil, err
+	}
+	return admin, nil
+}
+
+// waitReady asks /readyz until it answers 200, the server stops, or
+// StartTimeout passes. The API server has no other signal a client can
+// wait on.
+func waitReady(ctx context.Context, c *rest.Config, done <-chan error) error {
+	client, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
+	var last error
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("stopped while starting: %w", err)
+		default:
+		}
+		status := 0
+		last = client.CoreV1().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status).Error()
+		return status == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("not ready after %s: %w (last answer: %v)", StartTimeout, err, last)
+	}
+	return nil
+}
+
+func writeSigningKey(dir string) (string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	pem, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return "", err
+	}
+	f := filepath.Join(dir, "sa.key")
+	if err := os.WriteFile(f, pem, 0o600); err != nil {
+		return "", err
+	}
+	return f, nil
 }
 
 // startEtcd runs an embedded single-member etcd whose clients come through a
@@ -116,11 +277,15 @@ func startEtcd(t testing.TB) string {
 	return fmt.Sprintf("unix://%s", sock)
 }
 
-// AsServiceAccount is Admin impersonating the ServiceAccount namespace/name
+// AsServiceAccount is Admin, as a pod's in-cluster config would be, impersonating the ServiceAccount namespace/name
 // with the groups a real token of it carries, so that requests are
 // authorized by RBAC as the ServiceAccount's own would be.
 func (s *Server) AsServiceAccount(namespace, name string) *rest.Config {
 	c := rest.CopyConfig(s.Admin)
+	// As an in-cluster config: no content type of its own. The loopback
+	// config asks for protobuf, which Kubernetes' own kinds speak and
+	// custom resources (KubeVirt's, CDI's) do not.
+	c.ContentType, c.AcceptContentTypes = "", ""
 	c.Impersonate = rest.ImpersonationConfig{
 		UserName: serviceaccount.MakeUsername(namespace, name),
 		Groups:   serviceaccount.MakeGroupNames(namespace),
