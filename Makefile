@@ -6,7 +6,7 @@ DATA    ?= ./vmshelf-data
 # Fuzz targets get a short run over their seed corpus in `make test`.
 FUZZTIME ?= 10s
 
-.PHONY: build run test test-unit fuzz bench lint clean mutate
+.PHONY: build run test test-unit test-kube fuzz bench lint lint-kube clean mutate
 
 build:
 	$(GO) build -o $(BIN) ./cmd/vmshelf
@@ -16,7 +16,18 @@ run: build
 
 test: lint
 	$(GO) test -race -count=1 -timeout 9m ./...
+	$(MAKE) --no-print-directory test-kube
 	$(MAKE) --no-print-directory fuzz
+
+# The provisioner and docs/deploy against a real kube-apiserver and etcd run
+# in-process (provisioner/kubetest, a module of its own so that
+# k8s.io/kubernetes stays out of vmshelf's build). Not under -race: a race
+# build of the API server doubles a cold build that is already the longest
+# step of `make test` (see provisioner/kubetest/README.md); the provisioner's
+# own tests run under -race above.
+KUBETEST_TIMEOUT ?= 10m
+test-kube:
+	cd provisioner/kubetest && $(GO) test -count=1 -timeout $(KUBETEST_TIMEOUT) ./...
 
 # Each fuzz target of the parsers that read hostile bytes, in turn (go test
 # -fuzz takes one target at a time). `make fuzz FUZZTIME=10m` for a long run.
@@ -41,6 +52,12 @@ lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$fmt" ]; then echo "not gofmt-formatted:"; echo "$$fmt"; exit 1; fi
 	$(GO) vet ./...
+
+# go vet of provisioner/kubetest with every analyzer (and their facts over
+# all of Kubernetes) adds 2 min to a cold `make test`, which has no room
+# for it; go test there runs vet's default analyzers on the package itself.
+lint-kube:
+	cd provisioner/kubetest && $(GO) vet ./...
 
 clean:
 	rm -rf bin

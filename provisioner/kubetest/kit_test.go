@@ -1,0 +1,382 @@
+package kubetest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/yaml"
+)
+
+// kitDir is the deployment kit, docs/deploy, seen from this package.
+const kitDir = "../../docs/deploy"
+
+// kitFiles are the kit's manifests in the order the guide applies them.
+// TestKitFilesListed keeps it complete.
+var kitFiles = []string{"rbac.yaml", "storageclass.yaml", "kubevirt-cr.yaml", "cdi-cr.yaml", "vmshelf.yaml"}
+
+// kitScheme knows every type a manifest of the kit may hold: Kubernetes'
+// own, KubeVirt's and CDI's, and CRDs.
+func kitScheme(t testing.TB) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, cdiv1beta1.AddToScheme, apiextensionsv1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			t.Fatalf("scheme: %v", err)
+		}
+	}
+	return s
+}
+
+// kitObject is one document of a manifest, decoded into its type.
+type kitObject struct {
+	file string
+	gvk  schema.GroupVersionKind
+	obj  runtime.Object
+}
+
+func (o kitObject) String() string {
+	m, _ := o.obj.(metav1.Object)
+	if m == nil {
+		return fmt.Sprintf("%s: %s", o.file, o.gvk.Kind)
+	}
+	return fmt.Sprintf("%s: %s %s/%s", o.file, o.gvk.Kind, m.GetNamespace(), m.GetName())
+}
+
+// decodeStrict decodes every document of a multi-document YAML stream into
+// its typed object with the API machinery's strict decoder: an unknown or
+// duplicated field, or a kind the scheme does not know, is an error, as it
+// would be to `kubectl apply --validate=strict`.
+func decodeStrict(s *runtime.Scheme, name string, r io.Reader) ([]kitObject, error) {
+	dec := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, s, s, kjson.SerializerOptions{Yaml: true, Strict: true})
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(r))
+	var out []kitObject
+	for i := 0; ; i++ {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
+		}
+		if empty, err := isEmptyDocument(doc); err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
+		} else if empty {
+			continue
+		}
+		obj, gvk, err := dec.Decode(doc, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
+		}
+		out = append(out, kitObject{file: name, gvk: *gvk, obj: obj})
+	}
+}
+
+// isEmptyDocument: a document of comments only (or nothing) between two
+// "---" is no object.
+func isEmptyDocument(doc []byte) (bool, error) {
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return false, err
+	}
+	j = bytes.TrimSpace(j)
+	return len(j) == 0 || string(j) == "null", nil
+}
+
+// loadKit decodes every file of the kit, in the guide's order.
+func loadKit(t testing.TB) []kitObject {
+	t.Helper()
+	s := kitScheme(t)
+	var all []kitObject
+	for _, f := range kitFiles {
+		all = append(all, loadKitFile(t, s, f)...)
+	}
+	return all
+}
+
+func loadKitFile(t testing.TB, s *runtime.Scheme, name string) []kitObject {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(kitDir, name))
+	if err != nil {
+		t.Fatalf("read the kit: %v", err)
+	}
+	objs, err := decodeStrict(s, name, bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("decode the kit: %v", err)
+	}
+	if len(objs) == 0 {
+		t.Fatalf("%s holds no object", name)
+	}
+	return objs
+}
+
+// kitResource is where the API server serves a kind of the kit.
+type kitResource struct {
+	resource   string
+	namespaced bool
+}
+
+// kitResources maps every kind the kit holds (and the tests create) to its
+// resource. A kind missing here fails the test that meets it.
+var kitResources = map[schema.GroupVersionKind]kitResource{
+	{Version: "v1", Kind: "Namespace"}:                                               {"namespaces", false},
+	{Version: "v1", Kind: "ServiceAccount"}:                                          {"serviceaccounts", true},
+	{Version: "v1", Kind: "ConfigMap"}:                                               {"configmaps", true},
+	{Version: "v1", Kind: "Secret"}:                                                  {"secrets", true},
+	{Version: "v1", Kind: "Service"}:                                                 {"services", true},
+	{Version: "v1", Kind: "PersistentVolumeClaim"}:                                   {"persistentvolumeclaims", true},
+	{Group: "apps", Version: "v1", Kind: "Deployment"}:                               {"deployments", true},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"}:                {"roles", true},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"}:         {"rolebindings", true},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"}:         {"clusterroles", false},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"}:  {"clusterrolebindings", false},
+	{Group: "storage.k8s.io", Version: "v1", Kind: "StorageClass"}:                   {"storageclasses", false},
+	{Group: "networking.k8s.io", Version: "v1", Kind: "Ingress"}:                     {"ingresses", true},
+	{Group: "kubevirt.io", Version: "v1", Kind: "KubeVirt"}:                          {"kubevirts", true},
+	{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"}:                    {"virtualmachines", true},
+	{Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "CDI"}:                      {"cdis", false},
+	{Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "DataVolume"}:               {"datavolumes", true},
+	{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}: {"customresourcedefinitions", false},
+}
+
+// resourceFor is the dynamic client's handle on o's kind (namespaced
+// where the kind is).
+func resourceFor(t testing.TB, dc dynamic.Interface, gvk schema.GroupVersionKind, namespace string) dynamic.ResourceInterface {
+	t.Helper()
+	r, ok := kitResources[gvk]
+	if !ok {
+		t.Fatalf("no resource known for %v: add it to kitResources", gvk)
+	}
+	nri := dc.Resource(gvk.GroupVersion().WithResource(r.resource))
+	if r.namespaced {
+		return nri.Namespace(namespace)
+	}
+	return nri
+}
+
+// applyKit creates every object on the server with the client behind cfg,
+// in order, with the server's strict field validation on as well; an
+// object that exists already is left as it is.
+func applyKit(t testing.TB, cfg *rest.Config, s *runtime.Scheme, objs []kitObject) {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, o := range objs {
+		u, err := toUnstructured(s, o)
+		if err != nil {
+			t.Fatalf("%v: %v", o, err)
+		}
+		_, err = resourceFor(t, dc, o.gvk, u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("the API server refuses %v: %v", o, err)
+		}
+	}
+}
+
+func toUnstructured(s *runtime.Scheme, o kitObject) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o.obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(o.gvk)
+	return u, nil
+}
+
+// standInCRD is a minimal CRD for a kind whose real CRD an operator
+// installs (KubeVirt's virt-operator, CDI's cdi-operator): every field is
+// accepted, with a status subresource as the real ones have. It stands in
+// for those CRDs so that the API server stores and serves the kind and
+// RBAC applies to it; it does not validate like the real schema does.
+func standInCRD(group, version, kind, plural string, scope apiextensionsv1.ResourceScope) *apiextensionsv1.CustomResourceDefinition {
+	yes := true
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{
+				Plural: plural, Singular: strings.ToLower(kind), Kind: kind, ListKind: kind + "List",
+			},
+			Scope: scope,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: version, Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: &yes,
+				}},
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+			}},
+		},
+	}
+}
+
+// standInCRDs are the operators' CRDs the kit and the provisioner use.
+func standInCRDs() []*apiextensionsv1.CustomResourceDefinition {
+	return []*apiextensionsv1.CustomResourceDefinition{
+		standInCRD("kubevirt.io", "v1", "VirtualMachine", "virtualmachines", apiextensionsv1.NamespaceScoped),
+		standInCRD("kubevirt.io", "v1", "KubeVirt", "kubevirts", apiextensionsv1.NamespaceScoped),
+		standInCRD("cdi.kubevirt.io", "v1beta1", "DataVolume", "datavolumes", apiextensionsv1.NamespaceScoped),
+		standInCRD("cdi.kubevirt.io", "v1beta1", "CDI", "cdis", apiextensionsv1.ClusterScoped),
+	}
+}
+
+// registerCRDs creates crds and waits (bounded) until the API server
+// serves each: its Established condition, seen through a watch.
+func registerCRDs(t testing.TB, cfg *rest.Config, crds []*apiextensionsv1.CustomResourceDefinition) {
+	t.Helper()
+	c, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, crd := range crds {
+		if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create CRD %s: %v", crd.Name, err)
+		}
+	}
+	for _, crd := range crds {
+		w, err := c.ApiextensionsV1().CustomResourceDefinitions().Watch(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", crd.Name).String(),
+		})
+		if err != nil {
+			t.Fatalf("watch CRD %s: %v", crd.Name, err)
+		}
+		if !waitEstablished(ctx, w) {
+			t.Fatalf("CRD %s not established: %v", crd.Name, ctx.Err())
+		}
+	}
+}
+
+func waitEstablished(ctx context.Context, w watch.Interface) bool {
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return false
+			}
+			crd, isCRD := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
+			if !isCRD {
+				continue
+			}
+			for _, c := range crd.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true
+				}
+			}
+		}
+	}
+}
+
+// TestKitFilesListed: every manifest in docs/deploy is one the tests
+// decode and apply; a new file cannot ship unchecked.
+func TestKitFilesListed(t *testing.T) {
+	found, err := filepath.Glob(filepath.Join(kitDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range found {
+		names = append(names, filepath.Base(f))
+	}
+	want := slices.Clone(kitFiles)
+	slices.Sort(want)
+	slices.Sort(names)
+	if !slices.Equal(names, want) {
+		t.Fatalf("docs/deploy has %v; the tests check %v", names, want)
+	}
+}
+
+// TestStrictDecoder: the decoder the kit is read with refuses what a
+// lenient one would drop without a word.
+func TestStrictDecoder(t *testing.T) {
+	s := kitScheme(t)
+	tests := []struct {
+		name, doc string
+		ok        bool
+	}{
+		{"known fields", "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {ports: [{port: 80}]}\n", true},
+		{"misspelt field", "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec: {prots: [{port: 80}]}\n", false},
+		{"duplicate field", "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nmetadata: {name: b}\n", false},
+		{"unknown kind", "apiVersion: v1\nkind: Servise\nmetadata: {name: a}\n", false},
+		{"KubeVirt field misspelt", "apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: k}\nspec: {workload: {}}\n", false},
+		{"CDI field of KubeVirt's spelling", "apiVersion: cdi.kubevirt.io/v1beta1\nkind: CDI\nmetadata: {name: c}\nspec: {workloads: {}}\n", false},
+		{"comments only", "# nothing\n---\n# still nothing\n", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := decodeStrict(s, tt.name, strings.NewReader(tt.doc))
+			if (err == nil) != tt.ok {
+				t.Fatalf("decode: err = %v, want ok = %v", err, tt.ok)
+			}
+		})
+	}
+}
+
+// TestKitAccepted: a real kube-apiserver accepts every object of the kit,
+// in the guide's order, with strict field validation, and serves it back.
+// KubeVirt's and CDI's CRDs are stand-ins (standInCRD); the namespace
+// kubevirt is what kubevirt-operator.yaml would have made.
+func TestKitAccepted(t *testing.T) {
+	objs := loadKit(t)
+	srv := Start(t)
+	registerCRDs(t, srv.Admin, standInCRDs())
+	applyKit(t, srv.Admin, kitScheme(t), []kitObject{{
+		file: "kubevirt-operator.yaml (stand-in)",
+		gvk:  schema.GroupVersionKind{Version: "v1", Kind: "Namespace"},
+		obj:  &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt"}},
+	}})
+	applyKit(t, srv.Admin, kitScheme(t), objs)
+
+	dc, err := dynamic.NewForConfig(srv.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, o := range objs {
+		m := o.obj.(metav1.Object)
+		got, err := resourceFor(t, dc, o.gvk, m.GetNamespace()).Get(ctx, m.GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("%v: read back: %v", o, err)
+			continue
+		}
+		if got.GetUID() == "" || got.GetKind() != o.gvk.Kind {
+			t.Errorf("%v: read back as %s uid %q", o, got.GetKind(), got.GetUID())
+		}
+	}
+}
