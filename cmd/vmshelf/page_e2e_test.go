@@ -996,8 +996,10 @@ func TestPageRefusals(t *testing.T) {
 // TestPageOrder: the dev box orders two replicas of a catalogue system
 // from a host's offer on the page; Stripe Checkout (the fake's URL) opens
 // in a new tab; the test pays it at the fake and posts the signed webhook;
-// after #refresh the machine is listed paid with its two replicas, their
-// states and its address.
+// after #refresh the machine is listed paid with its two replicas and its
+// address; the fake cluster (kubeFake) runs one replica and imports the
+// other's disk, and after #refresh the page shows running and importing
+// with CDI's progress.
 func TestPageOrder(t *testing.T) {
 	browserDir(t)
 	needTool(t, "curl")
@@ -1010,12 +1012,14 @@ func TestPageOrder(t *testing.T) {
 	defer fake.Close()
 	work := t.TempDir()
 	env := append(append([]string{}, noStripeEnv...), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+secretFile(t, whsec))
+	kube := newKubeFake(t)
 	ctl := freeAddr(t)
 	s := startServeAt(t, filepath.Join(work, "data"), freeAddr(t), ctl, []string{"--cors-origin", "http://" + ctl,
 		"--vms-enable", "--stripe-api-base", fake.URL, "--checkout-return-url", "http://" + ctl + "/machines",
-		"--vms-domain", "vms.example.org"}, env...)
+		"--vms-domain", "vms.example.org", "--kubeconfig", kube.kubeconfig(t)}, env...)
 	s.secret(key)
 	s.secret(whsec)
+	s.secret(kubeFakeToken)
 	host := addHost(t, s, "host", account)
 	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
 	if code != http.StatusCreated {
@@ -1046,6 +1050,12 @@ func TestPageOrder(t *testing.T) {
 				t.Fatalf("the tab opened %q, not the checkout of a session of the fake Stripe", req.CheckoutURL)
 			}
 			sessionID, orderID = cs.ID, cs.OrderID
+			// KubeVirt and CDI, played by the fake cluster: the first
+			// replica runs, the second's disk is being imported. Arranged
+			// before the payment, whose provisioning pass reads them.
+			kube.setVMStatus("", "vm-"+orderID+"-0", "Running")
+			kube.setVMStatus("", "vm-"+orderID+"-1", "Provisioning")
+			kube.putDataVolume("", "vm-"+orderID+"-1-disk", "ImportInProgress", "42.5%")
 			if err := fake.Pay(cs.ID); err != nil {
 				t.Fatal(err)
 			}
@@ -1057,8 +1067,28 @@ func TestPageOrder(t *testing.T) {
 			wantWebhookResult(t, "checkout.session.completed", code, body, "paid")
 			return map[string]string{"order_id": cs.OrderID}
 		},
-		// No cluster in this test: the replicas stay starting.
-		"kube": func([]byte) any { return map[string]any{} },
+		// The page has seen the order paid: the test waits (bounded) until
+		// the provisioner has read the cluster, and tells the script
+		// what #refresh must show.
+		"kube": func([]byte) any {
+			want := map[string]string{"vm-" + orderID + "-0": "running", "vm-" + orderID + "-1": "importing"}
+			var got []string
+			poll(t, 400, 25*time.Millisecond, "the provisioner to report the cluster's states", func() bool {
+				st := marketStatusOf(t, s, &answers{}, s.token)
+				got = got[:0]
+				n := 0
+				for _, o := range st.Orders {
+					for _, r := range o.Replicas {
+						got = append(got, r.Name+"="+r.State)
+						if want[r.Name] == r.State {
+							n++
+						}
+					}
+				}
+				return n == len(want)
+			}, func() string { return fmt.Sprint(got) })
+			return map[string]any{"replicas": want}
+		},
 	})
 	pr.extra = s.logs
 	type orderRow struct {
@@ -1085,6 +1115,10 @@ func TestPageOrder(t *testing.T) {
 			Target string `json:"target"`
 			Rel    string `json:"rel"`
 		} `json:"link"`
+		BeforePay struct {
+			Order string `json:"order"`
+			State string `json:"state"`
+		} `json:"beforePay"`
 		AfterPay      orderRow    `json:"afterPay"`
 		AfterKube     *orderRow   `json:"afterKube"`
 		PhoneOverflow int         `json:"phoneOverflow"`
@@ -1118,14 +1152,37 @@ func TestPageOrder(t *testing.T) {
 		}
 	}
 	o := rep.AfterPay
-	if o.State != "paid" || o.Name != "web" || len(o.Replicas) != 2 || o.Address != "vm-"+orderID+".vms.example.org" || o.StateText == "" {
-		t.Errorf("after paying, the machine is %+v; want paid, named web, at vm-%s.vms.example.org, with 2 replicas", o, orderID)
+	if rep.BeforePay.State != "awaitingPayment" || rep.BeforePay.Order != orderID {
+		t.Errorf("before the payment the machine list shows %+v; want order %s awaitingPayment", rep.BeforePay, orderID)
+	}
+	// paid, or active once the provisioner has made the machines.
+	if (o.State != "paid" && o.State != "active") || o.Name != "web" || len(o.Replicas) != 2 || o.Address != "vm-"+orderID+".vms.example.org" || o.StateText == "" {
+		t.Errorf("after paying, the machine is %+v; want paid or active, named web, at vm-%s.vms.example.org, with 2 replicas", o, orderID)
 	}
 	for _, r := range o.Replicas {
-		if r.State != "starting" || !strings.HasPrefix(r.Replica, "vm-"+orderID+"-") || r.StateText == "" {
-			t.Errorf("replica %+v; want vm-%s-… starting, in words", r, orderID)
+		if !strings.HasPrefix(r.Replica, "vm-"+orderID+"-") || r.StateText == "" || r.Name == "" {
+			t.Errorf("replica %+v; want vm-%s-…, named, its state in words", r, orderID)
 		}
 	}
+	if k := rep.AfterKube; k == nil || len(k.Replicas) != 2 {
+		t.Errorf("after #refresh the machine is %+v; want its 2 replicas with the cluster's states", rep.AfterKube)
+	} else {
+		for _, r := range k.Replicas {
+			switch r.Replica {
+			case "vm-" + orderID + "-0":
+				if r.State != "running" {
+					t.Errorf("replica %+v; want running", r)
+				}
+			case "vm-" + orderID + "-1":
+				if r.State != "importing" || !strings.Contains(r.StateText, "42.5") {
+					t.Errorf("replica %+v; want importing, with CDI's progress 42.5%%", r)
+				}
+			default:
+				t.Errorf("replica %+v: not of the order", r)
+			}
+		}
+	}
+	kube.assertClean(t)
 	if rep.PhoneOverflow > 0 {
 		t.Errorf("at 390 px the page is %d px wider than the screen", rep.PhoneOverflow)
 	}

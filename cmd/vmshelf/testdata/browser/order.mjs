@@ -38,6 +38,12 @@ b.main(async (track) => {
     return { href: a.href, target: a.target, rel: a.rel };
   });
   await popup.close();
+  // Ordered, not paid: the machine is listed awaiting payment.
+  await page.waitForSelector('#machine-list li[data-order-id]', { timeout: 20000 });
+  const beforePay = await page.evaluate(() => {
+    const li = document.querySelector('#machine-list li[data-order-id]');
+    return { order: li.dataset.orderId, state: li.dataset.state };
+  });
 
   const paid = await b.control('pay', { checkout_url: checkoutTab });
   await page.locator('#refresh').click();
@@ -82,5 +88,5 @@ b.main(async (track) => {
   await b.shot(page, 'machines-phone.png');
   const store = await b.storage(page);
   await ctx.close();
-  return { offer, catalogue, checkoutTab, link, paid, afterPay, afterKube, phoneOverflow, store };
+  return { offer, catalogue, checkoutTab, link, beforePay, paid, afterPay, afterKube, phoneOverflow, store };
 });
