@@ -43,6 +43,14 @@ func browserDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// playwright-core 1.65 needs Node 20 (Debian 12's own nodejs is 18).
+	if r := runCmd(t, nil, "node", "-e", "process.exit(+process.versions.node.split('.')[0] >= 20 ? 0 : 1)"); r.code != 0 {
+		msg := "playwright-core needs Node.js 20 or later; node --version: " + strings.TrimSpace(runCmd(t, nil, "node", "--version").stdout)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err != nil {
 		msg := "playwright-core is not installed (npm ci --prefix cmd/vmshelf/testdata/browser)"
 		if os.Getenv("CI") == "true" {

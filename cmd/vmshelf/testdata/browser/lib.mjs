@@ -279,11 +279,25 @@ export async function control(name, body = {}) {
 
 // shot writes a screenshot into PAGE_SHOTS when it is set (the Go test sets
 // it only under VMSHELF_SCREENSHOTS=1, so normal runs never rewrite docs).
-export async function shot(page, name) {
+// What is shot: the viewport (the top of the page), or with selector that
+// element alone (the full page is long: the catalogue lists every system).
+// scrollTo: an element to scroll to the top of a viewport shot (default:
+// the top of the page).
+export async function shot(page, name, { selector, scrollTo, before } = {}) {
   const dir = process.env.PAGE_SHOTS;
   if (!dir) return;
+  if (before) await before();
+  if (!selector) {
+    await page.evaluate((sel) => {
+      const el = sel && document.querySelector(sel);
+      if (el) el.scrollIntoView({ block: 'start' });
+      else window.scrollTo(0, 0);
+    }, scrollTo || null);
+  }
   const file = path.join(dir, name);
-  await page.screenshot({ path: file, fullPage: true, animations: 'disabled', caret: 'hide' });
+  const opts = { path: file, animations: 'disabled', caret: 'hide' };
+  if (selector) await page.locator(selector).screenshot(opts);
+  else await page.screenshot(opts);
   log('screenshot', file);
 }
 

@@ -82,10 +82,10 @@ b.main(async (track) => {
     }
     afterKube = await readOrder();
   }
-  await b.shot(page, 'machines-listed.png');
+  await b.shot(page, 'machines-listed.png', { selector: '#machines' });
   await page.setViewportSize(b.phone);
   const phoneOverflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  await b.shot(page, 'machines-phone.png');
+  await b.shot(page, 'machines-phone.png', { scrollTo: '#order-result' });
   const store = await b.storage(page);
   await ctx.close();
   return { offer, catalogue, checkoutTab, link, beforePay, paid, afterPay, afterKube, phoneOverflow, store };

@@ -20,7 +20,7 @@ b.main(async (track) => {
   const notQcow2 = await b.untilState(page, path.basename(junk), 'refused', 20000);
   const backedRow = await b.untilState(page, path.basename(backed), 'refused', 20000);
   const tickets = await b.control('tickets');
-  await b.shot(page, 'machines-refused.png');
+  await b.shot(page, 'machines-refused.png', { selector: '#images' });
 
   await b.choose(page, [one, two]);
   const rows = [];

@@ -13,7 +13,14 @@ b.main(async (track) => {
   await b.signIn(page);
   await b.choose(page, [file]);
   await b.untilProgress(page, name, 5);
-  await b.shot(page, 'machines-uploading.png');
+  // For the picture: once the row shows its speed and time left.
+  await b.shot(page, 'machines-uploading.png', {
+    selector: '#images',
+    before: () => page.waitForFunction((sel) => {
+      const li = document.querySelector(sel);
+      return li && li.querySelector('.upload-speed')?.textContent.trim() && li.querySelector('.upload-eta')?.textContent.trim();
+    }, b.rowSel(name), { timeout: 10000, polling: 50 }).catch(() => b.log('no speed shown for the screenshot')),
+  });
   // The Go test restarts serve once it has seen half the bytes; meanwhile
   // the page retries.
   const done = await b.untilState(page, name, 'done', 120000);
