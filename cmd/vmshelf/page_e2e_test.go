@@ -728,6 +728,75 @@ type sessionRow struct {
 	Text  string `json:"text"`
 }
 
+// TestPageUploadCancel: Cancel in the middle of an upload ends it at the
+// edge too (tus DELETE): no session left, no image, nothing offered for
+// resuming after a reload, no session URL kept in the browser.
+func TestPageUploadCancel(t *testing.T) {
+	browserDir(t)
+	needTool(t, "qemu-img")
+	work := t.TempDir()
+	p := startProxy(t, freeAddr(t))
+	p.rate.Store(2 << 20)
+	disk, _ := randomQcow2(t, work, "cancelled.qcow2", 16)
+	s := startPageServe(t, filepath.Join(work, "data"), p, nil)
+
+	var sessionsLeft []json.RawMessage
+	headCode := 0
+	pr := startPage(t, "cancel", 90*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_FILE": disk,
+	}, map[string]action{
+		"cancelled": func([]byte) any {
+			locs := p.sessionLocations()
+			if len(locs) != 1 {
+				t.Fatalf("the edge created %d sessions before the cancel, want 1", len(locs))
+			}
+			noteSession(t, s, locs[0])
+			// The DELETE may still be on its way when the row says cancelled.
+			poll(t, 400, 25*time.Millisecond, "the edge to end the cancelled session", func() bool {
+				headCode, _ = s.head(t, locs[0])
+				var st struct {
+					Sessions []json.RawMessage `json:"sessions"`
+				}
+				code, body := s.ctl(t, "/market/vms/status", s.token, "")
+				if code != http.StatusOK {
+					t.Fatalf("status: %d %s", code, body)
+				}
+				if err := json.Unmarshal(body, &st); err != nil {
+					t.Fatal(err)
+				}
+				sessionsLeft = st.Sessions
+				return headCode == http.StatusNotFound && len(st.Sessions) == 0
+			}, func() string { return fmt.Sprintf("HEAD %d, sessions %s", headCode, sessionsLeft) })
+			return map[string]int{"head": headCode}
+		},
+	})
+	pr.extra = s.logs
+	var rep struct {
+		commonReport
+		Mid       uploadRow   `json:"mid"`
+		Cancelled uploadRow   `json:"cancelled"`
+		Rows      []string    `json:"rows"`
+		Store     pageStorage `json:"store"`
+	}
+	pr.wait(&rep)
+	if rep.Cancelled.State != "cancelled" || rep.Cancelled.Status == "" {
+		t.Errorf("the cancelled row is %+v; want cancelled, in words", rep.Cancelled)
+	}
+	for _, st := range rep.Rows {
+		if st == "waiting" {
+			t.Errorf("after a reload the page offers the cancelled upload for resuming: rows %q", rep.Rows)
+		}
+	}
+	for k, v := range rep.Store.Local {
+		if strings.Contains(v, "/upload-sessions/") {
+			t.Errorf("localStorage[%q] keeps the cancelled upload's session URL", k)
+		}
+	}
+	if imgs := s.status(t, s.token).Images; len(imgs) != 0 {
+		t.Errorf("status lists %d images after the cancel, want none", len(imgs))
+	}
+}
+
 // nginxProxy is Debian's nginx in front of both planes on one loopback
 // origin, with a body limit, request buffering off for the data plane.
 type nginxProxy struct {
