@@ -312,7 +312,7 @@
 
     const un = $('#unavailable')
     if (st.available === false) {
-      un.textContent = 'Machines cannot be ordered here: ' + words(st.reason)
+      un.textContent = words(st.reason)
       un.dataset.reason = st.reason || ''
       show(un, true)
     } else {
@@ -816,6 +816,7 @@
           this.eta.textContent = rate > 0 ? `about ${duration((total - sent) / rate)} left` : ''
         }
         if (this.state !== 'uploading') this.set('uploading', '')
+        this.statusText.textContent = `${bytes(sent)} of ${bytes(total)} sent` + (this.resumed ? ' (resumed)' : '')
         const step = Math.floor(pct / 10)
         if (step > this.lastAnnounced) {
           this.lastAnnounced = step
