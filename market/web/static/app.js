@@ -444,6 +444,16 @@
         'aria-label': `Close the listing at ${money(l.unit_price, l.currency)}`, text: 'Close' })) : null)))
   }
 
+  // imageLabel names an order's image as the user knows it.
+  function imageLabel (st, o) {
+    if (o.image_kind === 'upload') {
+      const img = (st.images || []).find((i) => i.upload_id === o.image)
+      return img ? `your image “${img.name}”` : `your image ${o.image} (removed)`
+    }
+    const c = ((state.catalogue && state.catalogue.catalogue) || []).find((e) => e.id === o.image)
+    return c ? c.name : o.image
+  }
+
   function renderMachines (st) {
     const orders = st.orders || []
     $('#machine-list').replaceChildren(...orders.map((o) => {
@@ -453,7 +463,7 @@
         el('div', { class: 'card-head' },
           el('span', { class: 'order-name', text: o.name }),
           el('span', { class: 'order-state state', 'data-state': o.state, text: ORDER_STATES[o.state] || o.state })),
-        el('p', { class: 'meta' }, `${o.quantity} × ${o.image} on ${o.host} · ${money(o.total, o.currency)} · ordered ${when(o.created_at)}`),
+        el('p', { class: 'meta' }, `${o.quantity} × ${imageLabel(st, o)} on ${o.host} · ${money(o.total, o.currency)} · ordered ${when(o.created_at)}`),
         el('p', { class: 'meta' }, 'Address: ', el('span', { class: 'order-address', text: o.address || 'none (this edge gives machines no address)' })),
         el('p', { class: 'meta' }, 'Paid until: ', el('span', { class: 'order-expires', text: o.expires_at ? when(o.expires_at) : 'not paid yet' })),
         o.checkout_url ? el('p', {}, el('a', { href: o.checkout_url, target: '_blank', rel: 'noopener noreferrer', class: 'order-pay', text: 'Pay this order at Stripe' })) : null,
@@ -686,7 +696,7 @@
         this.li.dataset.state = st
         if (reason) this.li.dataset.reason = reason
         else delete this.li.dataset.reason
-        this.stateWord.textContent = UPLOAD_STATES[st] + (text ? ':' : '')
+        this.stateWord.textContent = UPLOAD_STATES[st] + ':'
         this.statusText.textContent = text || ''
         const ended = st === 'done' || st === 'refused' || st === 'cancelled'
         this.cancelBtn.hidden = st === 'done' || st === 'cancelled' || (st === 'refused' && !this.retryable)
@@ -845,7 +855,10 @@
           this.lastPatchLost = false
           if (this.proxyHeadOK >= 2) {
             this.proxyHeadOK = 0
-            this.halve()
+            const before = this.upload ? this.upload.options.chunkSize : 0
+            if (this.halve()) {
+              this.set('retrying', `parts of ${Math.round(before / MiB)} MiB get no answer while the edge answers otherwise, the mark of a proxy's body limit; going on with ${bytes(this.chunk)} parts`)
+            }
           }
         }
       }
