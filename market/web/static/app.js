@@ -200,7 +200,9 @@
   async function api (path, body, method) {
     const headers = { Accept: 'application/json' }
     const t = token.get()
-    if (t) headers.Authorization = 'Bearer ' + t
+    // Only the tenant routes (all POST) get the token; the catalogue is
+    // public.
+    if (t && (method || 'POST') === 'POST') headers.Authorization = 'Bearer ' + t
     const init = { method: method || 'POST', headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' }
     if (init.method === 'POST') {
       headers['Content-Type'] = 'application/json'
@@ -1041,13 +1043,20 @@
     // knows how to go on.
     async function renderSessions (sessions) {
       const list = $('#upload-list')
-      const busyIds = new Set([...rows.values()].filter((t) => t.uploadId && t.state !== 'cancelled').map((t) => t.uploadId))
+      const mine = [...rows.values()].filter((t) => t.state !== 'cancelled')
+      const busyIds = new Set(mine.filter((t) => t.uploadId).map((t) => t.uploadId))
+      // A file being checked or waiting has no upload id yet; its name
+      // keeps its old session's row from coming back next to it.
+      const busyFiles = new Set(mine.filter((t) => !t.uploadId && t.state !== 'refused').map((t) => t.file.name))
       const stored = await storedUploads()
       const fileOf = new Map()
       for (const s of stored) {
         if (s.metadata && s.metadata.upload_id) fileOf.set(s.metadata.upload_id, s)
       }
-      const want = sessions.filter((s) => !busyIds.has(s.upload_id))
+      const want = sessions.filter((s) => {
+        const known = fileOf.get(s.upload_id)
+        return !busyIds.has(s.upload_id) && !(known && busyFiles.has(known.metadata.filename))
+      })
       const keep = new Set(want.map((s) => s.upload_id))
       for (const li of list.querySelectorAll('li.upload[data-session=true]')) {
         if (!keep.has(li.dataset.uploadId)) li.remove()
