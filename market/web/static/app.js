@@ -698,7 +698,8 @@
         this.li.dataset.state = st
         if (reason) this.li.dataset.reason = reason
         else delete this.li.dataset.reason
-        this.stateWord.textContent = UPLOAD_STATES[st] + ':'
+        // A network that stayed down is no refusal by the edge.
+        this.stateWord.textContent = (st === 'refused' && reason === 'network' ? 'Stopped' : UPLOAD_STATES[st]) + ':'
         this.statusText.textContent = text || ''
         const ended = st === 'done' || st === 'refused' || st === 'cancelled'
         this.cancelBtn.hidden = st === 'done' || st === 'cancelled' || (st === 'refused' && !this.retryable)
@@ -725,7 +726,10 @@
         if (this.state === 'cancelled') return
         if (!v.ok) {
           this.retryable = false
-          this.set('refused', words(v.reason, v.message), v.reason)
+          let text = words(v.reason, v.message)
+          if (v.reason === 'tooLarge') text = `This file (${bytes(this.file.size)}) is larger than the ${bytes(state.limits.upload_max_bytes)} this edge accepts.`
+          if (v.reason === 'virtualSizeTooLarge') text = `The disk inside this image (${bytes(v.virtualSize)}) is larger than the ${bytes(state.limits.max_virtual_bytes)} this edge accepts.`
+          this.set('refused', text, v.reason)
           return
         }
         this.info = v
