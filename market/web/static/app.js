@@ -627,7 +627,7 @@
     let seq = 0
 
     function fingerprint (file) {
-      return ['vmshelf:', location.origin, file.name, file.size, file.lastModified].join('/')
+      return `vmshelf:${location.origin}/${file.name}/${file.size}/${file.lastModified}`
     }
     function imageName (file) {
       const n = file.name.replace(/\.qcow2$/i, '').trim()
