@@ -95,6 +95,10 @@
     storeCorrupt: 'The edge\'s record store is damaged.',
     storeUnwritable: 'The edge cannot write its records.',
     notReady: 'The edge is not ready.',
+    // answers the page never provokes, for completeness
+    badSignature: 'The webhook\'s signature did not verify.',
+    rangeNotSatisfiable: 'The requested range lies outside the image.',
+    tokenUnknown: 'The fetch token is not known, was revoked or has expired.',
     cancelled: 'Cancelled.'
   }
 
