@@ -22,6 +22,7 @@ import (
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/market/web"
 )
 
 // Config is what the control plane needs of the command line.
@@ -209,6 +210,13 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	rt.handle(http.MethodPost, "/market/vms/listings/close", s.machineRoute(false, s.closeListing))
 	rt.handle(http.MethodPost, "/market/vms/orders", s.machineRoute(true, s.createOrder))
 	rt.handle(http.MethodPost, "/market/stripe/webhook", s.webhook)
+	page, err := web.New(cfg.PublicURL) // the Machines page: GET /machines and its files
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range page.Paths() {
+		rt.handle(http.MethodGet, p, page.ServeHTTP)
+	}
 	s.handler = rt
 	return s, nil
 }
