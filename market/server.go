@@ -34,6 +34,15 @@ type Config struct {
 	TicketTTL time.Duration
 	// ImagesPerTenant is the image quota (SPEC: 3 by default).
 	ImagesPerTenant int
+	// UploadMax, MaxVirtualSize and MaxTransfers are the data plane's
+	// limits (--upload-max-gib, --max-virtual-gib, --max-transfers). The
+	// control plane enforces none of them; status reports them so that a
+	// client (the Machines page, vmshelf upload) can refuse a file before
+	// it takes a ticket and run no more uploads at once than the edge
+	// serves. 0 leaves a limit out of the answer.
+	UploadMax      int64
+	MaxVirtualSize uint64
+	MaxTransfers   int
 	// VMsEnabled is --vms-enable; off, status says "notOffered".
 	VMsEnabled bool
 	// Now is the clock; nil means time.Now. Tests control it.

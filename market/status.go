@@ -27,6 +27,17 @@ type statusAnswer struct {
 	Offers   []offerInfo   `json:"offers"`
 	Orders   []orderInfo   `json:"orders"`
 	Account  account       `json:"account"`
+	Limits   limits        `json:"limits"`
+}
+
+// limits are the edge's limits a client should know before it uploads
+// (SPEC's status line is silent on them; a page that learns the quota
+// only from a 409 after the user picked a file is what users complain of).
+type limits struct {
+	ImagesPerTenant int    `json:"images_per_tenant"`
+	UploadMaxBytes  int64  `json:"upload_max_bytes,omitempty"`
+	MaxVirtualBytes uint64 `json:"max_virtual_bytes,omitempty"`
+	MaxTransfers    int    `json:"max_transfers,omitempty"`
 }
 
 type account struct {
@@ -136,6 +147,12 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 			HostsVMs:      t.HostsVMs,
 			Appliance:     t.Appliance,
 			PayoutAccount: t.StripeAccount != "",
+		},
+		Limits: limits{
+			ImagesPerTenant: s.cfg.ImagesPerTenant,
+			UploadMaxBytes:  s.cfg.UploadMax,
+			MaxVirtualBytes: s.cfg.MaxVirtualSize,
+			MaxTransfers:    s.cfg.MaxTransfers,
 		},
 	}
 	if e := s.machinesUnavailable(t, true); e != nil {

@@ -286,3 +286,38 @@ func TestReadyzCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusLimits: status tells a client the edge's limits, so that the
+// page refuses a file too big or a fifth upload at once before it takes a
+// ticket; a limit the configuration leaves at 0 is left out.
+func TestStatusLimits(t *testing.T) {
+	cases := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"all", func(c *Config) {
+			c.ImagesPerTenant, c.UploadMax, c.MaxVirtualSize, c.MaxTransfers = 2, 32<<30, 512<<30, 4
+		}, `{"images_per_tenant":2,"upload_max_bytes":34359738368,"max_virtual_bytes":549755813888,"max_transfers":4}`},
+		{"only the quota", func(c *Config) { c.ImagesPerTenant = 3 }, `{"images_per_tenant":3}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, c.mod)
+			for _, sharing := range []bool{true, false} {
+				_, token := e.tenant(fmt.Sprintf("t%v", sharing), sharing)
+				r := e.post("/market/vms/status", token, "")
+				if r.status != http.StatusOK {
+					t.Fatalf("status %d: %s", r.status, r.body)
+				}
+				var got struct {
+					Limits json.RawMessage `json:"limits"`
+				}
+				decode(t, r, &got)
+				if string(got.Limits) != c.want {
+					t.Errorf("sharing %v: limits %s, want %s", sharing, got.Limits, c.want)
+				}
+			}
+		})
+	}
+}

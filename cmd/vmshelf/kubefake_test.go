@@ -83,17 +83,16 @@ func (k kubeKind) groupKind() schema.GroupKind {
 	return schema.GroupKind{Group: gv.Group, Kind: k.kind}
 }
 
-// kubeKindNamed is the kind called kind ("VirtualMachine"); it fails the
-// test for a kind the fake does not serve.
-func kubeKindNamed(t *testing.T, kind string) kubeKind {
-	t.Helper()
+// kubeKindNamed is the kind called kind ("VirtualMachine"). A kind the
+// fake does not serve is a mistake in the calling test: it panics (a
+// t.Fatal would be on the wrong goroutine when a subtest asks).
+func kubeKindNamed(kind string) kubeKind {
 	for _, k := range kubeKinds {
 		if k.kind == kind {
 			return k
 		}
 	}
-	t.Fatalf("kubeFake serves no kind %q", kind)
-	return kubeKind{}
+	panic(fmt.Sprintf("kubeFake serves no kind %q", kind))
 }
 
 // kubeKey names one stored object.
@@ -136,7 +135,6 @@ type pendingDV struct{ ns, name, phase, progress string }
 // its URL and ca() to kubeconfigFile.
 type kubeFake struct {
 	*httptest.Server
-	t *testing.T
 
 	mu        sync.Mutex
 	rv        int64 // the last resourceVersion given out, across all objects (as etcd's revision)
@@ -154,7 +152,7 @@ type kubeFake struct {
 // anything else with 404 or 405, marked unexpected.
 func newKubeFake(t *testing.T) *kubeFake {
 	t.Helper()
-	f := &kubeFake{t: t, objs: map[kubeKey]map[string]any{}}
+	f := &kubeFake{objs: map[kubeKey]map[string]any{}}
 	f.Server = httptest.NewTLSServer(http.HandlerFunc(f.serveHTTP))
 	t.Cleanup(f.Close)
 	return f
@@ -619,7 +617,7 @@ func (f *kubeFake) findLocked(k kubeKind, ns, name string) (kubeKey, bool) {
 func (f *kubeFake) setVMStatus(ns, name, printableStatus string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if key, ok := f.findLocked(kubeKindNamed(f.t, "VirtualMachine"), ns, name); ok {
+	if key, ok := f.findLocked(kubeKindNamed("VirtualMachine"), ns, name); ok {
 		f.setStatusLocked(key, map[string]any{"printableStatus": printableStatus})
 		return
 	}
@@ -650,18 +648,12 @@ func (f *kubeFake) putDataVolume(ns, name, phase, progress string) {
 			}
 		}
 	}
-	if ns != "" {
-		if _, ok := f.objs[kubeKey{gv: "v1", resource: "namespaces", name: ns}]; ok {
-			f.putDataVolumeLocked(ns, name, phase, progress)
-			return
-		}
-	}
 	f.pendingDV = append(f.pendingDV, pendingDV{ns: ns, name: name, phase: phase, progress: progress})
 }
 
 // putDataVolumeLocked makes or updates the DataVolume. f.mu is held.
 func (f *kubeFake) putDataVolumeLocked(ns, name, phase, progress string) {
-	dvk := kubeKindNamed(f.t, "DataVolume")
+	dvk := kubeKindNamed("DataVolume")
 	key := kubeKey{gv: dvk.gv, resource: dvk.resource, namespace: ns, name: name}
 	status := map[string]any{"phase": phase}
 	if progress != "" {
@@ -701,7 +693,7 @@ func (f *kubeFake) putDataVolumeLocked(ns, name, phase, progress string) {
 // "Service", "Ingress", "VirtualMachine", "DataVolume") as JSON (deep
 // copies), by namespace and name.
 func (f *kubeFake) objects(kind string) []map[string]any {
-	k := kubeKindNamed(f.t, kind)
+	k := kubeKindNamed(kind)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var keys []kubeKey
@@ -723,7 +715,7 @@ func (f *kubeFake) objects(kind string) []map[string]any {
 // get is the stored object of kind named name in ns ("" for a Namespace)
 // as JSON (a deep copy), or nil.
 func (f *kubeFake) get(kind, ns, name string) map[string]any {
-	k := kubeKindNamed(f.t, kind)
+	k := kubeKindNamed(kind)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	obj, ok := f.objs[kubeKey{gv: k.gv, resource: k.resource, namespace: ns, name: name}]

@@ -17,7 +17,8 @@ import (
 )
 
 // kubeconfigFile writes a kubeconfig whose one cluster is at server,
-// trusting the certificate ca (PEM).
+// trusting the certificate ca (PEM), and whose user's token is
+// kubeFakeToken.
 func kubeconfigFile(t *testing.T, server string, ca []byte) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "kubeconfig")
@@ -31,7 +32,7 @@ clusters:
 users:
 - name: vmshelf
   user:
-    token: kube-token-e2e-not-a-real-one
+    token: ` + kubeFakeToken + `
 contexts:
 - name: edge
   context:
@@ -151,7 +152,7 @@ func TestE2EProvisionerReachesCluster(t *testing.T) {
 			"--kubeconfig", kubeconfigFile(t, api.URL, api.ca())}, env...)
 		s.secret(key)
 		s.secret(whsec)
-		s.secret("kube-token-e2e-not-a-real-one")
+		s.secret(kubeFakeToken)
 		var body []byte
 		poll(t, 400, 25*time.Millisecond, "/readyz without a machines reason", func() bool {
 			var code int
@@ -163,7 +164,7 @@ func TestE2EProvisionerReachesCluster(t *testing.T) {
 		}
 		api.mu.Lock()
 		for i := range api.requests {
-			if !strings.HasPrefix(api.agents[i], "vmshelf-provisioner") || api.auth[i] != "Bearer kube-token-e2e-not-a-real-one" {
+			if !strings.HasPrefix(api.agents[i], "vmshelf-provisioner") || api.auth[i] != "Bearer "+kubeFakeToken {
 				t.Errorf("request %s came as %q with %q", api.requests[i], api.agents[i], api.auth[i])
 			}
 		}
@@ -178,7 +179,7 @@ func TestE2EProvisionerReachesCluster(t *testing.T) {
 			"--kubeconfig", kubeconfigFile(t, addr, ca)}, env...)
 		s.secret(key)
 		s.secret(whsec)
-		s.secret("kube-token-e2e-not-a-real-one")
+		s.secret(kubeFakeToken)
 		code, body := s.readyz(t)
 		if code != http.StatusOK || !strings.Contains(string(body), `"machines":"clusterUnreachable"`) {
 			t.Errorf("/readyz %d %s, want 200 with machines clusterUnreachable", code, body)

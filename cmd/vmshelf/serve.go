@@ -86,7 +86,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.stripeAPIBase, "stripe-api-base", "https://api.stripe.com", "Stripe API base URL")
 	fs.StringVar(&f.checkoutReturnURL, "checkout-return-url", "", "where Stripe Checkout returns the buyer (default http://<control-addr>/machines)")
 	fs.StringVar(&f.currency, "currency", "eur", "currency of listings")
-	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser; off when empty")
+	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser (default: the Machines page's own origin, that of --checkout-return-url)")
 	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB")
 	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
 	fs.IntVar(&f.controlMaxConns, "control-max-conns", defaultControlMaxConns, "control-plane connections held at once; more wait in the accept backlog")
@@ -243,6 +243,33 @@ func secretFromEnv(name string) (string, error) {
 	return strings.TrimSpace(v), nil
 }
 
+// pageURL is where the Machines page is served to browsers: where Stripe
+// Checkout returns the buyer, --checkout-return-url or the control plane's
+// own address.
+func (f *serveFlags) pageURL() string {
+	if f.checkoutReturnURL != "" {
+		return f.checkoutReturnURL
+	}
+	return "http://" + f.controlAddr + "/machines"
+}
+
+// pageOrigin is the origin the data plane lets upload from a browser:
+// --cors-origin, or else the Machines page's own (the page is served by the
+// control plane, on another port than the uploads, so without CORS the page
+// that `make run` serves could not upload at all). Allowing it opens
+// nothing: every data-plane route is authorised by a capability in its URL
+// or header, never by a cookie.
+func (f *serveFlags) pageOrigin() string {
+	if f.corsOrigin != "" {
+		return f.corsOrigin
+	}
+	u, err := url.Parse(f.pageURL())
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}
+
 // isOrigin accepts a web origin: scheme, host, optional port, nothing else.
 func isOrigin(s string) bool {
 	u, err := url.Parse(s)
@@ -354,6 +381,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	uploadMax, _ := gib(f.uploadMaxGiB, "upload-max-gib")
 	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
 	base, _ := publicBase(f.publicURL, f.dataAddr)
+	returnURL := f.pageURL()
 	gw, err := gateway.New(gateway.Config{
 		UploadMax:       uploadMax,
 		MaxVirtualSize:  uint64(maxVirtual),
@@ -361,7 +389,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		MaxTransfers:    f.maxTransfers,
 		ImagesPerTenant: f.imagesPerTenant,
 		PublicURL:       base,
-		CORSOrigin:      f.corsOrigin,
+		CORSOrigin:      f.pageOrigin(),
 		CheckpointBytes: int64(f.tusCheckpointMiB) << 20,
 		Headroom:        int64(f.headroomMiB) << 20,
 		TrustedProxies:  f.trustedProxies,
@@ -376,10 +404,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if f.vmsEnable && secrets.webhook == "" {
 		log.Warn("--vms-enable without STRIPE_WEBHOOK_SECRET: the webhook answers 503 and no payment is confirmed")
-	}
-	returnURL := f.checkoutReturnURL
-	if returnURL == "" {
-		returnURL = "http://" + f.controlAddr + "/machines"
 	}
 	var (
 		prov         *provisioner.Provisioner
@@ -406,6 +430,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		PublicURL:         base,
 		TicketTTL:         f.ticketTTL,
 		ImagesPerTenant:   f.imagesPerTenant,
+		UploadMax:         uploadMax,
+		MaxVirtualSize:    uint64(maxVirtual),
+		MaxTransfers:      f.maxTransfers,
 		VMsEnabled:        f.vmsEnable,
 		Headroom:          int64(f.headroomMiB) << 20,
 		TrustedProxies:    f.trustedProxies,

@@ -87,6 +87,17 @@ func TestQcow2JSAgreesWithTheGate(t *testing.T) {
 	}
 	copy(ext[hl:], []byte{0xe2, 0x79, 0x2a, 0xca, 0, 0, 0, 5, 'q', 'c', 'o', 'w', '2', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	write("backing-ext.qcow2", append(ext, v3[4096:]...))
+	// The backing file named in the header only: its format extension
+	// turned into one nobody knows (skipped), so the header fields alone
+	// must decide.
+	overlay := read("backing.qcow2")
+	i := bytes.Index(overlay[:65536], []byte{0xe2, 0x79, 0x2a, 0xca})
+	if i < 0 {
+		t.Fatal("qemu-img's overlay has no backing format extension")
+	}
+	noExt := bytes.Clone(overlay)
+	copy(noExt[i:], []byte{0, 0, 0, 1})
+	write("backing-header.qcow2", noExt)
 	version4 := bytes.Clone(v3)
 	version4[7] = 4
 	write("version4.qcow2", version4)
@@ -101,6 +112,7 @@ func TestQcow2JSAgreesWithTheGate(t *testing.T) {
 		{"zstd.qcow2", ""},
 		{"backing.qcow2", "backingFile"},
 		{"backing-ext.qcow2", "backingFile"},
+		{"backing-header.qcow2", "backingFile"},
 		{"luks.qcow2", "encrypted"},
 		{"huge.qcow2", "virtualSizeTooLarge"},
 		{"disk.raw", "notQcow2"},

@@ -95,6 +95,10 @@
     storeCorrupt: 'The edge\'s record store is damaged.',
     storeUnwritable: 'The edge cannot write its records.',
     notReady: 'The edge is not ready.',
+    // answers the page never provokes, for completeness
+    badSignature: 'The webhook\'s signature did not verify.',
+    rangeNotSatisfiable: 'The requested range lies outside the image.',
+    tokenUnknown: 'The fetch token is not known, was revoked or has expired.',
     cancelled: 'Cancelled.'
   }
 
@@ -200,7 +204,9 @@
   async function api (path, body, method) {
     const headers = { Accept: 'application/json' }
     const t = token.get()
-    if (t) headers.Authorization = 'Bearer ' + t
+    // Only the tenant routes (all POST) get the token; the catalogue is
+    // public.
+    if (t && (method || 'POST') === 'POST') headers.Authorization = 'Bearer ' + t
     const init = { method: method || 'POST', headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' }
     if (init.method === 'POST') {
       headers['Content-Type'] = 'application/json'
@@ -312,7 +318,7 @@
 
     const un = $('#unavailable')
     if (st.available === false) {
-      un.textContent = 'Machines cannot be ordered here: ' + words(st.reason)
+      un.textContent = words(st.reason)
       un.dataset.reason = st.reason || ''
       show(un, true)
     } else {
@@ -444,6 +450,16 @@
         'aria-label': `Close the listing at ${money(l.unit_price, l.currency)}`, text: 'Close' })) : null)))
   }
 
+  // imageLabel names an order's image as the user knows it.
+  function imageLabel (st, o) {
+    if (o.image_kind === 'upload') {
+      const img = (st.images || []).find((i) => i.upload_id === o.image)
+      return img ? `your image “${img.name}”` : `your image ${o.image} (removed)`
+    }
+    const c = ((state.catalogue && state.catalogue.catalogue) || []).find((e) => e.id === o.image)
+    return c ? c.name : o.image
+  }
+
   function renderMachines (st) {
     const orders = st.orders || []
     $('#machine-list').replaceChildren(...orders.map((o) => {
@@ -453,7 +469,7 @@
         el('div', { class: 'card-head' },
           el('span', { class: 'order-name', text: o.name }),
           el('span', { class: 'order-state state', 'data-state': o.state, text: ORDER_STATES[o.state] || o.state })),
-        el('p', { class: 'meta' }, `${o.quantity} × ${o.image} on ${o.host} · ${money(o.total, o.currency)} · ordered ${when(o.created_at)}`),
+        el('p', { class: 'meta' }, `${o.quantity} × ${imageLabel(st, o)} on ${o.host} · ${money(o.total, o.currency)} · ordered ${when(o.created_at)}`),
         el('p', { class: 'meta' }, 'Address: ', el('span', { class: 'order-address', text: o.address || 'none (this edge gives machines no address)' })),
         el('p', { class: 'meta' }, 'Paid until: ', el('span', { class: 'order-expires', text: o.expires_at ? when(o.expires_at) : 'not paid yet' })),
         o.checkout_url ? el('p', {}, el('a', { href: o.checkout_url, target: '_blank', rel: 'noopener noreferrer', class: 'order-pay', text: 'Pay this order at Stripe' })) : null,
@@ -615,7 +631,7 @@
     let seq = 0
 
     function fingerprint (file) {
-      return ['vmshelf:', location.origin, file.name, file.size, file.lastModified].join('/')
+      return `vmshelf:${location.origin}/${file.name}/${file.size}/${file.lastModified}`
     }
     function imageName (file) {
       const n = file.name.replace(/\.qcow2$/i, '').trim()
@@ -686,7 +702,8 @@
         this.li.dataset.state = st
         if (reason) this.li.dataset.reason = reason
         else delete this.li.dataset.reason
-        this.stateWord.textContent = UPLOAD_STATES[st] + (text ? ':' : '')
+        // A network that stayed down is no refusal by the edge.
+        this.stateWord.textContent = (st === 'refused' && reason === 'network' ? 'Stopped' : UPLOAD_STATES[st]) + ':'
         this.statusText.textContent = text || ''
         const ended = st === 'done' || st === 'refused' || st === 'cancelled'
         this.cancelBtn.hidden = st === 'done' || st === 'cancelled' || (st === 'refused' && !this.retryable)
@@ -713,7 +730,10 @@
         if (this.state === 'cancelled') return
         if (!v.ok) {
           this.retryable = false
-          this.set('refused', words(v.reason, v.message), v.reason)
+          let text = words(v.reason, v.message)
+          if (v.reason === 'tooLarge') text = `This file (${bytes(this.file.size)}) is larger than the ${bytes(state.limits.upload_max_bytes)} this edge accepts.`
+          if (v.reason === 'virtualSizeTooLarge') text = `The disk inside this image (${bytes(v.virtualSize)}) is larger than the ${bytes(state.limits.max_virtual_bytes)} this edge accepts.`
+          this.set('refused', text, v.reason)
           return
         }
         this.info = v
@@ -816,6 +836,7 @@
           this.eta.textContent = rate > 0 ? `about ${duration((total - sent) / rate)} left` : ''
         }
         if (this.state !== 'uploading') this.set('uploading', '')
+        this.statusText.textContent = `${bytes(sent)} of ${bytes(total)} sent` + (this.resumed ? ' (resumed)' : '')
         const step = Math.floor(pct / 10)
         if (step > this.lastAnnounced) {
           this.lastAnnounced = step
@@ -844,7 +865,10 @@
           this.lastPatchLost = false
           if (this.proxyHeadOK >= 2) {
             this.proxyHeadOK = 0
-            this.halve()
+            const before = this.upload ? this.upload.options.chunkSize : 0
+            if (this.halve()) {
+              this.set('retrying', `parts of ${Math.round(before / MiB)} MiB get no answer while the edge answers otherwise, the mark of a proxy's body limit; going on with ${bytes(this.chunk)} parts`)
+            }
           }
         }
       }
@@ -1027,13 +1051,20 @@
     // knows how to go on.
     async function renderSessions (sessions) {
       const list = $('#upload-list')
-      const busyIds = new Set([...rows.values()].filter((t) => t.uploadId && t.state !== 'cancelled').map((t) => t.uploadId))
+      const mine = [...rows.values()].filter((t) => t.state !== 'cancelled')
+      const busyIds = new Set(mine.filter((t) => t.uploadId).map((t) => t.uploadId))
+      // A file being checked or waiting has no upload id yet; its name
+      // keeps its old session's row from coming back next to it.
+      const busyFiles = new Set(mine.filter((t) => !t.uploadId && t.state !== 'refused').map((t) => t.file.name))
       const stored = await storedUploads()
       const fileOf = new Map()
       for (const s of stored) {
         if (s.metadata && s.metadata.upload_id) fileOf.set(s.metadata.upload_id, s)
       }
-      const want = sessions.filter((s) => !busyIds.has(s.upload_id))
+      const want = sessions.filter((s) => {
+        const known = fileOf.get(s.upload_id)
+        return !busyIds.has(s.upload_id) && !(known && busyFiles.has(known.metadata.filename))
+      })
       const keep = new Set(want.map((s) => s.upload_id))
       for (const li of list.querySelectorAll('li.upload[data-session=true]')) {
         if (!keep.has(li.dataset.uploadId)) li.remove()

@@ -92,7 +92,8 @@
     const virtualSize = dv.getBigUint64(24)
     if (virtualSize === 0n) return refuse('badHeader', 'the virtual size is 0')
     if (virtualSize > maxVirtual) {
-      return refuse('virtualSizeTooLarge', `the virtual size of ${virtualSize} bytes exceeds this edge's limit of ${maxVirtual} bytes`)
+      return Object.assign(refuse('virtualSizeTooLarge', `the virtual size of ${virtualSize} bytes exceeds this edge's limit of ${maxVirtual} bytes`),
+        { virtualSize: Number(virtualSize) })
     }
     if ((r = need(36))) return r
     const crypt = dv.getUint32(32)
