@@ -437,12 +437,11 @@ func noToken(t *testing.T, st pageStorage, pageURL, token string) {
 }
 
 // startPageServe starts serve for the page on fresh ports with the data
-// plane behind p when p is set (--public-url), and lets the page's
-// origin upload (--cors-origin).
+// plane behind p when p is set (--public-url). No --cors-origin: by
+// default the data plane lets the page's own origin upload.
 func startPageServe(t *testing.T, data string, p *tcpProxy, args []string, env ...string) *server {
 	t.Helper()
 	ctl := freeAddr(t)
-	args = append([]string{"--cors-origin", "http://" + ctl}, args...)
 	dataAddr := freeAddr(t)
 	if p != nil {
 		args = append(args, "--public-url", p.base())
@@ -544,7 +543,7 @@ func TestPageUploadServeRestart(t *testing.T) {
 	disk, b := randomQcow2(t, work, "restarted.qcow2", 24)
 	size := int64(len(b))
 	s := startPageServe(t, data, p, nil)
-	args := []string{"--cors-origin", "http://" + s.ctlAddr, "--public-url", p.base()}
+	args := []string{"--public-url", p.base()}
 
 	pr := startPage(t, "restart", 150*time.Second, map[string]string{
 		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_FILE": disk,
@@ -1091,8 +1090,7 @@ func TestPageOrder(t *testing.T) {
 	env := append(append([]string{}, noStripeEnv...), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+secretFile(t, whsec))
 	kube := newKubeFake(t)
 	ctl := freeAddr(t)
-	s := startServeAt(t, filepath.Join(work, "data"), freeAddr(t), ctl, []string{"--cors-origin", "http://" + ctl,
-		"--vms-enable", "--stripe-api-base", fake.URL, "--checkout-return-url", "http://" + ctl + "/machines",
+	s := startServeAt(t, filepath.Join(work, "data"), freeAddr(t), ctl, []string{"--vms-enable", "--stripe-api-base", fake.URL, "--checkout-return-url", "http://" + ctl + "/machines",
 		"--vms-domain", "vms.example.org", "--kubeconfig", kube.kubeconfig(t)}, env...)
 	s.secret(key)
 	s.secret(whsec)
