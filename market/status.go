@@ -28,6 +28,9 @@ type statusAnswer struct {
 	Orders   []orderInfo   `json:"orders"`
 	Account  account       `json:"account"`
 	Limits   limits        `json:"limits"`
+	// Currency is the edge's listing currency (--currency, lower case):
+	// a host creating its first listing needs it to read its price.
+	Currency string `json:"currency,omitempty"`
 }
 
 // limits are the edge's limits a client should know before it uploads
@@ -154,6 +157,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 			MaxVirtualBytes: s.cfg.MaxVirtualSize,
 			MaxTransfers:    s.cfg.MaxTransfers,
 		},
+		Currency: s.cfg.Currency,
 	}
 	if e := s.machinesUnavailable(t, true); e != nil {
 		ans.Available, ans.Reason = false, e.Reason

@@ -311,11 +311,15 @@ func TestStatusLimits(t *testing.T) {
 					t.Fatalf("status %d: %s", r.status, r.body)
 				}
 				var got struct {
-					Limits json.RawMessage `json:"limits"`
+					Limits   json.RawMessage `json:"limits"`
+					Currency string          `json:"currency"`
 				}
 				decode(t, r, &got)
 				if string(got.Limits) != c.want {
 					t.Errorf("sharing %v: limits %s, want %s", sharing, got.Limits, c.want)
+				}
+				if got.Currency != e.cfg.Currency || got.Currency == "" {
+					t.Errorf("sharing %v: currency %q, want the edge's %q", sharing, got.Currency, e.cfg.Currency)
 				}
 			}
 		})

@@ -422,7 +422,7 @@
 
   function currencyOf (st) {
     const l = (st.listings || [])[0] || (st.offers || [])[0]
-    return (l && l.currency) || (st.limits && st.limits.currency) || 'eur'
+    return (l && l.currency) || st.currency || 'eur'
   }
 
   function renderListings (st) {
@@ -503,7 +503,25 @@
 
   // ---- actions ----
 
+  // removeImage asks first: a removed image is gone from the edge (its
+  // file deleted, its fetch tokens revoked) and cannot be undone. The first
+  // press turns the button into "Remove for good" beside a "Keep" button;
+  // only the second press sends the request.
   async function removeImage (btn) {
+    if (btn.dataset.confirm !== 'true') {
+      btn.dataset.confirm = 'true'
+      btn.textContent = 'Remove for good'
+      const keep = el('button', { type: 'button', class: 'image-keep', text: 'Keep', 'aria-label': 'Keep the image' })
+      keep.addEventListener('click', () => {
+        keep.remove()
+        btn.dataset.confirm = 'false'
+        btn.textContent = 'Remove'
+        btn.focus()
+      })
+      btn.after(keep)
+      setMessage('Removing deletes the image from the edge; it cannot be undone. Press "Remove for good" to go on.', 'info')
+      return
+    }
     btn.disabled = true
     const ans = await api('/market/vm-images/remove', { upload_id: btn.dataset.uploadId })
     if (!ans.ok) {
