@@ -1,0 +1,1320 @@
+package main
+
+// End-to-end tests of the Machines page (GET /machines) in a real browser:
+// Debian's headless Chromium driven by playwright-core from npm
+// (testdata/browser), against the real `vmshelf serve`, over loopback only.
+// The Go test starts everything (serve, a throttling proxy or nginx in
+// front of the data plane, the fake Stripe) and acts mid-way (restarts
+// serve, pays a checkout) while one Node script per scenario works the
+// page; a script asks the test for such an action through a small
+// loopback control server and ends with a JSON report the test checks.
+//
+// VMSHELF_SCREENSHOTS=1 makes the scenarios write docs/screenshots/*.png.
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vmshelf/vmshelf/billing/stripetest"
+)
+
+// browserDir is testdata/browser, absolute; with it, what the scripts
+// need is there: node, Chromium, playwright-core. A missing one skips the
+// test loudly, or fails it in CI.
+func browserDir(t *testing.T) string {
+	t.Helper()
+	needTool(t, "node")
+	needTool(t, "chromium")
+	dir, err := filepath.Abs(filepath.Join("testdata", "browser"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// playwright-core 1.65 needs Node 20 (Debian 12's own nodejs is 18).
+	if r := runCmd(t, nil, "node", "-e", "process.exit(+process.versions.node.split('.')[0] >= 20 ? 0 : 1)"); r.code != 0 {
+		msg := "playwright-core needs Node.js 20 or later; node --version: " + strings.TrimSpace(runCmd(t, nil, "node", "--version").stdout)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "playwright-core", "package.json")); err != nil {
+		msg := "playwright-core is not installed (npm ci --prefix cmd/vmshelf/testdata/browser)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return dir
+}
+
+// shotsDir is where the scripts write screenshots: docs/screenshots under
+// VMSHELF_SCREENSHOTS=1, else nowhere (normal runs never rewrite docs).
+func shotsDir(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("VMSHELF_SCREENSHOTS") != "1" {
+		return ""
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "..", "docs", "screenshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// randomQcow2 converts mib MiB of random bytes to a QCOW2 (as large as
+// its data: random bytes leave no cluster out) and returns its path and
+// bytes. The test has called needTool(t, "qemu-img").
+func randomQcow2(t *testing.T, dir, name string, mib int) (string, []byte) {
+	t.Helper()
+	raw := filepath.Join(dir, name+".raw")
+	b := make([]byte, mib<<20)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(raw, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if r := runCmd(t, nil, "qemu-img", "convert", "-f", "raw", "-O", "qcow2", raw, p); r.code != 0 {
+		t.Fatalf("qemu-img convert: %s", r.stderr)
+	}
+	if err := os.Remove(raw); err != nil {
+		t.Fatal(err)
+	}
+	q, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, q
+}
+
+// controlCall is a script's request to the test: which action, its body,
+// where the answer goes.
+type controlCall struct {
+	name  string
+	body  []byte
+	reply chan controlReply
+}
+
+type controlReply struct {
+	status int
+	body   []byte
+}
+
+// action is what the test does when a script asks: it runs on the test's
+// goroutine (so it may t.Fatal) and its result is the JSON answer.
+type action func(body []byte) any
+
+// pageRun is one scenario script running: the node process, and the
+// control server it calls.
+type pageRun struct {
+	t        *testing.T
+	scenario string
+	cmd      *exec.Cmd
+	stdout   *syncBuffer
+	stderr   *syncBuffer
+	exited   chan struct{}
+	waitErr  error
+	calls    chan controlCall
+	actions  map[string]action
+	deadline time.Time
+	extra    func() string // more to show when the run fails (serve's log)
+	secrets  []string      // never shown in the test's output
+}
+
+// redact hides the run's secrets (the token, user data) in text the test
+// logs.
+func (pr *pageRun) redact(s string) string {
+	for _, v := range pr.secrets {
+		s = strings.ReplaceAll(s, v, "<redacted>")
+	}
+	return s
+}
+
+// startPage runs testdata/browser/<scenario>.mjs with env (PAGE_* names),
+// a fresh profile dir and the control server; the script must end within
+// d. actions are what the script may ask for.
+func startPage(t *testing.T, scenario string, d time.Duration, env map[string]string, actions map[string]action) *pageRun {
+	t.Helper()
+	dir := browserDir(t)
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := &pageRun{
+		t: t, scenario: scenario, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{}),
+		calls: make(chan controlCall), actions: actions, deadline: time.Now().Add(d),
+	}
+	done := make(chan struct{})
+	ctl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		c := controlCall{name: strings.TrimPrefix(r.URL.Path, "/"), body: body, reply: make(chan controlReply, 1)}
+		select {
+		case pr.calls <- c:
+		case <-done:
+			http.Error(w, "the test is over", http.StatusServiceUnavailable)
+			return
+		case <-r.Context().Done():
+			return
+		}
+		select {
+		case rep := <-c.reply:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(rep.status)
+			_, _ = w.Write(rep.body)
+		case <-done:
+			http.Error(w, "the test is over", http.StatusServiceUnavailable)
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(done); ctl.Close() })
+
+	vars := []string{
+		"PAGE_CONTROL=" + ctl.URL, "PAGE_PROFILE=" + t.TempDir(), "PAGE_CHROMIUM=" + chromium,
+		"PAGE_SHOTS=" + shotsDir(t),
+	}
+	for k, v := range env {
+		vars = append(vars, k+"="+v)
+		if k == "PAGE_TOKEN" || k == "PAGE_USER_DATA" {
+			pr.secrets = append(pr.secrets, v)
+		}
+	}
+	pr.cmd = exec.Command("node", filepath.Join(dir, scenario+".mjs"))
+	pr.cmd.Dir = dir
+	pr.cmd.Env = cleanEnv(vars...)
+	pr.cmd.Stdout, pr.cmd.Stderr = pr.stdout, pr.stderr
+	// If the test binary dies, so does node (and with it, playwright's
+	// Chromium); at cleanup SIGTERM lets playwright close Chromium first.
+	pr.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	pr.cmd.WaitDelay = 5 * time.Second
+	if err := pr.cmd.Start(); err != nil {
+		t.Fatalf("node %s.mjs: %v", scenario, err)
+	}
+	go func() { pr.waitErr = pr.cmd.Wait(); close(pr.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-pr.exited:
+			return
+		default:
+		}
+		_ = pr.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-pr.exited:
+		case <-time.After(15 * time.Second):
+			_ = pr.cmd.Process.Kill()
+			<-pr.exited
+		}
+		t.Logf("%s.mjs was stopped at cleanup; its stderr:\n%s", scenario, pr.stderr)
+	})
+	return pr
+}
+
+// failf fails the test with the script's log (and serve's, if set).
+func (pr *pageRun) failf(format string, args ...any) {
+	pr.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	more := ""
+	if pr.extra != nil {
+		more = "\n--- more:\n" + pr.extra()
+	}
+	pr.t.Fatalf("%s\n--- %s.mjs stderr:\n%s%s", pr.redact(msg), pr.scenario, pr.redact(pr.stderr.String()), more)
+}
+
+// serve answers the script's control calls until ch is closed; the script
+// ending first, or the deadline, fails the test.
+func (pr *pageRun) until(ch <-chan struct{}, what string) {
+	pr.t.Helper()
+	timer := time.NewTimer(time.Until(pr.deadline))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ch:
+			return
+		case c := <-pr.calls:
+			pr.answer(c)
+		case <-pr.exited:
+			pr.failf("%s.mjs ended (%v) while the test waited for %s", pr.scenario, pr.waitErr, what)
+		case <-timer.C:
+			pr.failf("%s.mjs: no %s by the deadline", pr.scenario, what)
+		}
+	}
+}
+
+func (pr *pageRun) answer(c controlCall) {
+	pr.t.Helper()
+	f := pr.actions[c.name]
+	if f == nil {
+		c.reply <- controlReply{http.StatusNotFound, []byte(`{"error":"no such action"}`)}
+		pr.failf("%s.mjs asked for the unknown action %q", pr.scenario, c.name)
+	}
+	b, err := json.Marshal(f(c.body))
+	if err != nil {
+		pr.t.Fatal(err)
+	}
+	c.reply <- controlReply{http.StatusOK, b}
+}
+
+// wait answers control calls until the script exits, wants exit 0, decodes
+// its report (the last stdout line) into report and checks that the page
+// had no uncaught exception and broke no CSP rule.
+func (pr *pageRun) wait(report any) {
+	pr.t.Helper()
+	pr.untilExit()
+	out := strings.TrimRight(pr.stdout.String(), "\n")
+	last := out[strings.LastIndex(out, "\n")+1:]
+	var common struct {
+		PageErrors []string    `json:"pageErrors"`
+		Events     []pageEvent `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(last), &common); err != nil {
+		pr.failf("%s.mjs's last line is not its JSON report (%v): %q", pr.scenario, err, last)
+	}
+	if os.Getenv("VMSHELF_PAGE_REPORT") == "1" {
+		pr.t.Logf("%s.mjs's report: %s", pr.scenario, pr.redact(last))
+	}
+	if len(common.PageErrors) > 0 {
+		pr.t.Errorf("the page had errors: %q", common.PageErrors)
+	}
+	if err := json.Unmarshal([]byte(last), report); err != nil {
+		pr.failf("%s.mjs's report: %v", pr.scenario, err)
+	}
+	pr.t.Logf("%s.mjs:\n%s", pr.scenario, pr.redact(pr.stderr.String()))
+}
+
+// untilExit serves control calls until the script exits with 0.
+func (pr *pageRun) untilExit() {
+	pr.t.Helper()
+	timer := time.NewTimer(time.Until(pr.deadline))
+	defer timer.Stop()
+	for {
+		select {
+		case c := <-pr.calls:
+			pr.answer(c)
+		case <-pr.exited:
+			if pr.waitErr != nil {
+				pr.failf("%s.mjs failed: %v", pr.scenario, pr.waitErr)
+			}
+			return
+		case <-timer.C:
+			pr.failf("%s.mjs did not finish by its deadline", pr.scenario)
+		}
+	}
+}
+
+// pageEvent is what the page's recorder saw: a change of an upload row or
+// an announcement of the live region.
+type pageEvent struct {
+	At       int    `json:"at"`
+	Kind     string `json:"kind"`
+	File     string `json:"file"`
+	State    string `json:"state"`
+	Reason   string `json:"reason"`
+	Resumed  bool   `json:"resumed"`
+	UploadID string `json:"uploadId"`
+	Value    int    `json:"value"`
+	Status   string `json:"status"`
+	Text     string `json:"text"`
+}
+
+// uploadRow is an upload row as a script read it.
+type uploadRow struct {
+	File     string `json:"file"`
+	State    string `json:"state"`
+	Reason   string `json:"reason"`
+	Resumed  bool   `json:"resumed"`
+	UploadID string `json:"uploadId"`
+	Value    int    `json:"value"`
+	Max      int    `json:"max"`
+	Percent  string `json:"percent"`
+	Speed    string `json:"speed"`
+	ETA      string `json:"eta"`
+	Status   string `json:"status"`
+}
+
+type pageImages struct {
+	Quota *struct {
+		Text  string `json:"text"`
+		Used  string `json:"used"`
+		Limit string `json:"limit"`
+	} `json:"quota"`
+	List []struct {
+		UploadID     string `json:"uploadId"`
+		Name         string `json:"name"`
+		SHA256       string `json:"sha256"`
+		Size         string `json:"size"`
+		RemoveButton bool   `json:"removeButton"`
+	} `json:"list"`
+}
+
+type pageStorage struct {
+	Session map[string]string `json:"session"`
+	Local   map[string]string `json:"local"`
+}
+
+// commonReport is in every report.
+type commonReport struct {
+	Events     []pageEvent `json:"events"`
+	PageErrors []string    `json:"pageErrors"`
+}
+
+// wantListed checks that the page lists exactly the image with the bytes'
+// SHA-256, under the file's name without .qcow2.
+func wantListed(t *testing.T, got pageImages, file string, b []byte, uploadID string) {
+	t.Helper()
+	name := strings.TrimSuffix(filepath.Base(file), ".qcow2")
+	if len(got.List) != 1 {
+		t.Fatalf("the page lists %d images, want 1: %+v", len(got.List), got.List)
+	}
+	img := got.List[0]
+	if img.SHA256 != sha256hex(b) || img.Name != name || (uploadID != "" && img.UploadID != uploadID) || !img.RemoveButton {
+		t.Errorf("the page lists %+v; want %s named %q with SHA-256 %s and a remove button", img, uploadID, name, sha256hex(b))
+	}
+}
+
+// wantDone checks a finished upload row: done, the bar at 100 of 100.
+func wantDone(t *testing.T, r uploadRow) {
+	t.Helper()
+	if r.State != "done" || r.Value != 100 || r.Max != 100 || !strings.Contains(r.Percent, "100") || r.Reason != "" {
+		t.Errorf("the finished upload's row is %+v; want done, the bar at 100 of 100, 100 %%", r)
+	}
+}
+
+// rowEvents are the recorded changes of one file's row.
+func rowEvents(evs []pageEvent, file string) []pageEvent {
+	var out []pageEvent
+	for _, e := range evs {
+		if e.Kind == "row" && e.File == file {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// liveTexts are the live region's announcements.
+func liveTexts(evs []pageEvent) []string {
+	var out []string
+	for _, e := range evs {
+		if e.Kind == "live" {
+			out = append(out, e.Text)
+		}
+	}
+	return out
+}
+
+// noToken checks that the token is kept only in sessionStorage: never in
+// localStorage, never in the URL.
+func noToken(t *testing.T, st pageStorage, pageURL, token string) {
+	t.Helper()
+	for k, v := range st.Local {
+		if strings.Contains(k+v, token) {
+			t.Errorf("localStorage[%q] holds the token", k)
+		}
+	}
+	if strings.Contains(pageURL, token) {
+		t.Errorf("the page's URL holds the token")
+	}
+}
+
+// startPageServe starts serve for the page on fresh ports with the data
+// plane behind p when p is set (--public-url). No --cors-origin: by
+// default the data plane lets the page's own origin upload.
+func startPageServe(t *testing.T, data string, p *tcpProxy, args []string, env ...string) *server {
+	t.Helper()
+	ctl := freeAddr(t)
+	dataAddr := freeAddr(t)
+	if p != nil {
+		args = append(args, "--public-url", p.base())
+		dataAddr = p.target
+	}
+	return startServeAt(t, data, dataAddr, ctl, args, env...)
+}
+
+// TestPageUpload: sign in on /machines, upload a QCOW2, see the bar reach
+// 100 % and the image listed with the SHA-256 of its bytes.
+func TestPageUpload(t *testing.T) {
+	browserDir(t)
+	needTool(t, "qemu-img")
+	work := t.TempDir()
+	s := startPageServe(t, filepath.Join(work, "data"), nil, nil)
+	disk, b := randomQcow2(t, work, "first-disk.qcow2", 6)
+
+	pr := startPage(t, "upload", 90*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_FILE": disk,
+	}, nil)
+	pr.extra = s.logs
+	var rep struct {
+		commonReport
+		Before struct {
+			TokenLabel struct {
+				Type  string `json:"type"`
+				Label string `json:"label"`
+			} `json:"tokenLabel"`
+			UploadVisible bool `json:"uploadVisible"`
+		} `json:"before"`
+		Empty       pageImages  `json:"empty"`
+		Done        uploadRow   `json:"done"`
+		Listed      pageImages  `json:"listed"`
+		AfterReload pageImages  `json:"afterReload"`
+		Store       pageStorage `json:"store"`
+		URL         string      `json:"url"`
+	}
+	pr.wait(&rep)
+
+	if rep.Before.TokenLabel.Type != "password" || !strings.Contains(strings.ToLower(rep.Before.TokenLabel.Label), "token") {
+		t.Errorf("#token is %+v; want a password field labelled Tenant token", rep.Before.TokenLabel)
+	}
+	if rep.Before.UploadVisible {
+		t.Error("without a token the upload form shows")
+	}
+	if len(rep.Empty.List) != 0 || rep.Empty.Quota == nil || rep.Empty.Quota.Used != "0" {
+		t.Errorf("before the upload the page shows %+v; want no images, quota used 0", rep.Empty)
+	}
+	wantDone(t, rep.Done)
+	imgs := s.status(t, s.token).Images
+	if len(imgs) != 1 {
+		t.Fatalf("status lists %d images, want 1", len(imgs))
+	}
+	wantImage(t, s, imgs[0].UploadID, b)
+	if rep.Done.UploadID != imgs[0].UploadID {
+		t.Errorf("the row's data-upload-id is %q, the image is %s", rep.Done.UploadID, imgs[0].UploadID)
+	}
+	wantListed(t, rep.Listed, disk, b, imgs[0].UploadID)
+	wantListed(t, rep.AfterReload, disk, b, imgs[0].UploadID)
+	if rep.Listed.Quota == nil || rep.Listed.Quota.Used != "1" {
+		t.Errorf("after the upload #image-quota is %+v; want data-used 1", rep.Listed.Quota)
+	}
+	if got := rep.Store.Session["vmshelf.token"]; got != s.token {
+		t.Errorf("sessionStorage[vmshelf.token] is %q…, want the token", got[:min(len(got), 8)])
+	}
+	noToken(t, rep.Store, rep.URL, s.token)
+	// The session URL is a capability kept only until the upload is done
+	// (removeFingerprintOnSuccess).
+	for k, v := range rep.Store.Local {
+		if strings.Contains(v, "/upload-sessions/") {
+			t.Errorf("localStorage[%q] still holds the finished upload's session URL", k)
+		}
+	}
+	// Progress went up to 100 and was announced, but not on every event.
+	evs := rowEvents(rep.Events, filepath.Base(disk))
+	last := -1
+	for _, e := range evs {
+		if e.Value >= 0 && e.Value < last && e.State == "uploading" {
+			t.Errorf("the bar went back from %d to %d during a straight upload", last, e.Value)
+		}
+		last = max(last, e.Value)
+	}
+	lives := liveTexts(rep.Events)
+	if len(lives) == 0 || len(lives) > 20 {
+		t.Errorf("#upload-live announced %d times during one upload (%q); want a few (every 10 %% and each state)", len(lives), lives)
+	}
+}
+
+// TestPageUploadServeRestart: serve restarts (same data dir and ports)
+// while the page uploads; the page retries, resumes the same session from
+// what the edge kept and finishes with the right SHA-256.
+func TestPageUploadServeRestart(t *testing.T) {
+	browserDir(t)
+	needTool(t, "qemu-img")
+	work := t.TempDir()
+	data := filepath.Join(work, "data")
+	p := startProxy(t, freeAddr(t))
+	p.rate.Store(4 << 20)
+	disk, b := randomQcow2(t, work, "restarted.qcow2", 24)
+	size := int64(len(b))
+	s := startPageServe(t, data, p, nil)
+	args := []string{"--public-url", p.base()}
+
+	pr := startPage(t, "restart", 150*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_FILE": disk,
+	}, nil)
+	pr.extra = s.logs
+	pr.until(p.reached(size/2), "half the bytes at the edge")
+
+	// No connection reaches the edge until the test has seen what the
+	// first serve kept; the page retries meanwhile.
+	p.refuse.Store(true)
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+		if s.waitErr != nil {
+			t.Fatalf("serve exited with %v after SIGTERM; stderr:\n%s", s.waitErr, s.stderr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not exit within 20s of SIGTERM; stderr:\n%s", s.stderr)
+	}
+	s.stopped = true
+	locs := p.sessionLocations()
+	if len(locs) != 1 {
+		t.Fatalf("before the restart the edge created %d upload sessions, want 1", len(locs))
+	}
+	noteSession(t, s, locs[0])
+	s.assertNoSecrets()
+	s2 := startServeAt(t, data, s.dataAddr, s.ctlAddr, args)
+	noteSession(t, s2, locs[0])
+	pr.extra = s2.logs
+	saved := s2.waitSaved(t, locs[0], size/4, size-1, nil)
+	before := p.up.Load()
+	p.refuse.Store(false)
+
+	var rep struct {
+		commonReport
+		Done   uploadRow  `json:"done"`
+		Listed pageImages `json:"listed"`
+	}
+	pr.wait(&rep)
+	wantDone(t, rep.Done)
+	if locs := p.sessionLocations(); len(locs) != 1 {
+		t.Errorf("the edges created %d upload sessions, want 1: the page started over", len(locs))
+	}
+	if code, off := s2.head(t, locs[0]); code != http.StatusOK || off != size {
+		t.Errorf("HEAD on the session: %d, offset %d; want 200 and all %d bytes", code, off, size)
+	}
+	imgs := s2.status(t, s2.token).Images
+	if len(imgs) != 1 {
+		t.Fatalf("status lists %d images, want 1", len(imgs))
+	}
+	wantImage(t, s2, imgs[0].UploadID, b)
+	wantListed(t, rep.Listed, disk, b, imgs[0].UploadID)
+	after := p.up.Load() - before
+	if after < size-saved || after > size-saved+resumeMargin {
+		t.Errorf("the page sent %d bytes after the restart; the edge had %d of %d, so %d to %d were due: not resumed",
+			after, saved, size, size-saved, size-saved+resumeMargin)
+	}
+	// The row said it was retrying, and its bar never fell back to the
+	// start: after the restart it goes on from what the edge kept.
+	evs := rowEvents(rep.Events, filepath.Base(disk))
+	retried, low := false, 100
+	for _, e := range evs {
+		retried = retried || e.State == "retrying"
+		if retried && e.Value >= 0 {
+			low = min(low, e.Value)
+		}
+	}
+	if !retried {
+		t.Errorf("the row never showed data-state=retrying while serve was down; its changes: %+v", evs)
+	}
+	if low < int(saved*100/size)-1 {
+		t.Errorf("after the restart the bar went down to %d %%; the edge had kept %d %%", low, saved*100/size)
+	}
+	t.Logf("the edge kept %d of %d; the page sent %d after the restart, %d in all", saved, size, after, p.up.Load())
+}
+
+// noteSession notes the session id of a session URL as a secret of s.
+func noteSession(t *testing.T, s *server, loc string) {
+	t.Helper()
+	u, err := url.Parse(loc)
+	if err != nil {
+		t.Fatalf("the session's Location: %v", err)
+	}
+	id, ok := strings.CutPrefix(u.Path, "/market/vm-images/upload-sessions/")
+	if !ok || !hex64.MatchString(id) {
+		t.Fatalf("the session's Location has path %q", u.Path)
+	}
+	s.secret(id)
+}
+
+// TestPageUploadReload: the page is reloaded mid-upload and the same file
+// chosen again: the upload resumes its session, not from 0; then the
+// browser is closed mid-upload and launched again on the same profile: it
+// resumes again and finishes. One ticket, one session, each byte sent
+// about once.
+func TestPageUploadReload(t *testing.T) {
+	browserDir(t)
+	needTool(t, "qemu-img")
+	work := t.TempDir()
+	p := startProxy(t, freeAddr(t))
+	p.rate.Store(3 << 20)
+	disk, b := randomQcow2(t, work, "reloaded.qcow2", 24)
+	size := int64(len(b))
+	s := startPageServe(t, filepath.Join(work, "data"), p, nil)
+
+	pr := startPage(t, "reload", 150*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_FILE": disk,
+	}, nil)
+	pr.extra = s.logs
+	var rep struct {
+		commonReport
+		BeforeReload   uploadRow   `json:"beforeReload"`
+		Waiting        sessionRow  `json:"waiting"`
+		StoreMid       pageStorage `json:"storeMid"`
+		AfterReload    uploadRow   `json:"afterReload"`
+		TokenForgotten bool        `json:"tokenForgotten"`
+		WaitingAgain   sessionRow  `json:"waitingAgain"`
+		Done           uploadRow   `json:"done"`
+		Listed         pageImages  `json:"listed"`
+		StoreEnd       pageStorage `json:"storeEnd"`
+	}
+	pr.wait(&rep)
+	locs := p.sessionLocations()
+	for _, l := range locs {
+		noteSession(t, s, l)
+	}
+	if len(locs) != 1 {
+		t.Errorf("the edge created %d upload sessions, want 1: the page started over", len(locs))
+	}
+	if n := s.ticketsIssued(t); n != 1 {
+		t.Errorf("%v tickets were issued, want 1: a resume takes no new ticket", n)
+	}
+	for what, w := range map[string]sessionRow{"after the reload": rep.Waiting, "after the browser restart": rep.WaitingAgain} {
+		lower := strings.ToLower(w.Text)
+		if w.State != "waiting" || !strings.Contains(lower, "resume") ||
+			!(strings.Contains(lower, "same file") || strings.Contains(w.Text, filepath.Base(disk))) {
+			t.Errorf("%s the unfinished upload's row is %+v; want waiting, saying to choose the same file to resume", what, w)
+		}
+	}
+	if !rep.AfterReload.Resumed || !rep.Done.Resumed {
+		t.Errorf("data-resumed: %v after the reload, %v at the end; want true (it continued from an offset > 0)", rep.AfterReload.Resumed, rep.Done.Resumed)
+	}
+	if !rep.TokenForgotten {
+		t.Error("after a browser restart the page did not ask for the token again (sessionStorage only)")
+	}
+	wantDone(t, rep.Done)
+	imgs := s.status(t, s.token).Images
+	if len(imgs) != 1 {
+		t.Fatalf("status lists %d images, want 1", len(imgs))
+	}
+	wantImage(t, s, imgs[0].UploadID, b)
+	wantListed(t, rep.Listed, disk, b, imgs[0].UploadID)
+	// Every byte about once: starting over at the reload (past 20 %) or at
+	// the restart would have sent at least a fifth more.
+	if up := p.up.Load(); up < size || up > size+size/10 {
+		t.Errorf("%d bytes reached the edge for an image of %d: want about one image's worth (resumed, not restarted)", up, size)
+	}
+	// The bar after each interruption started where the edge was, not at 0.
+	evs := rowEvents(rep.Events, filepath.Base(disk))
+	for i, e := range evs {
+		if e.State == "uploading" && e.Value == 0 && i > 0 && evs[i-1].Value > 0 {
+			t.Errorf("the bar fell back to 0 after %d %%: %+v", evs[i-1].Value, evs)
+			break
+		}
+	}
+	noToken(t, rep.StoreEnd, "", s.token)
+	for k, v := range rep.StoreEnd.Local {
+		if strings.Contains(v, "/upload-sessions/") {
+			t.Errorf("localStorage[%q] still holds the finished upload's session URL", k)
+		}
+	}
+	t.Logf("%d bytes reached the edge for %d", p.up.Load(), size)
+}
+
+// sessionRow is the row of an unfinished session, as a script read it.
+type sessionRow struct {
+	State string `json:"state"`
+	File  string `json:"file"`
+	Text  string `json:"text"`
+}
+
+// TestPageUploadCancel: Cancel in the middle of an upload ends it at the
+// edge too (tus DELETE): no session left, no image, nothing offered for
+// resuming after a reload, no session URL kept in the browser.
+func TestPageUploadCancel(t *testing.T) {
+	browserDir(t)
+	needTool(t, "qemu-img")
+	work := t.TempDir()
+	p := startProxy(t, freeAddr(t))
+	p.rate.Store(2 << 20)
+	disk, _ := randomQcow2(t, work, "cancelled.qcow2", 16)
+	s := startPageServe(t, filepath.Join(work, "data"), p, nil)
+
+	var sessionsLeft []json.RawMessage
+	headCode := 0
+	pr := startPage(t, "cancel", 90*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_FILE": disk,
+	}, map[string]action{
+		"cancelled": func([]byte) any {
+			locs := p.sessionLocations()
+			if len(locs) != 1 {
+				t.Fatalf("the edge created %d sessions before the cancel, want 1", len(locs))
+			}
+			noteSession(t, s, locs[0])
+			// The DELETE may still be on its way when the row says cancelled.
+			poll(t, 400, 25*time.Millisecond, "the edge to end the cancelled session", func() bool {
+				headCode, _ = s.head(t, locs[0])
+				var st struct {
+					Sessions []json.RawMessage `json:"sessions"`
+				}
+				code, body := s.ctl(t, "/market/vms/status", s.token, "")
+				if code != http.StatusOK {
+					t.Fatalf("status: %d %s", code, body)
+				}
+				if err := json.Unmarshal(body, &st); err != nil {
+					t.Fatal(err)
+				}
+				sessionsLeft = st.Sessions
+				return headCode == http.StatusNotFound && len(st.Sessions) == 0
+			}, func() string { return fmt.Sprintf("HEAD %d, sessions %s", headCode, sessionsLeft) })
+			return map[string]int{"head": headCode}
+		},
+	})
+	pr.extra = s.logs
+	var rep struct {
+		commonReport
+		Mid       uploadRow   `json:"mid"`
+		Cancelled uploadRow   `json:"cancelled"`
+		Rows      []string    `json:"rows"`
+		Store     pageStorage `json:"store"`
+	}
+	pr.wait(&rep)
+	if rep.Cancelled.State != "cancelled" || rep.Cancelled.Status == "" {
+		t.Errorf("the cancelled row is %+v; want cancelled, in words", rep.Cancelled)
+	}
+	for _, st := range rep.Rows {
+		if st == "waiting" {
+			t.Errorf("after a reload the page offers the cancelled upload for resuming: rows %q", rep.Rows)
+		}
+	}
+	for k, v := range rep.Store.Local {
+		if strings.Contains(v, "/upload-sessions/") {
+			t.Errorf("localStorage[%q] keeps the cancelled upload's session URL", k)
+		}
+	}
+	if imgs := s.status(t, s.token).Images; len(imgs) != 0 {
+		t.Errorf("status lists %d images after the cancel, want none", len(imgs))
+	}
+}
+
+// nginxProxy is Debian's nginx in front of both planes on one loopback
+// origin, with a body limit, request buffering off for the data plane.
+type nginxProxy struct {
+	addr, dir string
+	access    string // the access log: method status request_length
+}
+
+// startNginx runs nginx (master_process off: one process of this user, no
+// root paths) until the test ends.
+func startNginx(t *testing.T, ctlAddr, dataAddr, bodyLimit string) *nginxProxy {
+	t.Helper()
+	dir := t.TempDir()
+	n := &nginxProxy{addr: freeAddr(t), dir: dir, access: filepath.Join(dir, "access.log")}
+	conf := fmt.Sprintf(`daemon off;
+master_process off;
+worker_processes 1;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log info;
+events { worker_connections 64; }
+http {
+    # No URI in the log: session URLs are capabilities.
+    log_format sizes '$request_method $status $request_length';
+    access_log %[2]s sizes;
+    client_body_temp_path %[1]s/body;
+    proxy_temp_path %[1]s/proxy;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+    client_max_body_size %[3]s;
+    server {
+        listen %[4]s;
+        # The data plane: uploads (tus creation and its sessions), streamed.
+        location /market/vm-images/upload {
+            proxy_pass http://%[5]s;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_request_buffering off;
+        }
+        location / {
+            proxy_pass http://%[6]s;
+        }
+    }
+}
+`, dir, n.access, bodyLimit, n.addr, dataAddr, ctlAddr)
+	confPath := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCmd(t, nil, "nginx", "-t", "-q", "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", confPath); r.code != 0 {
+		t.Fatalf("nginx -t: %s", r.stderr)
+	}
+	c := startChild(t, "nginx", "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", confPath)
+	poll(t, 400, 25*time.Millisecond, "nginx to answer", func() bool {
+		select {
+		case <-c.exited:
+			b, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			t.Fatalf("nginx exited (%v): %s\n%s", c.waitErr, c.stderr, b)
+		default:
+		}
+		// Any answer will do: serve may not run yet (nginx says 502).
+		resp, err := httpClient.Get("http://" + n.addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	})
+	return n
+}
+
+func (n *nginxProxy) base() string { return "http://" + n.addr }
+
+// requests is the access log: method, status, request length.
+func (n *nginxProxy) requests(t *testing.T) [][3]string {
+	t.Helper()
+	b, err := os.ReadFile(n.access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][3]string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if f := strings.Fields(l); len(f) == 3 {
+			out = append(out, [3]string{f[0], f[1], f[2]})
+		}
+	}
+	return out
+}
+
+// TestPageUploadNginx: the page and its uploads through nginx. With a
+// 16 MiB body limit an image larger than that finishes, every PATCH under
+// the limit; with a 3 MiB limit the page halves its chunks after nginx's
+// 413 and still finishes; with 512 KiB it gives up and says a proxy
+// refuses requests over that size.
+func TestPageUploadNginx(t *testing.T) {
+	browserDir(t)
+	needTool(t, "qemu-img")
+	needTool(t, "nginx")
+	needTool(t, "curl")
+	for _, tc := range []struct {
+		name, limit string
+		maxPatch    int64  // no PATCH passed with more
+		want        string // done, or the reason
+		some413     bool
+	}{
+		{"16m", "16m", 8<<20 + 64<<10, "done", false},
+		{"3m halves its chunks", "3m", 2<<20 + 64<<10, "done", true},
+		{"512k refuses", "512k", 0, "proxyTooLarge", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			work := t.TempDir()
+			ctl, dataAddr := freeAddr(t), freeAddr(t)
+			ng := startNginx(t, ctl, dataAddr, tc.limit)
+			s := startServeAt(t, filepath.Join(work, "data"), dataAddr, ctl, []string{"--public-url", ng.base()})
+			mib := 20
+			if tc.want != "done" {
+				mib = 2
+			}
+			disk, b := randomQcow2(t, work, "behind-nginx.qcow2", mib)
+
+			// The limit is in force: one request over it is refused by nginx.
+			big := filepath.Join(work, "big.body")
+			if err := os.WriteFile(big, make([]byte, 17<<20), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if code, _ := curl(t, "-X", "PATCH", "--data-binary", "@"+big, ng.base()+"/market/vm-images/upload-sessions/probe"); code != http.StatusRequestEntityTooLarge {
+				t.Fatalf("a 17 MiB PATCH through nginx got %d, want nginx's 413", code)
+			}
+			probe := len(ng.requests(t))
+
+			pr := startPage(t, "nginx", 120*time.Second, map[string]string{
+				"PAGE_URL": ng.base() + "/machines", "PAGE_TOKEN": s.token, "PAGE_FILE": disk, "PAGE_WANT": tc.want,
+			}, nil)
+			pr.extra = s.logs
+			var rep struct {
+				commonReport
+				Done    uploadRow  `json:"done"`
+				Listed  pageImages `json:"listed"`
+				Refused uploadRow  `json:"refused"`
+				Message string     `json:"message"`
+			}
+			pr.wait(&rep)
+			reqs := ng.requests(t)[probe:]
+			var patches, refused int
+			for _, r := range reqs {
+				if r[0] != "PATCH" {
+					continue
+				}
+				patches++
+				n, err := strconv.ParseInt(r[2], 10, 64)
+				if err != nil {
+					t.Fatalf("access log: %q", r)
+				}
+				switch {
+				case r[1] == "413":
+					refused++
+				case r[1] != "204" && r[1] != "201" && r[1] != "200":
+					t.Errorf("a PATCH through nginx got %s", r[1])
+				case n > tc.maxPatch:
+					t.Errorf("a PATCH of %d bytes passed nginx with limit %s, want at most %d", n, tc.limit, tc.maxPatch)
+				}
+			}
+			if (refused > 0) != tc.some413 {
+				t.Errorf("nginx refused %d of %d PATCHes with 413; want some: %v", refused, patches, tc.some413)
+			}
+			if tc.want == "done" {
+				wantDone(t, rep.Done)
+				imgs := s.status(t, s.token).Images
+				if len(imgs) != 1 {
+					t.Fatalf("status lists %d images, want 1", len(imgs))
+				}
+				wantImage(t, s, imgs[0].UploadID, b)
+				wantListed(t, rep.Listed, disk, b, imgs[0].UploadID)
+				if patches-refused < int(int64(len(b))/(tc.maxPatch)) {
+					t.Errorf("%d PATCHes passed for %d bytes with at most %d each", patches-refused, len(b), tc.maxPatch)
+				}
+				return
+			}
+			if rep.Refused.State != "refused" || rep.Refused.Reason != tc.want || !strings.Contains(rep.Refused.Status, "MiB") ||
+				!strings.Contains(strings.ToLower(rep.Refused.Status), "proxy") {
+				t.Errorf("the row is %+v; want refused %s saying a proxy refuses requests over N MiB", rep.Refused, tc.want)
+			}
+		})
+	}
+}
+
+// TestPageRefusals: refusals are shown in words with their reason. A file
+// that is not a QCOW2 and one with a backing file are refused in the
+// browser before any ticket; with a quota of one image, of two files
+// chosen at once one is stored and the other refused with imageQuota.
+func TestPageRefusals(t *testing.T) {
+	browserDir(t)
+	needTool(t, "qemu-img")
+	work := t.TempDir()
+	s := startPageServe(t, filepath.Join(work, "data"), nil, []string{"--images-per-tenant", "1"})
+	junk := filepath.Join(work, "holiday-photos.bin")
+	jb := make([]byte, 1<<20)
+	if _, err := rand.Read(jb); err != nil {
+		t.Fatal(err)
+	}
+	jb[0] = 0 // never the QCOW2 magic
+	if err := os.WriteFile(junk, jb, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, _ := randomQcow2(t, work, "base.qcow2", 1)
+	backed := filepath.Join(work, "overlay.qcow2")
+	if r := runCmd(t, nil, "qemu-img", "create", "-f", "qcow2", "-b", base, "-F", "qcow2", backed); r.code != 0 {
+		t.Fatalf("qemu-img create -b: %s", r.stderr)
+	}
+	one, b1 := randomQcow2(t, work, "one.qcow2", 2)
+	two, b2 := randomQcow2(t, work, "two.qcow2", 2)
+
+	var ticketsAtCheck float64 = -1
+	pr := startPage(t, "refusals", 90*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token,
+		"PAGE_JUNK": junk, "PAGE_BACKED": backed, "PAGE_FILE": one, "PAGE_FILE2": two,
+	}, map[string]action{
+		"tickets": func([]byte) any {
+			ticketsAtCheck = s.ticketsIssued(t)
+			return map[string]float64{"issued": ticketsAtCheck}
+		},
+	})
+	pr.extra = s.logs
+	var rep struct {
+		commonReport
+		NotQcow2 uploadRow   `json:"notQcow2"`
+		Backed   uploadRow   `json:"backed"`
+		Rows     []uploadRow `json:"rows"`
+		Listed   pageImages  `json:"listed"`
+	}
+	pr.wait(&rep)
+	if ticketsAtCheck != 0 {
+		t.Errorf("%v tickets were issued for files the browser can tell are no upload, want 0", ticketsAtCheck)
+	}
+	for _, tc := range []struct {
+		row          uploadRow
+		reason, word string
+	}{{rep.NotQcow2, "notQcow2", "qcow2"}, {rep.Backed, "backingFile", "backing"}} {
+		if tc.row.State != "refused" || tc.row.Reason != tc.reason || tc.row.UploadID != "" ||
+			!strings.Contains(strings.ToLower(tc.row.Status), tc.word) || strings.TrimSpace(tc.row.Status) == tc.reason {
+			t.Errorf("the row is %+v; want refused %s, no upload id, in words mentioning %q", tc.row, tc.reason, tc.word)
+		}
+	}
+	if len(rep.Rows) != 2 {
+		t.Fatalf("report has %d rows, want 2", len(rep.Rows))
+	}
+	var stored uploadRow
+	var storedBytes []byte
+	var storedFile string
+	quota := 0
+	for i, r := range rep.Rows {
+		switch {
+		case r.State == "done":
+			stored, storedBytes, storedFile = r, [][]byte{b1, b2}[i], []string{one, two}[i]
+		case r.State == "refused" && r.Reason == "imageQuota" && r.Status != "" && r.Status != "imageQuota":
+			quota++
+		default:
+			t.Errorf("row %+v; want one done and one refused imageQuota in words", r)
+		}
+	}
+	if stored.State != "done" || quota != 1 {
+		t.Fatalf("of two files with a quota of one, %+v; want one done, one imageQuota", rep.Rows)
+	}
+	wantDone(t, stored)
+	wantImage(t, s, stored.UploadID, storedBytes)
+	wantListed(t, rep.Listed, storedFile, storedBytes, stored.UploadID)
+	if q := rep.Listed.Quota; q == nil || q.Used != "1" || q.Limit != "1" || !strings.Contains(q.Text, "1 of 1") {
+		t.Errorf("#image-quota is %+v; want 1 of 1 (data-used 1, data-limit 1)", rep.Listed.Quota)
+	}
+	if st := s.status(t, s.token); len(st.Images) != 1 {
+		t.Errorf("status lists %d images, want 1", len(st.Images))
+	}
+}
+
+// TestPageOrder: the dev box orders two replicas of a catalogue system
+// from a host's offer on the page; Stripe Checkout (the fake's URL) opens
+// in a new tab; the test pays it at the fake and posts the signed webhook;
+// after #refresh the machine is listed paid with its two replicas and its
+// address; the fake cluster (kubeFake) runs one replica and imports the
+// other's disk, and after #refresh the page shows running and importing
+// with CDI's progress.
+func TestPageOrder(t *testing.T) {
+	browserDir(t)
+	needTool(t, "curl")
+	key, whsec := stripeTestSecrets()
+	const account = "acct_pageHost1"
+	fake, err := stripetest.New(key, map[string]string{account: "active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	work := t.TempDir()
+	env := append(append([]string{}, noStripeEnv...), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+secretFile(t, whsec))
+	kube := newKubeFake(t)
+	ctl := freeAddr(t)
+	s := startServeAt(t, filepath.Join(work, "data"), freeAddr(t), ctl, []string{"--vms-enable", "--stripe-api-base", fake.URL, "--checkout-return-url", "http://" + ctl + "/machines",
+		"--vms-domain", "vms.example.org", "--kubeconfig", kube.kubeconfig(t)}, env...)
+	s.secret(key)
+	s.secret(whsec)
+	s.secret(kubeFakeToken)
+	host := addHost(t, s, "host", account)
+	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
+	if code != http.StatusCreated {
+		t.Fatalf("listing: %d %s", code, body)
+	}
+	var l listingAnswer
+	decode(t, body, &l)
+	userMark := "page-user-data-" + rand.Text()
+	s.secret(userMark)
+
+	var sessionID, orderID string
+	pr := startPage(t, "order", 90*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_LISTING": l.ListingID,
+		"PAGE_IMAGE": "debian-13", "PAGE_USER_DATA": "# " + userMark,
+	}, map[string]action{
+		// Paid at Stripe: the fake marks the session paid and signs the
+		// event Stripe would post.
+		"pay": func(body []byte) any {
+			var req struct {
+				CheckoutURL string `json:"checkout_url"`
+			}
+			if err := json.Unmarshal(body, &req); err != nil {
+				t.Fatal(err)
+			}
+			id, ok := strings.CutPrefix(req.CheckoutURL, "https://checkout.stripe.test/c/pay/")
+			cs, found := fake.Session(id)
+			if !ok || !found {
+				t.Fatalf("the tab opened %q, not the checkout of a session of the fake Stripe", req.CheckoutURL)
+			}
+			sessionID, orderID = cs.ID, cs.OrderID
+			// KubeVirt and CDI, played by the fake cluster: the first
+			// replica runs, the second's disk is being imported. Arranged
+			// before the payment, whose provisioning pass reads them.
+			kube.setVMStatus("", "vm-"+orderID+"-0", "Running")
+			kube.setVMStatus("", "vm-"+orderID+"-1", "Provisioning")
+			kube.putDataVolume("", "vm-"+orderID+"-1-disk", "ImportInProgress", "42.5%")
+			if err := fake.Pay(cs.ID); err != nil {
+				t.Fatal(err)
+			}
+			payload, sig, err := fake.Event("evt_page_paid", "checkout.session.completed", cs.ID, whsec, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, body := postWebhook(t, s, payload, sig)
+			wantWebhookResult(t, "checkout.session.completed", code, body, "paid")
+			return map[string]string{"order_id": cs.OrderID}
+		},
+		// The page has seen the order paid: the test waits (bounded) until
+		// the provisioner has read the cluster, and tells the script
+		// what #refresh must show.
+		"kube": func([]byte) any {
+			want := map[string]string{"vm-" + orderID + "-0": "running", "vm-" + orderID + "-1": "importing"}
+			var got []string
+			poll(t, 400, 25*time.Millisecond, "the provisioner to report the cluster's states", func() bool {
+				st := marketStatusOf(t, s, &answers{}, s.token)
+				got = got[:0]
+				n := 0
+				for _, o := range st.Orders {
+					for _, r := range o.Replicas {
+						got = append(got, r.Name+"="+r.State)
+						if want[r.Name] == r.State {
+							n++
+						}
+					}
+				}
+				return n == len(want)
+			}, func() string { return fmt.Sprint(got) })
+			return map[string]any{"replicas": want}
+		},
+	})
+	pr.extra = s.logs
+	type orderRow struct {
+		State     string `json:"state"`
+		Name      string `json:"name"`
+		StateText string `json:"stateText"`
+		Address   string `json:"address"`
+		Expires   string `json:"expires"`
+		Note      string `json:"note"`
+		Replicas  []struct {
+			Replica   string `json:"replica"`
+			State     string `json:"state"`
+			Name      string `json:"name"`
+			StateText string `json:"stateText"`
+		} `json:"replicas"`
+	}
+	var rep struct {
+		commonReport
+		Offer       *string  `json:"offer"`
+		Catalogue   []string `json:"catalogue"`
+		CheckoutTab string   `json:"checkoutTab"`
+		Link        struct {
+			Href   string `json:"href"`
+			Target string `json:"target"`
+			Rel    string `json:"rel"`
+		} `json:"link"`
+		BeforePay struct {
+			Order string `json:"order"`
+			State string `json:"state"`
+		} `json:"beforePay"`
+		AfterPay      orderRow    `json:"afterPay"`
+		AfterKube     *orderRow   `json:"afterKube"`
+		PhoneOverflow int         `json:"phoneOverflow"`
+		Store         pageStorage `json:"store"`
+	}
+	pr.wait(&rep)
+
+	if rep.Offer == nil || !strings.Contains(*rep.Offer, "6.00") {
+		t.Errorf("the offer row is %v; want the listing at 6.00", rep.Offer)
+	}
+	if len(rep.Catalogue) == 0 || !strings.Contains(strings.Join(rep.Catalogue, " "), "debian-13") {
+		t.Errorf("the catalogue lists %q; want debian-13 among them", rep.Catalogue)
+	}
+	sessions := fake.Sessions()
+	if len(sessions) != 1 || sessions[0].ID != sessionID {
+		t.Fatalf("the fake Stripe has %d sessions (%+v), want the one the tab opened", len(sessions), sessions)
+	}
+	cs := sessions[0]
+	if cs.Quantity != 2 || cs.UnitAmount != 600 || cs.Destination != account {
+		t.Errorf("checkout %+v; want 2 × 600 to %s", cs, account)
+	}
+	want := "https://checkout.stripe.test/c/pay/" + cs.ID
+	if rep.CheckoutTab != want || rep.Link.Href != want || rep.Link.Target != "_blank" || !strings.Contains(rep.Link.Rel, "noopener") {
+		t.Errorf("the new tab opened %q, #order-checkout is %+v; want %s, target _blank, rel noopener", rep.CheckoutTab, rep.Link, want)
+	}
+	for k, vs := range cs.Form {
+		for _, v := range vs {
+			if strings.Contains(v, userMark) {
+				t.Errorf("the user data went to Stripe in %s", k)
+			}
+		}
+	}
+	o := rep.AfterPay
+	if rep.BeforePay.State != "awaitingPayment" || rep.BeforePay.Order != orderID {
+		t.Errorf("before the payment the machine list shows %+v; want order %s awaitingPayment", rep.BeforePay, orderID)
+	}
+	// paid, or active once the provisioner has made the machines.
+	if (o.State != "paid" && o.State != "active") || o.Name != "web" || len(o.Replicas) != 2 || o.Address != "vm-"+orderID+".vms.example.org" || o.StateText == "" {
+		t.Errorf("after paying, the machine is %+v; want paid or active, named web, at vm-%s.vms.example.org, with 2 replicas", o, orderID)
+	}
+	for _, r := range o.Replicas {
+		if !strings.HasPrefix(r.Replica, "vm-"+orderID+"-") || r.StateText == "" || r.Name == "" {
+			t.Errorf("replica %+v; want vm-%s-…, named, its state in words", r, orderID)
+		}
+	}
+	if k := rep.AfterKube; k == nil || len(k.Replicas) != 2 {
+		t.Errorf("after #refresh the machine is %+v; want its 2 replicas with the cluster's states", rep.AfterKube)
+	} else {
+		for _, r := range k.Replicas {
+			switch r.Replica {
+			case "vm-" + orderID + "-0":
+				if r.State != "running" {
+					t.Errorf("replica %+v; want running", r)
+				}
+			case "vm-" + orderID + "-1":
+				if r.State != "importing" || !strings.Contains(r.StateText, "42.5") {
+					t.Errorf("replica %+v; want importing, with CDI's progress 42.5%%", r)
+				}
+			default:
+				t.Errorf("replica %+v: not of the order", r)
+			}
+		}
+	}
+	kube.assertClean(t)
+	if rep.PhoneOverflow > 0 {
+		t.Errorf("at 390 px the page is %d px wider than the screen", rep.PhoneOverflow)
+	}
+	for k, v := range rep.Store.Local {
+		if strings.Contains(v, userMark) {
+			t.Errorf("localStorage[%q] keeps the user data", k)
+		}
+	}
+	noToken(t, rep.Store, "", s.token)
+	st := marketStatusOf(t, s, &answers{}, s.token)
+	if len(st.Orders) != 1 || st.Orders[0].OrderID != orderID || st.Orders[0].Quantity != 2 || st.Orders[0].Image != "debian-13" {
+		t.Errorf("status orders %+v; want the page's order of 2 debian-13", st.Orders)
+	}
+}
+
+// TestPageUnavailable: a tenant the market does not serve (made with
+// 'tenant add' and no flags: it does not share, status says notSharing)
+// reads why in a sentence and sees no forms.
+func TestPageUnavailable(t *testing.T) {
+	browserDir(t)
+	work := t.TempDir()
+	s := startPageServe(t, filepath.Join(work, "data"), nil, nil)
+	r := vmshelf(t, "tenant", "add", "box1", "--data-dir", s.dataDir)
+	if r.code != 0 {
+		t.Fatalf("tenant add: exit %d: %s", r.code, r.stderr)
+	}
+	token := strings.TrimSuffix(r.stdout, "\n")
+	s.secret(token)
+	st := s.status(t, token)
+	if st.Available || st.Reason == "" {
+		t.Fatalf("box1's status: available %v reason %q; want false with a reason", st.Available, st.Reason)
+	}
+
+	pr := startPage(t, "unavailable", 60*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": token,
+	}, nil)
+	pr.extra = s.logs
+	var rep struct {
+		commonReport
+		Hidden  *bool           `json:"hidden"`
+		Reason  string          `json:"reason"`
+		Text    string          `json:"text"`
+		Visible map[string]bool `json:"visible"`
+	}
+	pr.wait(&rep)
+	if rep.Hidden == nil || *rep.Hidden || !rep.Visible["unavailable"] || rep.Reason != st.Reason {
+		t.Errorf("#unavailable: hidden %v, visible %v, data-reason %q; want shown with %s", rep.Hidden, rep.Visible["unavailable"], rep.Reason, st.Reason)
+	}
+	if strings.Contains(rep.Text, st.Reason) {
+		t.Errorf("#unavailable says %q: the code %s, not words", rep.Text, st.Reason)
+	}
+	if len(strings.Fields(rep.Text)) < 4 || regexp.MustCompile(`^\w+$`).MatchString(rep.Text) {
+		t.Errorf("#unavailable says %q; want the reason in a sentence", rep.Text)
+	}
+	for _, id := range []string{"upload-file", "upload-start", "order-form", "listing-form"} {
+		if rep.Visible[id] {
+			t.Errorf("#%s shows although the market is not available to the tenant", id)
+		}
+	}
+}
