@@ -352,7 +352,7 @@
     const q = $('#image-quota')
     q.dataset.used = String(used)
     q.dataset.limit = String(limit)
-    q.textContent = `${used} of ${limit} images` +
+    q.textContent = `${used} of ${limit} ${limit === 1 ? 'image' : 'images'}` +
       (sessions.length ? ` (${sessions.length} of them ${sessions.length === 1 ? 'an unfinished upload' : 'unfinished uploads'})` : '') +
       ` · files up to ${bytes(state.limits.upload_max_bytes)}, disks up to ${bytes(state.limits.max_virtual_bytes)}`
     const list = $('#image-list')
