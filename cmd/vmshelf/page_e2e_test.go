@@ -327,6 +327,7 @@ func (pr *pageRun) untilExit() {
 type pageEvent struct {
 	At       int    `json:"at"`
 	Kind     string `json:"kind"`
+	Batch    int    `json:"batch"` // the recorder's scan: one task's changes
 	File     string `json:"file"`
 	State    string `json:"state"`
 	Reason   string `json:"reason"`

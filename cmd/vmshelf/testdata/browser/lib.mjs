@@ -42,6 +42,10 @@ export const phone = { width: 390, height: 844 };
 // what it saw survives a reload.
 const recorder = () => {
   const seen = new Map();
+  // One scan sees what one task of the page changed: its changes happened
+  // together (a row ending and the next starting), whatever the order the
+  // scan reports them in.
+  let batch = 0;
   const snap = (li) => {
     const bar = li.querySelector('progress.upload-bar');
     return {
@@ -55,12 +59,13 @@ const recorder = () => {
     };
   };
   const scan = () => {
+    batch++;
     for (const li of document.querySelectorAll('li.upload[data-file]')) {
       const s = snap(li);
       const key = JSON.stringify(s);
       if (seen.get(li) !== key) {
         seen.set(li, key);
-        window.__vmshelfRecord({ kind: 'row', ...s });
+        window.__vmshelfRecord({ kind: 'row', batch, ...s });
       }
     }
     const live = document.getElementById('upload-live');
