@@ -426,6 +426,26 @@ func (s *server) kill() {
 // stop is the cleanup: SIGTERM, a bounded wait, exit status 0 expected.
 // Once the process has exited, its whole output (the shutdown's lines
 // included) is checked for the noted secrets.
+// terminate sends SIGTERM and fails t unless serve exits cleanly within
+// 20 s; the server counts as stopped afterwards. For tests that stop serve
+// on purpose in the middle (an upload running, a restart to come); stop is
+// the cleanup's gentler form.
+func (s *server) terminate(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+		if s.waitErr != nil {
+			t.Fatalf("serve exited with %v after SIGTERM; stderr:\n%s", s.waitErr, s.stderr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not exit within 20s of SIGTERM; stderr:\n%s", s.stderr)
+	}
+	s.stopped = true
+}
+
 func (s *server) stop() {
 	if s.stopped {
 		return

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -153,18 +152,7 @@ func TestPageUploadNetworkDown(t *testing.T) {
 	}, map[string]action{
 		"stop": func([]byte) any {
 			p.refuse.Store(true)
-			if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-s.done:
-				if s.waitErr != nil {
-					t.Fatalf("serve exited with %v after SIGTERM; stderr:\n%s", s.waitErr, s.stderr)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatalf("serve did not exit within 20s of SIGTERM; stderr:\n%s", s.stderr)
-			}
-			s.stopped = true
+			s.terminate(t)
 			s.assertNoSecrets()
 			return map[string]string{}
 		},

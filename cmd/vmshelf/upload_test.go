@@ -1196,18 +1196,7 @@ func TestE2ETusJSClient(t *testing.T) {
 		// to 15 s of its retryDelays).
 		p.refuse.Store(true)
 		began := time.Now()
-		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-s.done:
-			if s.waitErr != nil {
-				t.Fatalf("serve exited with %v after SIGTERM; stderr:\n%s", s.waitErr, s.stderr)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("serve did not exit within 20s of SIGTERM with a resumable upload running; stderr:\n%s", s.stderr)
-		}
-		s.stopped = true
+		s.terminate(t)
 		locs := p.sessionLocations()
 		if len(locs) != 1 {
 			t.Fatalf("before the restart the edge created %d upload sessions, want 1", len(locs))
