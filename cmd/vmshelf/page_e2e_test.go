@@ -28,8 +28,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vmshelf/vmshelf/billing/stripetest"
 )
 
 // browserDir is testdata/browser, absolute; with it, what the scripts
@@ -1068,23 +1066,10 @@ func TestPageRefusals(t *testing.T) {
 // with CDI's progress.
 func TestPageOrder(t *testing.T) {
 	browserDir(t)
-	needTool(t, "curl")
-	key, whsec := stripeTestSecrets()
 	const account = "acct_pageHost1"
-	fake, err := stripetest.New(key, map[string]string{account: "active"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fake.Close()
-	work := t.TempDir()
-	env := append(append([]string{}, noStripeEnv...), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+secretFile(t, whsec))
-	kube := newKubeFake(t)
-	ctl := freeAddr(t)
-	s := startServeAt(t, filepath.Join(work, "data"), freeAddr(t), ctl, []string{"--vms-enable", "--stripe-api-base", fake.URL, "--checkout-return-url", "http://" + ctl + "/machines",
-		"--vms-domain", "vms.example.org", "--kubeconfig", kube.kubeconfig(t)}, env...)
-	s.secret(key)
-	s.secret(whsec)
-	s.secret(kubeFakeToken)
+	// serve's default --checkout-return-url is this very page.
+	m := startKubeMarket(t, account, "--vms-domain", "vms.example.org")
+	s, kube, fake := m.s, m.kube, m.stripe
 	host := addHost(t, s, "host", account)
 	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
 	if code != http.StatusCreated {
@@ -1121,15 +1106,7 @@ func TestPageOrder(t *testing.T) {
 			kube.setVMStatus("", "vm-"+orderID+"-0", "Running")
 			kube.setVMStatus("", "vm-"+orderID+"-1", "Provisioning")
 			kube.putDataVolume("", "vm-"+orderID+"-1-disk", "ImportInProgress", "42.5%")
-			if err := fake.Pay(cs.ID); err != nil {
-				t.Fatal(err)
-			}
-			payload, sig, err := fake.Event("evt_page_paid", "checkout.session.completed", cs.ID, whsec, time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			code, body := postWebhook(t, s, payload, sig)
-			wantWebhookResult(t, "checkout.session.completed", code, body, "paid")
+			m.pay(t, orderID, "evt_page_paid")
 			return map[string]string{"order_id": cs.OrderID}
 		},
 		// The page has seen the order paid: the test waits (bounded) until
