@@ -31,15 +31,31 @@ b.main(async (track) => {
   const orderSel = `#machine-list li[data-order-id="${order}"]`;
   const asked = () => page.evaluate(() => window.__statusAt.slice());
   const now = () => page.evaluate(() => Date.now());
-  // refreshed presses #refresh and waits until its answer is rendered (the
-  // order's row is a new element then, and the next poll is scheduled);
-  // it returns the page clock's time then.
-  const refreshed = async () => {
+  // rendered runs action (which makes the page ask for status) and waits
+  // until that answer is rendered: the order's row is a new element then.
+  // Waiting matters: a request asked for while one is on its way is
+  // coalesced into a second load after it, so counting the next trigger's
+  // request before the last answer arrived would miss it.
+  const rendered = async (action) => {
     await page.evaluate((sel) => { document.querySelector(sel).dataset.old = 'true'; }, orderSel);
-    await page.locator('#refresh').click();
+    const result = await action();
     await page.waitForSelector(`${orderSel}:not([data-old])`, { timeout: 10000 });
+    return result;
+  };
+  // refreshed presses #refresh, waits until its answer is rendered (and the
+  // next poll is scheduled) and returns the page clock's time then.
+  const refreshed = async () => {
+    await rendered(() => page.locator('#refresh').click());
     return now();
   };
+  // counted runs action and returns how many status requests it made at
+  // once (the page's fetch is called synchronously from its handlers),
+  // then waits until the answer is rendered.
+  const counted = (action) => rendered(async () => {
+    const n = (await asked()).length;
+    await action();
+    return (await asked()).length - n;
+  });
 
   await b.signIn(page);
   await page.clock.pauseAt((await now()) + 1000);
@@ -48,22 +64,21 @@ b.main(async (track) => {
   const n0 = (await asked()).length;
   await page.clock.runFor(14000);
   const by14 = (await asked()).length - n0;
-  await page.clock.runFor(1500);
+  await rendered(() => page.clock.runFor(1500));
   const polls = (await asked()).slice(n0).map((at) => at - t0);
 
   // The tab regains focus: window focus, then visibilitychange.
-  let n = (await asked()).length;
-  await page.evaluate(() => window.dispatchEvent(new Event('focus')));
-  const onFocus = (await asked()).length - n;
-  n = (await asked()).length;
-  const visibility = await page.evaluate(() => { document.dispatchEvent(new Event('visibilitychange')); return document.visibilityState; });
-  const onVisible = (await asked()).length - n;
+  const onFocus = await counted(() => page.evaluate(() => window.dispatchEvent(new Event('focus'))));
+  let visibility = '';
+  const onVisible = await counted(async () => {
+    visibility = await page.evaluate(() => { document.dispatchEvent(new Event('visibilitychange')); return document.visibilityState; });
+  });
 
   // The order ends: nothing is on its way any more.
   await b.control('expire');
   await refreshed();
   const endedState = await page.evaluate((sel) => document.querySelector(sel)?.dataset.state || '', orderSel);
-  n = (await asked()).length;
+  const n = (await asked()).length;
   await page.clock.runFor(60000);
   const idle60 = (await asked()).length - n;
   await ctx.close();
