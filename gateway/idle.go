@@ -12,6 +12,11 @@ import (
 // errTakenOver ends the read of a PATCH whose upload a newer request took.
 var errTakenOver = errors.New("upload taken over by a newer request")
 
+// errShuttingDown is the cause logged for a PATCH that Shutdown stopped:
+// Shutdown stops reads through the same flag as a takeover, but its log
+// line must say what happened, not that a newer request took over.
+var errShuttingDown = errors.New("the data plane is shutting down")
+
 // stopFlag is raised by a request that takes a resumable upload over.
 type stopFlag = atomic.Bool
 

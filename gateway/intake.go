@@ -126,7 +126,7 @@ func (g *Gateway) pump(ctx *fasthttp.RequestCtx, in *intake, w io.Writer, checkp
 			return nil
 		case (errors.Is(rerr, errTakenOver) || (stop != nil && stop.Load() && isTimeout(rerr))) && g.closing.Load():
 			ctx.Response.Header.Set("Retry-After", "5")
-			return apierr.Wrap(errTakenOver, fasthttp.StatusServiceUnavailable, "shuttingDown",
+			return apierr.Wrap(errShuttingDown, fasthttp.StatusServiceUnavailable, "shuttingDown",
 				"the edge is restarting; the bytes so far are kept: resume with HEAD and PATCH")
 		case errors.Is(rerr, errTakenOver) || (stop != nil && stop.Load() && isTimeout(rerr)):
 			return apierr.Wrap(errTakenOver, fasthttp.StatusLocked, "takenOver",

@@ -459,7 +459,11 @@ func TestTusShutdownSavesProgress(t *testing.T) {
 		t.Fatalf("session after shutdown: %+v %v, want offset 70000", got, err)
 	}
 	// The log up to and through the shutdown names no capability.
-	e.logHas("reason=shuttingDown", "upload_id="+id)
+	// It says why: the shutdown, not a takeover (Shutdown stops reads
+	// through the takeover's flag).
+	if line := e.logHas("reason=shuttingDown", "upload_id="+id); !strings.Contains(line, "shutting down") || strings.Contains(line, "taken over") {
+		t.Errorf("the PATCH stopped by the shutdown is logged as %q; want its cause to be the shutdown", line)
+	}
 	e.assertLogClean()
 }
 
