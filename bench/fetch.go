@@ -148,7 +148,10 @@ type wrkResult struct {
 	P50US        float64 `json:"p50_us"`
 	P99US        float64 `json:"p99_us"`
 	MaxUS        float64 `json:"max_us"`
-	Bad          int64   `json:"bad"`
+	// Bad counts every answer the script's response() found wrong, the
+	// ones wrk also counts in StatusErrors (status >= 400) included: a
+	// count of bad answers is Bad + SocketErrors, never + StatusErrors.
+	Bad int64 `json:"bad"`
 }
 
 func (w wrkResult) rps() float64 { return float64(w.Requests) / (float64(w.DurationUS) / 1e6) }
@@ -237,7 +240,7 @@ func (b *bench) phaseRange() error {
 			t.add(s, roles[s], "p99", w.P99US/1000)
 			t.add(s, roles[s], "cpureq", use.CPU/float64(w.Requests)*1e6)
 			t.add(s, roles[s], "cpu", use.CPU/(float64(w.Requests)*4096/gib))
-			t.add(s, roles[s], "bad", float64(w.Bad+w.StatusErrors+w.SocketErrors))
+			t.add(s, roles[s], "bad", float64(w.Bad+w.SocketErrors))
 			t.add(s, roles[s], "rss", float64(use.PeakRSS)/mib)
 		}
 	}
