@@ -452,6 +452,7 @@ func startPageServe(t *testing.T, data string, p *tcpProxy, args []string, env .
 // TestPageUpload: sign in on /machines, upload a QCOW2, see the bar reach
 // 100 % and the image listed with the SHA-256 of its bytes.
 func TestPageUpload(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	needTool(t, "qemu-img")
 	work := t.TempDir()
@@ -533,6 +534,7 @@ func TestPageUpload(t *testing.T) {
 // while the page uploads; the page retries, resumes the same session from
 // what the edge kept and finishes with the right SHA-256.
 func TestPageUploadServeRestart(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	needTool(t, "qemu-img")
 	work := t.TempDir()
@@ -630,6 +632,7 @@ func noteSession(t *testing.T, s *server, loc string) {
 // resumes again and finishes. One ticket, one session, each byte sent
 // about once.
 func TestPageUploadReload(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	needTool(t, "qemu-img")
 	work := t.TempDir()
@@ -719,6 +722,7 @@ type sessionRow struct {
 // edge too (tus DELETE): no session left, no image, nothing offered for
 // resuming after a reload, no session URL kept in the browser.
 func TestPageUploadCancel(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	needTool(t, "qemu-img")
 	work := t.TempDir()
@@ -878,6 +882,7 @@ func (n *nginxProxy) requests(t *testing.T) [][3]string {
 // 413 and still finishes; with 512 KiB it gives up and says a proxy
 // refuses requests over that size.
 func TestPageUploadNginx(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	needTool(t, "qemu-img")
 	needTool(t, "nginx")
@@ -974,6 +979,7 @@ func TestPageUploadNginx(t *testing.T) {
 // browser before any ticket; with a quota of one image, of two files
 // chosen at once one is stored and the other refused with imageQuota.
 func TestPageRefusals(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	needTool(t, "qemu-img")
 	work := t.TempDir()
@@ -1065,6 +1071,7 @@ func TestPageRefusals(t *testing.T) {
 // other's disk, and after #refresh the page shows running and importing
 // with CDI's progress.
 func TestPageOrder(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	const account = "acct_pageHost1"
 	// serve's default --checkout-return-url is this very page.
@@ -1244,6 +1251,7 @@ func TestPageOrder(t *testing.T) {
 // 'tenant add' and no flags: it does not share, status says notSharing)
 // reads why in a sentence and sees no forms.
 func TestPageUnavailable(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	work := t.TempDir()
 	s := startPageServe(t, filepath.Join(work, "data"), nil, nil)

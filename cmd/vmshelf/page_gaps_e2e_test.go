@@ -64,6 +64,7 @@ func (m *pageMarket) listing(t *testing.T, body string) listingAnswer {
 // visibilitychange ask at once; with the order ended, a minute passes
 // without a request.
 func TestPagePolling(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	m := startPageMarket(t)
 	s := m.s
@@ -137,6 +138,7 @@ func TestPagePolling(t *testing.T) {
 // on the same data dir and ports; Retry resumes the same session and the
 // image is stored with the right SHA-256.
 func TestPageUploadNetworkDown(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	needTool(t, "qemu-img")
 	work := t.TempDir()
@@ -210,6 +212,7 @@ func TestPageUploadNetworkDown(t *testing.T) {
 // --max-virtual-gib are refused in the browser, in words naming both
 // sizes, before any ticket.
 func TestPageSizeRefusals(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	needTool(t, "qemu-img")
 	work := t.TempDir()
@@ -259,6 +262,7 @@ func TestPageSizeRefusals(t *testing.T) {
 // TestPageMaxTransfers: three files chosen at once with --max-transfers 1:
 // never two rows uploading at once, the others waiting, all three done.
 func TestPageMaxTransfers(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	needTool(t, "qemu-img")
 	work := t.TempDir()
@@ -331,6 +335,7 @@ func TestPageMaxTransfers(t *testing.T) {
 // says 750 × 3, the buyer sees the offer; Close on the page takes it out
 // of the offers.
 func TestPageListing(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	m := startPageMarket(t)
 	s := m.s
@@ -423,6 +428,7 @@ func TestPageListing(t *testing.T) {
 // ("Remove for good", Keep); Keep puts Remove back; Remove then "Remove for
 // good" removes the image from status and its file from the data dir.
 func TestPageRemoveImage(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	work := t.TempDir()
 	s := startPageServe(t, filepath.Join(work, "data"), nil, nil)
@@ -488,6 +494,7 @@ func TestPageRemoveImage(t *testing.T) {
 // signs in, Tab reaches the upload controls, Refresh and Forget token,
 // and Enter on Forget token clears sessionStorage and hides the forms.
 func TestPageKeyboard(t *testing.T) {
+	t.Parallel()
 	browserDir(t)
 	work := t.TempDir()
 	s := startPageServe(t, filepath.Join(work, "data"), nil, nil)
