@@ -63,6 +63,14 @@ func sudo() string {
 	return "sudo "
 }
 
+// sudoRun is what .ci/deps puts before the apt-get commands it runs.
+func sudoRun() string {
+	if os.Geteuid() == 0 {
+		return ""
+	}
+	return "sudo -n "
+}
+
 // machine is a fake machine for .ci/deps: the script and the npm lock
 // files in a tree of their own, and a PATH directory (bin) with bash and
 // the fakes.
@@ -184,7 +192,7 @@ install) echo "go $*" >>%[2]q; %[3]s %[4]q %[5]q/;;
 esac
 `, filepath.Join(m.tree, "gopath"), m.log, needTool(t, "cp"), mock, m.bin))
 	// Not root, .ci/deps goes through sudo -n: this one lets it.
-	writeScript(t, filepath.Join(m.bin, "sudo"), `[[ $1 == -n ]] && shift; exec "$@"`+"\n")
+	writeScript(t, filepath.Join(m.bin, "sudo"), `[[ $1 == -n ]] && shift; [[ $1 == true ]] && exit 0; exec "$@"`+"\n")
 	return m
 }
 
@@ -199,24 +207,6 @@ func (m *machine) calls(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, fi.Mode().Perm()); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // installs is apt-get update and then one install per package, as .ci/deps
@@ -264,13 +254,15 @@ func TestDepsInstalls(t *testing.T) {
 		calls   []string
 		ok      bool     // exit 0 (as root; not root, the script asks for root and exits 1)
 		says    []string // in its output
+		allHere string   // in its output as root, where ok
 		notSays []string
 	}{
 		{
-			name:  "nothing there: everything installed, one package at a time",
-			calls: slices.Concat(installs(allPkgs...), npmCIs, []string{goInstall}),
-			ok:    true,
-			says:  []string{"deps: " + sudo() + aptInstall("qemu-block-extra"), "deps: everything the tests use is here now"},
+			name:    "nothing there: everything installed, one package at a time",
+			calls:   slices.Concat(installs(allPkgs...), npmCIs, []string{goInstall}),
+			ok:      true,
+			says:    []string{"deps: " + sudoRun() + aptInstall("qemu-block-extra") + "\n"},
+			allHere: "deps: everything the tests use is here now\n",
 		},
 		{
 			name:  "apt-get refuses npm: the others are installed all the same",
@@ -314,10 +306,10 @@ func TestDepsInstalls(t *testing.T) {
 			says:  []string{"node v18.19.0 is older than 20, which playwright-core needs: install Node.js 20 or later"},
 		},
 		{
-			name:  "everything there: nothing asked",
-			setup: setup{has: allPkgs, npmDone: true, stripeMock: true},
-			ok:    true,
-			says:  []string{"deps: everything the tests use is here\n"},
+			name:    "everything there: nothing asked",
+			setup:   setup{has: allPkgs, npmDone: true, stripeMock: true},
+			ok:      true,
+			allHere: "deps: everything the tests use is here\n",
 		},
 		{
 			name: "VMSHELF_INSTALL=0: nothing installed, the commands said",
@@ -350,6 +342,9 @@ func TestDepsInstalls(t *testing.T) {
 				if !strings.Contains(r.out, s) {
 					t.Errorf("output lacks %q", s)
 				}
+			}
+			if tc.ok && root && tc.allHere != "" && !strings.Contains(r.out, tc.allHere) {
+				t.Errorf("output lacks %q", tc.allHere)
 			}
 			for _, s := range tc.notSays {
 				if strings.Contains(r.out, s) {

@@ -69,6 +69,26 @@ func pathDir(t *testing.T, tools ...string) string {
 	return dir
 }
 
+// copyFile copies a file with its permission bits, making the folders
+// it goes in.
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, fi.Mode().Perm()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // writeScript writes an executable bash script at path; body follows the
 // #! line.
 func writeScript(t *testing.T, path, body string) {
