@@ -49,7 +49,9 @@ var npmDirs = []string{"cmd/vmshelf/testdata/tusjs", "cmd/vmshelf/testdata/brows
 
 const refusal = "E: Unable to correct problems, you have held broken packages."
 
-func aptInstall(pkg string) string { return "apt-get install -y --no-install-recommends " + pkg }
+func aptInstall(pkg string) string {
+	return "apt-get install -y --no-install-recommends --no-remove " + pkg
+}
 func npmCI(dir string) string {
 	return "npm ci --prefix " + dir + " --no-audit --no-fund --loglevel=error"
 }
