@@ -63,7 +63,7 @@ var (
 	anySecret = regexp.MustCompile(`[0-9a-f]{64}`)
 )
 
-// toolPackage is the Debian package that installs a tool (.ci/run installs
+// toolPackage is the Debian package that installs a tool (.ci/deps installs
 // the same).
 var toolPackage = map[string]string{
 	"qemu-img": "qemu-utils", "qemu-io": "qemu-utils", "nbdkit": "nbdkit", "curl": "curl",
