@@ -40,11 +40,12 @@ test-race:
 	$(GO) test -race -count=1 -timeout 12m ./...
 
 # `make test-short`: test-race's tests with no tool check and not strict
-# (CI=false), so a test whose tool is missing skips; at the end
-# internal/skipreport lists each skipped test with its reason.
+# (CI=false), so a test whose tool is missing skips; gotestsum (run at its
+# pinned version, go run fetches it once) prints a line per package and at
+# the end each skipped test with its reason, and exits non-zero on a failure.
+GOTESTSUM ?= gotest.tools/gotestsum@v1.13.0
 test-short:
-	@$(GO) build -o bin/skipreport ./internal/skipreport
-	@bash -o pipefail -c 'CI=false $(GO) test -race -count=1 -timeout 12m -json ./... | bin/skipreport -module "$$($(GO) list -m)"'
+	CI=false $(GO) run $(GOTESTSUM) --format pkgname -- -race -count=1 -timeout 12m ./...
 
 # The provisioner and docs/deploy against a real kube-apiserver and etcd run
 # in-process (provisioner/kubetest, a module of its own so that
