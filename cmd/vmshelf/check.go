@@ -14,24 +14,39 @@ import (
 // already printed.
 var errRefused = errors.New("image refused")
 
+// checkHelp is "vmshelf check -h".
+var checkHelp = helpDoc{
+	args:    "FILE [flags]",
+	summary: "run the gateway's QCOW2 checks on a local file, offline",
+	about: `Runs the checks the edge runs on an upload on the local FILE, so that a box owner ` +
+		`learns before uploading whether the edge will take the image, and prints one verdict ` +
+		`line on stdout: "ok: " and the image's figures, or "refused (REASON): " and why. It reads ` +
+		`the header and the tables, never the data clusters, so it is fast on large images.`,
+	exits: []string{
+		`0  the image passes ("ok: ..." on stdout)`,
+		`1  the image is refused ("refused (REASON): ..." on stdout)`,
+		"2  FILE cannot be read, or a usage error (a bad flag, value or argument)",
+	},
+}
+
 // check runs the gateway's QCOW2 checks on a local file, so a box owner
 // learns before uploading whether the edge will take the image. It reads
 // the header and the tables, never the data clusters, so it is fast on
 // large images.
-func check(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check")
+func check(_ context.Context, args []string, stdout, _ io.Writer) error {
+	fs := newFlagSet("check", checkHelp)
 	maxVirtualGiB := fs.Float64("max-virtual-gib", 512, "largest virtual disk size accepted, in GiB (as the edge's --max-virtual-gib)")
 	file := ""
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		file, args = args[0], args[1:]
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if file == "" && fs.NArg() == 1 {
 		file = fs.Arg(0)
 	} else if fs.NArg() > 0 || file == "" {
-		return usagef("check takes one FILE")
+		return usagef("check takes one FILE; see vmshelf check -h")
 	}
 	maxVirtual, err := gib(*maxVirtualGiB, "max-virtual-gib")
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 // TestServeFlagsLimits: the new serve flags' defaults, values and
 // refusals (each a usage error naming the flag).
 func TestServeFlagsLimits(t *testing.T) {
-	f, err := parseServeFlags(nil, &strings.Builder{})
+	f, err := parseServeFlags(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestServeFlagsLimits(t *testing.T) {
 	}
 
 	f, err = parseServeFlags([]string{"--trusted-proxies", " 10.1.2.3/8, 192.168.1.7,::1,fd00::/8,", "--fetch-queue-wait", "2s",
-		"--log-level", "WARN", "--control-max-conns", "7", "--control-idle-timeout", "2s", "--control-header-timeout", "30s"}, &strings.Builder{})
+		"--log-level", "WARN", "--control-max-conns", "7", "--control-idle-timeout", "2s", "--control-header-timeout", "30s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestServeFlagsLimits(t *testing.T) {
 		name string
 		want slog.Level
 	}{{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}} {
-		f, err := parseServeFlags([]string{"--log-level", lv.name}, &strings.Builder{})
+		f, err := parseServeFlags([]string{"--log-level", lv.name})
 		if err != nil || f.logLevel != lv.want {
 			t.Errorf("--log-level %s: %v, %v", lv.name, f, err)
 		}
@@ -53,7 +53,7 @@ func TestServeFlagsLimits(t *testing.T) {
 	t.Setenv("VMSHELF_LOG_LEVEL", "error")
 	t.Setenv("VMSHELF_TRUSTED_PROXIES", "127.0.0.1")
 	t.Setenv("VMSHELF_FETCH_QUEUE_WAIT", "5s")
-	f, err = parseServeFlags(nil, &strings.Builder{})
+	f, err = parseServeFlags(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestServeFlagsLimitsRefused(t *testing.T) {
 		{[]string{"--control-header-timeout", "0s"}, "control-header-timeout"},
 		{[]string{"--control-header-timeout", "31s"}, "control-header-timeout"},
 	} {
-		_, err := parseServeFlags(tc.args, &strings.Builder{})
+		_, err := parseServeFlags(tc.args)
 		var ue usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: %v, want a usage error", tc.args, err)

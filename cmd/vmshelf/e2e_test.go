@@ -1454,17 +1454,6 @@ func TestE2ECurlUploadVariants(t *testing.T) {
 	}
 }
 
-// TestE2EHelp: -h shows a command's flags and is no error.
-func TestE2EHelp(t *testing.T) {
-	r := vmshelf(t, "serve", "-h")
-	if r.code != 0 || !strings.Contains(r.stderr, "-upload-max-gib") {
-		t.Fatalf("serve -h: exit %d, stderr:\n%s", r.code, r.stderr)
-	}
-	if r := vmshelf(t, "help"); r.code != 0 || !strings.Contains(r.stdout, "vmshelf serve") {
-		t.Fatalf("help: exit %d", r.code)
-	}
-}
-
 // TestE2EStaleDevToken: after 'tenant token dev' the dev-token file is
 // stale; the next serve --dev notices and writes a working one.
 func TestE2EStaleDevToken(t *testing.T) {

@@ -11,10 +11,22 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
+// fetchURLHelp is "vmshelf fetch-url -h".
+var fetchURLHelp = helpDoc{
+	args:    "UPLOAD_ID [flags]",
+	summary: "mint a fetch URL for an image and print it once",
+	about: `Mints a fetch capability for the image UPLOAD_ID in the store of --data-dir and ` +
+		`prints its URL on stdout, once: the operator's way to hand an image to an importer ` +
+		`(CDI, curl, qemu-img) by hand. The URL works for --ttl; its base is --public-url, or ` +
+		`http://<data-addr>. Works while serve runs.`,
+	exits: []string{"0  minted; the URL is on stdout", "1  no image UPLOAD_ID, or the store failed",
+		"2  a usage error (a bad flag, value or UPLOAD_ID, or a data dir that is not one)"},
+}
+
 // fetchURL mints a fetch capability for an image and prints its URL once:
 // the operator's way to hand an image to an importer by hand.
 func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("fetch-url")
+	fs := newFlagSet("fetch-url", fetchURLHelp)
 	dataDir := fs.String("data-dir", defaultData, "directory of the store")
 	ttl := fs.Duration("ttl", time.Hour, "how long the URL works")
 	dataAddr := fs.String("data-addr", "127.0.0.1:8480", "the data plane's address (the URL's base when --public-url is empty)")
@@ -23,7 +35,7 @@ func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		id, args = args[0], args[1:]
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if id == "" && fs.NArg() == 1 {

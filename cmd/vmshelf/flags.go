@@ -1,26 +1,41 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"strings"
+	"time"
 )
+
+// newFlagSet is the flag set of the command "vmshelf NAME": -h prints doc
+// with the flags (help.go), and its errors are usage errors of one line.
+func newFlagSet(name string, doc helpDoc) *flag.FlagSet {
+	fs := flag.NewFlagSet("vmshelf "+name, flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), leafHelp(fs, doc)) }
+	return fs
+}
 
 // parseFlags parses args into fs, then fills every flag the command line
 // did not set from VMSHELF_<FLAG>, so a unit file or container can
-// configure the service without a long command line. Errors are usage
-// errors naming the flag or variable.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	fs.SetOutput(stderr)
+// configure the service without a long command line. A mistake is a usage
+// error of one line naming the flag or variable and the form it wants (the
+// flag list is for -h only: in an error it buries the line that matters);
+// -h or --help is helpShown, which run prints on stdout.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.VisitAll(func(f *flag.Flag) { f.Value = withForm(f.Value) })
+	// flag writes its own message and the whole usage on an error; both go
+	// here and only the help is kept.
+	var out bytes.Buffer
+	fs.SetOutput(&out)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
+			return helpShown{text: out.String(), fs: fs}
 		}
-		return usageError{err.Error()}
+		return flagError(fs, err)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -29,7 +44,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 		if set[f.Name] || err != nil {
 			return
 		}
-		env := "VMSHELF_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v, ok := os.LookupEnv(env); ok {
 			if serr := fs.Set(f.Name, v); serr != nil {
 				err = usagef("%s=%q: %v", env, v, serr)
@@ -39,8 +54,113 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 	return err
 }
 
-// errHelp ends a command after its -h output, with exit code 0.
-var errHelp = errors.New("help shown")
+// envName is the variable a flag also comes from: VMSHELF_<FLAG>, upper
+// case, "-" as "_".
+func envName(flagName string) string {
+	return "VMSHELF_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// flagError turns what flag.Parse refused into one line. flag.Parse only
+// formats its errors, so a refused value is found in the formValue that
+// refused it, and the two other mistakes by flag's wording.
+func flagError(fs *flag.FlagSet, err error) error {
+	var msg error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := f.Value.(*formValue); ok && v.refused != nil && msg == nil {
+			msg = usagef("--%s %q: %v", f.Name, *v.refused, v.err)
+		}
+	})
+	if msg != nil {
+		return msg
+	}
+	see := "; see " + fs.Name() + " -h"
+	text := err.Error()
+	if name, ok := strings.CutPrefix(text, "flag provided but not defined: "); ok {
+		return usagef("unknown flag --%s%s", strings.TrimLeft(name, "-"), see)
+	}
+	if name, ok := strings.CutPrefix(text, "flag needs an argument: "); ok {
+		name = strings.TrimLeft(name, "-")
+		if f := fs.Lookup(name); f != nil {
+			if want := formOf(f.Value).want; want != "" {
+				return usagef("--%s needs a value, %s%s", name, want, see)
+			}
+		}
+		return usagef("--%s needs a value%s", name, see)
+	}
+	return usagef("%s%s", text, see)
+}
+
+// form is what a flag's value looks like: the word help shows after the
+// flag and, for a value that can be wrong, the form an error asks for.
+type form struct {
+	kind string // "duration", "int", "float", "string"; "" for a bool
+	want string // "a duration like 60s or 2m"; "" for any string
+}
+
+// formOf tells the form from the value a flag holds (every Value of the
+// flag package is a Getter), so every command gets the same messages
+// without saying anything per flag.
+func formOf(v flag.Value) form {
+	if fv, ok := v.(*formValue); ok {
+		return fv.form
+	}
+	g, ok := v.(flag.Getter)
+	if !ok {
+		return form{kind: "value"}
+	}
+	switch g.Get().(type) {
+	case bool:
+		return form{"", "true or false"}
+	case time.Duration:
+		return form{"duration", "a duration like 60s or 2m"}
+	case int, int64:
+		return form{"int", "a whole number like 4"}
+	case uint, uint64:
+		return form{"uint", "a whole number like 4, not negative"}
+	case float64:
+		return form{"float", "a number like 32 or 0.25"}
+	case string:
+		return form{kind: "string"}
+	}
+	return form{kind: "value"}
+}
+
+// formValue is a flag's Value that answers a value it refuses with the
+// form it wants instead of strconv's "parse error", and remembers the
+// value for flagError.
+type formValue struct {
+	flag.Value
+	form
+	refused *string
+	err     error
+}
+
+// withForm wraps v once (upload parses the same flag set several times).
+func withForm(v flag.Value) flag.Value {
+	if fv, ok := v.(*formValue); ok {
+		fv.refused, fv.err = nil, nil
+		return fv
+	}
+	return &formValue{Value: v, form: formOf(v)}
+}
+
+func (v *formValue) Set(s string) error {
+	err := v.Value.Set(s)
+	if err == nil {
+		return nil
+	}
+	if v.want != "" {
+		err = errors.New("needs " + v.want)
+	}
+	v.refused, v.err = &s, err
+	return err
+}
+
+// IsBoolFlag keeps "--sharing" (no "=true") working through the wrapper.
+func (v *formValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
 
 // gib converts a size in GiB (decimals allowed) to bytes.
 func gib(v float64, flagName string) (int64, error) {
@@ -49,14 +169,4 @@ func gib(v float64, flagName string) (int64, error) {
 		return 0, usagef("--%s must be a positive number of GiB, got %v", flagName, v)
 	}
 	return int64(b), nil
-}
-
-// newFlagSet is a flag set that reports its own errors as usage errors.
-func newFlagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("vmshelf "+name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage of vmshelf %s:\n", name)
-		fs.PrintDefaults()
-	}
-	return fs
 }

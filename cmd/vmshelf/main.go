@@ -13,23 +13,40 @@ import (
 	"syscall"
 )
 
-const usage = `vmshelf — QCOW2 image gateway and VM market edge
+// topHelp is "vmshelf -h": what vmshelf is; the commands follow it.
+var topHelp = helpDoc{
+	args:    "COMMAND [arguments] [flags]",
+	summary: "QCOW2 image gateway and VM market edge",
+	about: `The edge service of a mesh of home servers (boxes): boxes upload QCOW2 disk images, ` +
+		`KubeVirt's importers fetch them, and boxes sell VM replicas to each other on a market ` +
+		`paid through Stripe, which the edge runs on KubeVirt.
 
-usage:
-  vmshelf serve [flags]                     run the data plane, control plane and metrics
-  vmshelf tenant add NAME [--sharing] [--in-mesh] [--hosts-vms] [--appliance NODE] [--stripe-account ID]
-  vmshelf tenant list
-  vmshelf tenant set NAME [--sharing=BOOL] [--in-mesh=BOOL] [--hosts-vms=BOOL] [--appliance NODE] [--stripe-account ID]
-  vmshelf tenant token NAME                 rotate the tenant's token and print the new one once
-  vmshelf fetch-url UPLOAD_ID [--ttl 1h]    mint a fetch capability and print its URL once
-  vmshelf upload --control URL --token-file F --name NAME [--efi] FILE   check, then upload resumably with progress
-  vmshelf check FILE [--max-virtual-gib N]  the gateway's QCOW2 checks, offline (exit 0 good, 1 bad, 2 unreadable)
-  vmshelf quarantine list                   image files start-up set aside because no record named them
-  vmshelf quarantine rm UPLOAD_ID...        delete quarantined image files (only these, only on request)
+Every flag can also come from the environment as VMSHELF_<FLAG> (upper case, "-" as "_"); ` +
+		`a flag on the command line wins.`,
+	exits: []string{
+		"0  done (each command's help says more)",
+		"1  failed; the message says why",
+		"2  a usage error: an unknown command, a bad flag, value or argument",
+	},
+}
 
-Every flag can also come from the environment as VMSHELF_<FLAG> (upper case,
-"-" as "_"). "vmshelf COMMAND -h" lists a command's flags.
-`
+// commands is the command line: one row per command, in the order the
+// help lists them. A row's doc is the one its flag set shows on -h.
+var commands = []command{
+	{name: "serve", doc: serveHelp, run: serve},
+	{name: "tenant", doc: tenantHelp, sub: tenantCommands},
+	{name: "fetch-url", doc: fetchURLHelp, run: fetchURL},
+	{name: "upload", doc: uploadHelp, run: upload},
+	{name: "check", doc: checkHelp, run: check},
+	// images and rm: the tenant's side of the image list; run is wired by
+	// the change that implements them.
+	{name: "images", doc: helpDoc{args: "--control URL --token-file F [flags]",
+		summary: "list this box's images on the edge"}},
+	{name: "rm", doc: helpDoc{args: "--control URL --token-file F [flags] UPLOAD_ID",
+		summary: "remove one of this box's images from the edge (its fetch URLs stop working)"}},
+	{name: "quarantine", doc: quarantineHelp, sub: quarantineCommands},
+	{name: "version", doc: versionHelp, run: version},
+}
 
 // usageError is a mistake in the command line: exit code 2, one line.
 type usageError struct{ msg string }
@@ -46,33 +63,19 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return usagef("a command is needed")
+	if len(args) > 0 && args[0] == "--version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
-	switch args[0] {
-	case "serve":
-		return serve(ctx, args[1:], stdout, stderr)
-	case "tenant":
-		return tenant(ctx, args[1:], stdout, stderr)
-	case "fetch-url":
-		return fetchURL(ctx, args[1:], stdout, stderr)
-	case "upload":
-		return upload(ctx, args[1:], stdout, stderr)
-	case "check":
-		return check(ctx, args[1:], stdout, stderr)
-	case "quarantine":
-		return quarantine(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
+	err := dispatch(ctx, "vmshelf", topHelp, commands, args, stdout, stderr)
+	var h helpShown
+	if errors.As(err, &h) {
+		_, err = io.WriteString(stdout, h.text)
 	}
-	fmt.Fprint(stderr, usage)
-	return usagef("unknown command %q", args[0])
+	return err
 }
 
 func exitCode(err error, stderr io.Writer) int {
-	if err == nil || errors.Is(err, errHelp) {
+	if err == nil {
 		return 0
 	}
 	if errors.Is(err, errRefused) { // check printed its verdict line already

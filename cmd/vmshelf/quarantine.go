@@ -14,21 +14,48 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 )
 
-// quarantine lists the image files start-up set aside because no record
-// named them, and removes them only when the operator names them: they may
-// be the only copy of somebody's disk.
-func quarantine(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return usagef("quarantine needs a subcommand: list, or rm UPLOAD_ID...")
-	}
-	sub, args := args[0], args[1:]
-	fs := newFlagSet("quarantine " + sub)
+// quarantineHelp is "vmshelf quarantine -h".
+var quarantineHelp = helpDoc{
+	args:    "COMMAND [arguments] [flags]",
+	summary: "list and remove the image files start-up set aside",
+	about: `An image file that serve finds at start-up with no record naming it is moved to ` +
+		`vm-images/.quarantine/ in the data dir and kept: it may be the only copy of somebody's ` +
+		`disk. These commands list those files and remove them, only the ones named. They work ` +
+		`while serve runs.`,
+}
+
+// quarantineCommands are "vmshelf quarantine COMMAND".
+var quarantineCommands = []command{
+	subCommand("list", quarantine, helpDoc{
+		args:    "[flags]",
+		summary: "list the quarantined image files",
+		about: `Prints the quarantined image files of --data-dir on stdout, one a line: the ` +
+			`UPLOAD_ID, the size in bytes and when it was set aside (RFC 3339, UTC), separated by ` +
+			`tabs. With none, it says so on stderr and prints nothing.`,
+	}),
+	subCommand("rm", quarantine, helpDoc{
+		args:    "UPLOAD_ID... [flags]",
+		summary: "delete the quarantined image files named (only these)",
+		about: `Deletes the quarantined image files UPLOAD_ID... of --data-dir, in turn, and ` +
+			`prints "removed UPLOAD_ID" for each. An UPLOAD_ID not in quarantine stops the command ` +
+			`(the files before it are gone); nothing else is ever deleted.`,
+		exits: []string{"0  all removed", "1  an UPLOAD_ID is not in quarantine, or removing failed",
+			"2  a usage error (no or a malformed UPLOAD_ID, a bad flag, a data dir that is not one)"},
+	}),
+}
+
+// quarantine runs "vmshelf quarantine SUB": it lists the image files
+// start-up set aside because no record named them, and removes them only
+// when the operator names them: they may be the only copy of somebody's
+// disk.
+func quarantine(ctx context.Context, sub string, doc helpDoc, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("quarantine "+sub, doc)
 	dataDir := fs.String("data-dir", defaultData, "directory of the store")
 	var ids []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") { // ids may come before the flags
 		ids, args = append(ids, args[0]), args[1:]
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	ids = append(ids, fs.Args()...)
@@ -39,7 +66,7 @@ func quarantine(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	switch sub {
 	case "list":
 		if len(ids) > 0 {
-			return usagef("quarantine list takes no arguments")
+			return usagef("quarantine list takes no arguments, got %q", ids[0])
 		}
 		q, err := blobs.Quarantined(ctx)
 		if err != nil {
@@ -57,7 +84,7 @@ func quarantine(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	case "rm":
 		if len(ids) == 0 {
-			return usagef("quarantine rm needs the UPLOAD_IDs to remove (see 'vmshelf quarantine list')")
+			return usagef("quarantine rm needs the UPLOAD_IDs to remove; 'vmshelf quarantine list' shows them")
 		}
 		for _, id := range ids {
 			if !imagestore.ValidUploadID(id) {
@@ -73,9 +100,8 @@ func quarantine(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 			fmt.Fprintln(stdout, "removed", id)
 		}
-		return nil
 	}
-	return usagef("unknown quarantine subcommand %q: list, or rm UPLOAD_ID...", sub)
+	return nil
 }
 
 // openImages opens the image files of an existing data dir; a mistyped

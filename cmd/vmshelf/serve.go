@@ -62,9 +62,37 @@ type serveFlags struct {
 	fetchQueueWait     time.Duration
 }
 
-func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
+// serveHelp is "vmshelf serve -h".
+var serveHelp = helpDoc{
+	args:    "[flags]",
+	summary: "run the data plane, the control plane and the metrics",
+	about: `Runs the edge over the store in --data-dir: the data plane on --data-addr (uploads ` +
+		`and fetches), the control plane on --control-addr (the API, the Machines page, /metrics, ` +
+		`/healthz, /readyz) and, with --vms-enable, the KubeVirt reconciler that runs the paid ` +
+		`orders. Every setting is checked before a port is opened. SIGTERM or SIGINT stops ` +
+		`taking new work and lets the running transfers finish (at most ` + shutdownBound.String() + `).`,
+	env: []envVar{
+		{"STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", "the Stripe secret key, or a file holding it " +
+			"(a mounted Secret; set one of the two). Without it the market takes no payment: " +
+			"listings and orders answer 503. Never a flag: a command line is visible to every user."},
+		{"STRIPE_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET_FILE", "the signing secret of Stripe's " +
+			"webhook, or a file holding it. Without it the webhook answers 503 and no payment is confirmed."},
+		{"GOMEMLIMIT", "the Go runtime's soft memory limit; when unset, serve sets " +
+			strconv.Itoa(defaultMemoryLimit>>20) + " MiB."},
+		{"KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT", "with --vms-enable and no " +
+			"--kubeconfig: the cluster serve runs in (Kubernetes sets them in every pod)."},
+	},
+	exits: []string{
+		"0  stopped by SIGTERM or SIGINT once the running transfers ended",
+		"1  failed while starting or running (a port in use, the store); the message says why",
+		"2  refused before any port was opened: a bad flag, variable, secret file, catalogue or " +
+			"kubeconfig, or a data dir that is unusable, in use or damaged",
+	},
+}
+
+func parseServeFlags(args []string) (*serveFlags, error) {
 	f := &serveFlags{}
-	fs := newFlagSet("serve")
+	fs := newFlagSet("serve", serveHelp)
 	fs.StringVar(&f.dataDir, "data-dir", defaultData, "directory of the store and the images")
 	fs.StringVar(&f.dataAddr, "data-addr", "127.0.0.1:8480", "listen address of the data plane (uploads, fetches)")
 	fs.StringVar(&f.controlAddr, "control-addr", "127.0.0.1:8481", "listen address of the control plane (API, metrics, health)")
@@ -96,11 +124,11 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.trustedProxiesList, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of reverse proxies whose X-Forwarded-For / Forwarded is believed; none when empty")
 	fs.DurationVar(&f.fetchQueueWait, "fetch-queue-wait", 30*time.Second, "a fetch beyond --max-transfers waits this long for a slot before 503")
 	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, usagef("serve takes no arguments, got %q", fs.Arg(0))
+		return nil, usagef("serve takes no arguments, got %q; see vmshelf serve -h", fs.Arg(0))
 	}
 	return f, f.validate()
 }
@@ -305,7 +333,7 @@ func publicBase(public, dataAddr string) (string, error) {
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, err := parseServeFlags(args, stderr)
+	f, err := parseServeFlags(args)
 	if err != nil {
 		return err
 	}

@@ -11,14 +11,52 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
-// tenant manages the boxes the edge knows. Tokens are printed once, to
-// stdout, and stored only as hashes.
-func tenant(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("tenant needs a subcommand: add, list, set or token")
-	}
-	sub, args := args[0], args[1:]
-	fs := newFlagSet("tenant " + sub)
+// tenantHelp is "vmshelf tenant -h".
+var tenantHelp = helpDoc{
+	args:    "COMMAND [arguments] [flags]",
+	summary: "manage the boxes (tenants) the edge knows",
+	about: `Adds, lists and changes the boxes (tenants) in the store of --data-dir, also while ` +
+		`serve runs. A token is printed once, on stdout, and stored only as a hash.`,
+}
+
+// tenantCommands are "vmshelf tenant COMMAND".
+var tenantCommands = []command{
+	subCommand("add", tenant, helpDoc{
+		args:    "NAME [flags]",
+		summary: "add a box and print its token once",
+		about: `Adds the box NAME (1 to 63 characters a-z, 0-9 and '-') with the attributes ` +
+			`the flags give, and prints its new token on stdout, once; the store keeps only its ` +
+			`hash. The data dir is created if it is missing.`,
+		exits: []string{"0  added; the token is on stdout", "1  a box NAME exists already, or the store failed",
+			"2  a usage error (a bad flag, value or NAME); nothing was changed"},
+	}),
+	subCommand("list", tenant, helpDoc{
+		args:    "[flags]",
+		summary: "list the boxes and their attributes",
+		about:   `Prints a table of the boxes on stdout: name, attributes and when each was added. No token is shown.`,
+	}),
+	subCommand("set", tenant, helpDoc{
+		args:    "NAME [flags]",
+		summary: "change a box's attributes (only those given)",
+		about: `Changes the attributes of the box NAME that the flags give, and no others ` +
+			`(--sharing=false turns one off), then prints the box's line as list does.`,
+		exits: []string{"0  changed", "1  no box NAME, or the store failed",
+			"2  a usage error (a bad flag, value or NAME); nothing was changed"},
+	}),
+	subCommand("token", tenant, helpDoc{
+		args:    "NAME [flags]",
+		summary: "rotate a box's token and print the new one once",
+		about: `Gives the box NAME a new token and prints it on stdout, once; the old token ` +
+			`stops working at once.`,
+		exits: []string{"0  rotated; the token is on stdout", "1  no box NAME, or the store failed",
+			"2  a usage error (a bad flag or NAME); nothing was changed"},
+	}),
+}
+
+// tenant runs "vmshelf tenant SUB". Tokens are printed once, to stdout,
+// and stored only as hashes.
+func tenant(ctx context.Context, sub string, doc helpDoc, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("tenant "+sub, doc)
 	dataDir := fs.String("data-dir", defaultData, "directory of the store")
 	var attrs tenantAttrs
 	if sub == "add" || sub == "set" {
@@ -29,7 +67,7 @@ func tenant(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		name, args = args[0], args[1:]
 	}
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if name == "" && fs.NArg() > 0 {
@@ -37,8 +75,11 @@ func tenant(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	} else if fs.NArg() > 0 {
 		return usagef("tenant %s: unexpected argument %q", sub, fs.Arg(0))
 	}
+	if sub == "list" && name != "" {
+		return usagef("tenant list takes no arguments, got %q", name)
+	}
 	if sub != "list" && name == "" {
-		return usagef("tenant %s needs a NAME", sub)
+		return usagef("tenant %s needs a NAME; see vmshelf tenant %s -h", sub, sub)
 	}
 	if sub != "list" && !validTenantName(name) {
 		return usagef("tenant name %q: use 1-63 characters a-z, 0-9 and '-'", name)
@@ -85,8 +126,6 @@ func tenant(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		printTenants(stdout, ts)
-	default:
-		return usagef("unknown tenant subcommand %q: use add, list, set or token", sub)
 	}
 	return nil
 }

@@ -15,29 +15,28 @@ import (
 	"unicode/utf8"
 )
 
-const uploadUsage = `usage: vmshelf upload --control URL --token-file F --name NAME [--efi] FILE
+// uploadHelp is "vmshelf upload -h".
+var uploadHelp = helpDoc{
+	args:    "--control URL --token-file F --name NAME [flags] FILE",
+	summary: "check an image, then upload it resumably with progress",
+	about: `Checks FILE with the gateway's QCOW2 checks (as 'vmshelf check' does), takes an ` +
+		`upload ticket from the control plane and uploads FILE resumably (tus 1.0.0). A dropped ` +
+		`connection or a busy or restarting edge is retried (with --retries attempts, waiting ` +
+		`0.5 s doubling up to 30 s). Progress is kept in FILE.vmshelf-upload (mode 0600; it holds ` +
+		`the upload session's URL, a secret): run the same command again to resume where the ` +
+		`edge stopped storing. On success the image is printed as JSON on stdout and that file ` +
+		`is removed.
 
-Checks FILE with the gateway's QCOW2 checks (as 'vmshelf check' does), takes
-an upload ticket from the control plane and uploads FILE resumably (tus
-1.0.0). A dropped connection or a busy or restarting edge is retried (with
---retries attempts, waiting 0.5 s doubling up to 30 s). Progress is kept in
-FILE.vmshelf-upload (mode 0600; it holds the upload session's URL, a secret):
-run the same command again to resume where the edge stopped storing. On
-success the image is printed as JSON on stdout and that file is removed.
-
-The token is read from the --token-file (never from a flag or the
-environment).
-
-exit codes:
-  0  the image is stored
-  1  refused: the image or the server said no (bad image, token, quota,
-     not sharing, ticket); the message says why
-  2  a usage error, or FILE or the token file cannot be read
-  3  stopped before the end (the network or the edge stayed down through
-     the retries, or interrupted); run the same command again to resume
-
-flags (each also from VMSHELF_<FLAG>):
-`
+The token is read from the --token-file (never from a flag or the environment).`,
+	exits: []string{
+		"0  the image is stored",
+		"1  refused: the image or the server said no (bad image, token, quota, not sharing, " +
+			"ticket); the message says why",
+		"2  a usage error, or FILE or the token file cannot be read",
+		"3  stopped before the end (the network or the edge stayed down through the retries, " +
+			"or interrupted); run the same command again to resume",
+	},
+}
 
 // uploadFlags are the command line of 'vmshelf upload'.
 type uploadFlags struct {
@@ -48,13 +47,11 @@ type uploadFlags struct {
 	file                     string
 }
 
-func parseUploadFlags(args []string, stderr io.Writer) (*uploadFlags, error) {
+// parseUploadFlags reads the command line; errors and -h come back as
+// errors (the writer is not needed any more, kept for runUpload's call).
+func parseUploadFlags(args []string, _ io.Writer) (*uploadFlags, error) {
 	f := &uploadFlags{}
-	fs := newFlagSet("upload")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), uploadUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("upload", uploadHelp)
 	fs.StringVar(&f.control, "control", "", "the edge's control plane, e.g. http://127.0.0.1:8481")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding this box's tenant token")
 	fs.StringVar(&f.name, "name", "", "the image's name (1 to 128 printable characters)")
@@ -65,7 +62,7 @@ func parseUploadFlags(args []string, stderr io.Writer) (*uploadFlags, error) {
 	var files []string
 	rest := args
 	for {
-		if err := parseFlags(fs, rest, stderr); err != nil {
+		if err := parseFlags(fs, rest); err != nil {
 			return nil, err
 		}
 		if fs.NArg() == 0 {
@@ -76,7 +73,7 @@ func parseUploadFlags(args []string, stderr io.Writer) (*uploadFlags, error) {
 	}
 	switch {
 	case len(files) != 1:
-		return nil, usagef("upload takes one FILE, got %d", len(files))
+		return nil, usagef("upload takes one FILE, got %d; see vmshelf upload -h", len(files))
 	case f.control == "":
 		return nil, usagef("upload needs --control, the edge's control plane URL")
 	case f.tokenFile == "":

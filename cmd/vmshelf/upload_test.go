@@ -813,7 +813,7 @@ func TestE2EUploadBusyRetryAfter(t *testing.T) {
 // rest.
 func TestE2EUploadResumesAfterKill(t *testing.T) {
 	needQemu(t)
-	if r := vmshelf(t, "serve", "-h"); !strings.Contains(r.stderr, "-tus-checkpoint-mib") {
+	if r := vmshelf(t, "serve", "-h"); !strings.Contains(r.stdout, "--tus-checkpoint-mib") {
 		t.Fatal("serve has no --tus-checkpoint-mib: this test needs progress made durable every MiB")
 	}
 	work := t.TempDir()
