@@ -11,8 +11,10 @@ FUZZTIME ?= 10s
 
 .PHONY: build run deps test test-short test-race test-kube fuzz bench lint lint-kube clean mutate
 
+# -buildvcs=auto: `vmshelf version` names the commit it was built from,
+# even where the environment sets GOFLAGS=-buildvcs=false (this one does).
 build:
-	$(GO) build -o $(BIN) ./cmd/vmshelf
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/vmshelf
 
 run: build
 	./$(BIN) serve --dev --data-dir $(DATA)
