@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/time/rate"
 	"k8s.io/klog/v2"
 
 	"github.com/vmshelf/vmshelf/billing"
@@ -48,6 +49,9 @@ type serveFlags struct {
 	checkoutReturnURL, currency               string
 	corsOrigin                                string
 	tusCheckpointMiB, headroomMiB             int
+	// ticketRate and ticketBurst: each tenant's token bucket for tickets.
+	ticketRate  float64
+	ticketBurst int
 
 	// The control plane's limits (control.go).
 	controlMaxConns                          int
@@ -102,6 +106,8 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "a transfer with no byte for this long is ended")
 	fs.IntVar(&f.maxTransfers, "max-transfers", 4, "uploads and fetches running at once")
 	fs.DurationVar(&f.ticketTTL, "ticket-ttl", time.Hour, "how long an upload ticket is valid")
+	fs.Float64Var(&f.ticketRate, "ticket-rate", float64(market.DefaultTicketRate), "tickets a second one tenant may take in the long run (429 rateLimited beyond it)")
+	fs.IntVar(&f.ticketBurst, "ticket-burst", market.DefaultTicketBurst, "tickets one tenant may take at once before --ticket-rate applies")
 	fs.IntVar(&f.imagesPerTenant, "images-per-tenant", 3, "images a tenant may hold")
 	fs.StringVar(&f.vmCatalogue, "vm-catalogue", "", "catalogue file replacing the built-in one")
 	fs.BoolVar(&f.vmsEnable, "vms-enable", false, "offer VMs on the market and run the KubeVirt reconciler")
@@ -150,6 +156,8 @@ func (f *serveFlags) validate() error {
 		return usagef("--idle-timeout must be positive")
 	case f.ticketTTL <= 0:
 		return usagef("--ticket-ttl must be positive")
+	case !(f.ticketRate > 0) || f.ticketBurst < 1:
+		return usagef("--ticket-rate must be a positive number of tickets a second and --ticket-burst at least 1")
 	case f.maxTransfers < 1:
 		return usagef("--max-transfers must be at least 1")
 	case f.imagesPerTenant < 1:
@@ -457,6 +465,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mk, err := market.New(market.Config{
 		PublicURL:         base,
 		TicketTTL:         f.ticketTTL,
+		TicketRate:        rate.Limit(f.ticketRate),
+		TicketBurst:       f.ticketBurst,
 		ImagesPerTenant:   f.imagesPerTenant,
 		UploadMax:         uploadMax,
 		MaxVirtualSize:    uint64(maxVirtual),
