@@ -514,3 +514,30 @@ func TestE2ETrustedProxiesWired(t *testing.T) {
 		})
 	}
 }
+
+// TestE2ETicketRateFlags: --ticket-burst and --ticket-rate reach the
+// tenant's ticket bucket: with a burst of 2 and a rate far too low to
+// refill within the test, the third ticket is 429 rateLimited with a
+// Retry-After, and a second tenant still gets its own.
+func TestE2ETicketRateFlags(t *testing.T) {
+	t.Parallel()
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{"--ticket-burst", "2", "--ticket-rate", "0.001"})
+	for i := range 2 {
+		if code, body := s.ctl(t, "/market/vm-images/ticket", s.token, `{"name":"t","efi":false}`); code != http.StatusCreated {
+			t.Fatalf("ticket %d within the burst: %d %s", i+1, code, body)
+		}
+	}
+	code, body := s.ctl(t, "/market/vm-images/ticket", s.token, `{"name":"t","efi":false}`)
+	if code != http.StatusTooManyRequests || !strings.Contains(string(body), `"reason":"rateLimited"`) {
+		t.Fatalf("the third ticket with --ticket-burst 2: %d %s, want 429 rateLimited", code, body)
+	}
+	r := vmshelf(t, "tenant", "add", "box2", "--sharing", "--data-dir", s.dataDir)
+	if r.code != 0 {
+		t.Fatalf("tenant add: exit %d: %s", r.code, r.stderr)
+	}
+	other := strings.TrimSpace(r.stdout)
+	s.secret(other)
+	if code, body := s.ctl(t, "/market/vm-images/ticket", other, `{"name":"t","efi":false}`); code != http.StatusCreated {
+		t.Fatalf("another tenant's first ticket: %d %s", code, body)
+	}
+}
