@@ -42,14 +42,17 @@ import (
 // a reader may open a new terminal for it: a block must not rely on
 // another block's variables.
 //
-// What the README starts "in a second terminal" runs in the background,
-// as the README writes it, in its own process group that the test stops
-// with SIGTERM (then SIGKILL) at the end: `make run`, and the market's
-// block that starts stripe-mock and serve (readmeRunServers). A block whose
-// prose says "with `make run` running" gets `make run` back first. The
-// README's addresses are fixed (127.0.0.1:8480, :8481, stripe-mock's
-// :12111, :12112): when one is taken the test fails under CI=true and
-// skips loudly elsewhere, naming the process that holds it.
+// What the README starts "in a second terminal" runs in the background as
+// the README writes it, in a process group of its own that the test ends
+// with SIGTERM (then SIGKILL): `make run`, and the market's block that
+// starts stripe-mock and serve (readmeRunServers; the block gets `set -e`
+// first, so that a failed `make build` does not go on to start the binary
+// an earlier `make run` left). The test waits until the server's addresses
+// accept and /readyz answers 200. A block whose prose says "with `make
+// run` running" gets `make run` back first. The README's addresses are
+// fixed (127.0.0.1:8480, :8481, stripe-mock's :12111, :12112): when one is
+// taken the test fails under CI=true and skips loudly elsewhere, naming
+// the process that holds it.
 //
 // Commands not meant to be pasted are skipped by readmeRunSkipped, each
 // with its reason; every other command runs, and a new block runs without
@@ -94,9 +97,6 @@ func TestReadmeOnCleanClone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := readmeRunParse(t, string(readme))
-	makeRun := readmeRunPlan(t, blocks)
-
 	for _, tool := range []struct{ name, install string }{
 		{"bash", "apt-get install bash"}, {"git", "apt-get install git"}, {"make", "apt-get install make"},
 		{"go", "https://go.dev/doc/install"}, {"curl", "apt-get install curl"},
@@ -108,6 +108,8 @@ func TestReadmeOnCleanClone(t *testing.T) {
 	}
 	readmeRunNeedHTTPDriver(t)
 	readmeRunNeedStripeMock(t, string(readme))
+	blocks := readmeRunParse(t, string(readme)) // bash reads where each command ends
+	makeRun := readmeRunPlan(t, blocks)
 	for _, addr := range readmeRunAddrs() {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -202,11 +204,11 @@ func TestReadmeOnCleanClone(t *testing.T) {
 	for _, s := range servers {
 		out := s.out.String()
 		if !strings.Contains(out, "vmshelf-data/dev-token") {
-			t.Errorf("%q does not say where the dev token is; it printed:\n%s", s.script, out)
+			t.Errorf("%q does not say where the dev token is; it printed:\n%s", s.srv.match, readmeRunShow(out))
 		}
 		for what, v := range secrets {
 			if v != "" && strings.Contains(out, v) {
-				t.Errorf("%q printed %s", s.script, what)
+				t.Errorf("%q printed %s", s.srv.match, what)
 			}
 		}
 	}
@@ -379,7 +381,7 @@ func readmeRunCommands(t *testing.T, first int, body []string) []readmeRunCmd {
 					for _, more := range body[k+1 : j] {
 						answer += " " + strings.TrimPrefix(strings.TrimSpace(more), "#")
 					}
-					cmds[len(cmds)-1].want = readmeRunObject(answer)
+					cmds[len(cmds)-1].want, _ = readmeRunObject(answer)
 					break
 				}
 				if _, after, ok := strings.Cut(c, "→"); ok && strings.Contains(after, "{") {
@@ -422,14 +424,19 @@ func readmeRunComplete(t *testing.T, text string) bool {
 	return err == nil
 }
 
-// readmeRunObject is the first {…} of an answer comment, or "".
-func readmeRunObject(answer string) string {
+// readmeRunObject reads the first {…} of an answer comment: as written,
+// and as JSON, in which an unquoted … is readmeRunAny, as a value or,
+// before a closing }, as a member ("…":0: more members may come).
+func readmeRunObject(answer string) (written, template string) {
 	start := strings.Index(answer, "{")
 	if start < 0 {
-		return ""
+		return "", ""
 	}
+	wild, _ := json.Marshal(readmeRunAny)
+	var b strings.Builder
 	depth, inString, escaped := 0, false, false
-	for i, r := range answer[start:] {
+	rs := []rune(answer[start:])
+	for i, r := range rs {
 		switch {
 		case escaped:
 			escaped = false
@@ -438,16 +445,26 @@ func readmeRunObject(answer string) string {
 		case r == '"':
 			inString = !inString
 		case inString:
+		case r == '…':
+			before := strings.TrimRight(b.String(), " ")
+			after := strings.TrimLeft(string(rs[i+1:]), " ")
+			b.Write(wild)
+			if strings.HasPrefix(after, "}") && (strings.HasSuffix(before, ",") || strings.HasSuffix(before, "{")) {
+				b.WriteString(":0")
+			}
+			continue
 		case r == '{':
 			depth++
 		case r == '}':
 			depth--
 			if depth == 0 {
-				return answer[start : start+i+1]
+				b.WriteRune(r)
+				return string(rs[:i+1]), b.String()
 			}
 		}
+		b.WriteRune(r)
 	}
-	return answer[start:] // unbalanced: the JSON parse reports it
+	return string(rs), b.String() // unbalanced: the JSON parse says so
 }
 
 // readmeRunPlan checks that every skipped command and every server of the
@@ -727,7 +744,7 @@ func readmeRunBlockRun(t *testing.T, dir string, env []string, cmds []readmeRunC
 				failed, ran = c, i
 			}
 		}
-		t.Errorf("README.md:%d: %s\nfailed (%v); its stderr:\n%s\nits stdout:\n%s", failed.line, failed.text, err, errs[failed.line], outs[failed.line])
+		t.Errorf("README.md:%d: %s\nfailed (%v); its stderr:\n%s\nits stdout:\n%s", failed.line, failed.text, err, readmeRunShow(errs[failed.line]), readmeRunShow(outs[failed.line]))
 	}
 	for _, c := range cmds[:ran] {
 		out := outs[c.line]
@@ -737,23 +754,31 @@ func readmeRunBlockRun(t *testing.T, dir string, env []string, cmds []readmeRunC
 				got, what = vars[c.line], "set "+v+" to"
 			}
 			if problem := readmeRunMatchAnswer(c.want, got); problem != "" {
-				t.Errorf("README.md:%d: %s\n%s %q; the README says %s: %s", c.line, c.text, what, got, c.want, problem)
+				t.Errorf("README.md:%d: %s\n%s %q; the README says %s: %s", c.line, c.text, what, readmeRunShow(got), c.want, readmeRunShow(problem))
 			}
 		}
 		if c.echo != "" {
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if lines[len(lines)-1] != c.echo {
-				t.Errorf("README.md:%d: %s\nprinted %q, not %q; stderr:\n%s", c.line, c.text, out, c.echo, errs[c.line])
+				t.Errorf("README.md:%d: %s\nprinted %q, not %q; stderr:\n%s", c.line, c.text, readmeRunShow(out), c.echo, readmeRunShow(errs[c.line]))
 			}
 		}
 		if c.lists != "" {
 			name, _ := json.Marshal(c.lists)
 			if !strings.Contains(out, string(name)) {
-				t.Errorf("README.md:%d: %s\nprinted %q, which does not list %s", c.line, c.text, out, name)
+				t.Errorf("README.md:%d: %s\nprinted %q, which does not list %s", c.line, c.text, readmeRunShow(out), name)
 			}
 		}
 	}
 }
+
+// readmeRunShow is a block's or server's output for a failure message,
+// with the secrets it may hold (tickets, tokens: 64 hex digits) cut out.
+func readmeRunShow(s string) string {
+	return readmeRunSecret.ReplaceAllString(s, "<secret>")
+}
+
+var readmeRunSecret = regexp.MustCompile(`[0-9a-f]{64}`)
 
 // readmeRunMarker is what the script prints before each command (cmd
 // LINE) and after an assignment whose value is checked (var LINE).
@@ -810,18 +835,17 @@ func readmeRunScript(t *testing.T, dir string, env []string, script string, d ti
 
 // readmeRunProc is a server the README starts, running in the background.
 type readmeRunProc struct {
-	srv    readmeRunServer
-	script string
-	cmd    *exec.Cmd
-	out    *readmeRunBuffer
-	done   chan struct{} // closed once the group's output has ended
-	err    error         // Wait's, once done
+	srv  readmeRunServer
+	cmd  *exec.Cmd
+	out  *readmeRunBuffer
+	done chan struct{} // closed once the group's output has ended
+	err  error         // Wait's, once done
 }
 
 // readmeRunStart starts script, as the README writes it, in dir.
 func readmeRunStart(t *testing.T, dir string, env []string, script string, srv readmeRunServer) *readmeRunProc {
 	t.Helper()
-	p := &readmeRunProc{srv: srv, script: strings.TrimSpace(script), out: &readmeRunBuffer{}, done: make(chan struct{})}
+	p := &readmeRunProc{srv: srv, out: &readmeRunBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command("bash", "-c", script)
 	p.cmd.Dir, p.cmd.Env = dir, env
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -867,9 +891,9 @@ func (p *readmeRunProc) waitReady(t *testing.T, d time.Duration) {
 	for !ready() {
 		select {
 		case <-p.done:
-			t.Fatalf("%q ended before it was ready (%v):\n%s", p.script, p.err, p.out.String())
+			t.Fatalf("%q ended before it was ready (%v):\n%s", p.srv.match, p.err, readmeRunShow(p.out.String()))
 		case <-deadline.C:
-			t.Fatalf("%q was not ready within %v (%s accepting, /readyz 200):\n%s", p.script, d, p.srv.ready, p.out.String())
+			t.Fatalf("%q was not ready within %v (%s accepting, /readyz 200):\n%s", p.srv.match, d, p.srv.ready, readmeRunShow(p.out.String()))
 		case <-tick.C:
 		}
 	}
@@ -884,10 +908,10 @@ func (p *readmeRunProc) stop(t *testing.T) {
 	select {
 	case <-p.done:
 		if errors.Is(p.err, exec.ErrWaitDelay) {
-			t.Errorf("%q: a process of its group kept running 20 s after the rest ended:\n%s", p.script, p.out.String())
+			t.Errorf("%q: a process of its group kept running 20 s after the rest ended:\n%s", p.srv.match, readmeRunShow(p.out.String()))
 		}
 	case <-time.After(30 * time.Second):
-		t.Errorf("%q did not stop within 30 s of SIGTERM:\n%s", p.script, p.out.String())
+		t.Errorf("%q did not stop within 30 s of SIGTERM:\n%s", p.srv.match, readmeRunShow(p.out.String()))
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	<-p.done
@@ -915,8 +939,9 @@ func (b *readmeRunBuffer) String() string {
 // the convention in TestReadmeOnCleanClone's comment); it returns what
 // differs, or "".
 func readmeRunMatchAnswer(template, answer string) string {
+	_, template = readmeRunObject(template)
 	var want any
-	if err := readmeRunDecode(readmeRunTemplate(template), &want); err != nil {
+	if err := readmeRunDecode(template, &want); err != nil {
 		return fmt.Sprintf("the README's object is not JSON (with … for any value): %v", err)
 	}
 	var got any
@@ -941,42 +966,6 @@ func readmeRunDecode(s string, v any) error {
 // readmeRunAny stands for an unquoted … of the README: any value, or as a
 // member of an object, any more members.
 const readmeRunAny = "\x00…"
-
-// readmeRunTemplate makes the README's object JSON: an unquoted … becomes
-// readmeRunAny, as a value or as a member ("…":0).
-func readmeRunTemplate(s string) string {
-	var b strings.Builder
-	inString, escaped := false, false
-	lastSyntax := func() byte {
-		t := strings.TrimRight(b.String(), " ")
-		if t == "" {
-			return 0
-		}
-		return t[len(t)-1]
-	}
-	rs := []rune(s)
-	for i, r := range rs {
-		switch {
-		case escaped:
-			escaped = false
-		case inString && r == '\\':
-			escaped = true
-		case r == '"':
-			inString = !inString
-		case !inString && r == '…':
-			next := strings.TrimLeft(string(rs[i+1:]), " ")
-			member := strings.HasPrefix(next, "}") && (lastSyntax() == ',' || lastSyntax() == '{')
-			wild, _ := json.Marshal(readmeRunAny)
-			b.Write(wild)
-			if member { // more members may come
-				b.WriteString(":0")
-			}
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
 
 // readmeRunMatch compares got with want at path.
 func readmeRunMatch(path string, want, got any) string {
@@ -1131,7 +1120,11 @@ func readmeRunHolder(addr string) string {
 		if target, err := os.Readlink(fd); err == nil && sockets[target] {
 			pid := strings.Split(fd, "/")[2]
 			cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
-			return fmt.Sprintf("held by pid %s: %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+			cmd := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+			if len(cmd) > 120 {
+				cmd = cmd[:120] + "…"
+			}
+			return fmt.Sprintf("held by pid %s: %s", pid, cmd)
 		}
 	}
 	return "held by a process this user cannot see"
