@@ -92,14 +92,17 @@ import (
 // has 2 replicas free", which TestE2EReadmeMarket checks).
 func TestReadmeOnCleanClone(t *testing.T) {
 	began := time.Now()
-	root := readmeRunRoot(t)
+	root := repoRoot(t)
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, tool := range []string{"bash", "git", "make", "go", "curl"} {
+		needTool(t, tool)
+	}
+	// Named otherwise than their Debian packages (toolPackage is for this
+	// package's other tests).
 	for _, tool := range []struct{ name, install string }{
-		{"bash", "apt-get install bash"}, {"git", "apt-get install git"}, {"make", "apt-get install make"},
-		{"go", "https://go.dev/doc/install"}, {"curl", "apt-get install curl"},
 		{"qemu-img", "apt-get install qemu-utils"}, {"cmp", "apt-get install diffutils"},
 	} {
 		if _, err := exec.LookPath(tool.name); err != nil {
@@ -494,25 +497,6 @@ func readmeRunPlan(t *testing.T, blocks []readmeRunBlock) readmeRunCmd {
 	return seen[readmeRunServers[0].match][0]
 }
 
-// readmeRunRoot is the repository's root: the directory with go.mod.
-func readmeRunRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
-}
-
 // readmeRunClone makes the clean clone: `git clone` of root at its HEAD,
 // then the working tree's files over it, so that it holds exactly what
 // `git ls-files -co --exclude-standard` lists. It is removed at the end.
@@ -593,26 +577,20 @@ func readmeRunClone(t *testing.T, root string) string {
 		}
 		files[name] = true
 		dst := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		os.Remove(dst)
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			target, err := os.Readlink(src)
-			if err == nil {
-				err = os.Symlink(target, dst)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			copyFile(t, src, dst)
 			continue
 		}
-		b, err := os.ReadFile(src)
+		target, err := os.Readlink(src)
 		if err == nil {
-			err = os.WriteFile(dst, b, fi.Mode().Perm())
+			os.Remove(dst)
+			err = os.MkdirAll(filepath.Dir(dst), 0o755)
+		}
+		if err == nil {
+			err = os.Symlink(target, dst)
 		}
 		if err != nil {
-			t.Fatalf("copying %s into the clone: %v", name, err)
+			t.Fatal(err)
 		}
 	}
 	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
