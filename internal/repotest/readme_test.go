@@ -153,7 +153,9 @@ func TestReadmeOnCleanClone(t *testing.T) {
 			return
 		}
 		if current != nil {
+			stopping := time.Now()
 			current.stop(t)
+			t.Logf("%q stopped after %v", current.srv.match, time.Since(stopping).Round(time.Millisecond))
 			current = nil
 		}
 		began := time.Now()
