@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
+	"flag"
 	"io"
 	"net/url"
 	"os"
@@ -47,7 +47,7 @@ type uploadFlags struct {
 }
 
 // parseUploadFlags reads the command line; errors and -h come back as
-// errors (the writer is not needed any more, kept for runUpload's call).
+// errors (the writer is not needed any more, kept for upload's call).
 func parseUploadFlags(args []string, _ io.Writer) (*uploadFlags, error) {
 	f := &uploadFlags{}
 	fs := newFlagSet("upload", uploadHelp)
@@ -57,18 +57,9 @@ func parseUploadFlags(args []string, _ io.Writer) (*uploadFlags, error) {
 	fs.BoolVar(&f.efi, "efi", false, "the image boots with UEFI")
 	fs.Float64Var(&f.maxVirtualGiB, "max-virtual-gib", 512, "largest virtual disk size the local check accepts, in GiB")
 	fs.IntVar(&f.retries, "retries", 10, "attempts after a failure before giving up (the count restarts whenever bytes got through)")
-	// FILE may come before, between or after the flags.
-	var files []string
-	rest := args
-	for {
-		if err := parseFlags(fs, rest); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		rest = fs.Args()[1:]
+	files, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
 	}
 	switch {
 	case len(files) != 1:
@@ -86,7 +77,6 @@ func parseUploadFlags(args []string, _ io.Writer) (*uploadFlags, error) {
 	if _, err := gib(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
 		return nil, err
 	}
-	var err error
 	if f.control, err = controlURL(f.control); err != nil {
 		return nil, err
 	}
@@ -96,6 +86,22 @@ func parseUploadFlags(args []string, _ io.Writer) (*uploadFlags, error) {
 		return nil, usagef("--name must be 1 to 128 printable characters")
 	}
 	return f, nil
+}
+
+// parseInterspersed parses args into fs and returns the arguments that
+// are not flags, which may stand before, between or after the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return rest, nil
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
 }
 
 // controlURL checks --control: an http(s) URL of the control plane, kept

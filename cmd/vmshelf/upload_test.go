@@ -1068,11 +1068,11 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	s := startServe(t, filepath.Join(work, "vmshelf-data"), nil)
 	_, firstBytes := makeImageData(t, work, "disk.qcow2", 2)
 	blocks := readmeBlocks(t, "## Resumable uploads")
-	if len(blocks) != 2 {
-		t.Fatalf("README's resumable section has %d sh blocks, want 2 (vmshelf upload, curl)", len(blocks))
+	if len(blocks) != 3 {
+		t.Fatalf("README's resumable section has %d sh blocks, want 3 (vmshelf upload, curl, vmshelf images and rm)", len(blocks))
 	}
 	script := strings.Join(blocks, "\n")
-	for _, want := range []string{"Upload-Length: $SIZE", "head -c $N", "curl -s -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload"} {
+	for _, want := range []string{"Upload-Length: $SIZE", "head -c $N", "curl -s -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload", "./bin/vmshelf images", "./bin/vmshelf rm"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("README's sequence lacks %q", want)
 		}
@@ -1112,7 +1112,9 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 	}
-	if len(lines) < 2 {
+	// The upload's image, the curl block's status, the images block's
+	// table (a header and two rows) and rm's line.
+	if len(lines) < 6 {
 		t.Fatalf("README's blocks printed:\n%s", strings.Join(lines, "\n"))
 	}
 	var img imageAnswer
@@ -1121,8 +1123,8 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 		t.Errorf("vmshelf upload printed %s; want \"my disk\" with sha256 %s", lines[0], sha256hex(firstBytes))
 	}
 	var st statusAnswer
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &st); err != nil {
-		t.Fatalf("the last line is not the status: %q", lines[len(lines)-1])
+	if err := json.Unmarshal([]byte(lines[len(lines)-5]), &st); err != nil {
+		t.Fatalf("the fifth line from the end is not the status: %q", lines[len(lines)-5])
 	}
 	resumed, err := os.ReadFile(filepath.Join(work, "disk.qcow2")) // the curl part's image
 	if err != nil {
@@ -1134,6 +1136,16 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	}
 	if names["my disk"] != sha256hex(firstBytes) || names["resumed disk"] != sha256hex(resumed) {
 		t.Errorf("status lists %v; want \"my disk\" and \"resumed disk\" with their files' sha256", names)
+	}
+	if len(st.Images) != 2 {
+		t.FailNow()
+	}
+	wantImageRows(t, strings.Join(lines[len(lines)-4:len(lines)-1], "\n")+"\n", st.Images)
+	if want := "removed " + st.Images[0].UploadID; lines[len(lines)-1] != want {
+		t.Errorf("the last line is %q, want %q (the oldest image, \"my disk\")", lines[len(lines)-1], want)
+	}
+	if left := s.status(t, s.token).Images; len(left) != 1 || left[0].Name != "resumed disk" {
+		t.Errorf("after README's rm status lists %+v; want only \"resumed disk\"", left)
 	}
 }
 
