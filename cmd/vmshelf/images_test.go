@@ -25,6 +25,7 @@ import (
 // control plane that does not answer (exit 3).
 func TestE2EImages(t *testing.T) {
 	needQemu(t)
+	needTool(t, "curl")
 	work := t.TempDir()
 	s := startServe(t, filepath.Join(work, "data"), nil)
 	tokenFile := filepath.Join(s.dataDir, "dev-token")
@@ -67,14 +68,8 @@ func TestE2EImages(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.dataDir, "vm-images", gone.UploadID+".qcow2")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the removed image's file is still there (stat: %v)", err)
 	}
-	resp, err := httpClient.Get(fetch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("a fetch of the removed image answered %d, want 404", resp.StatusCode)
-	}
+	code, body := curl(t, fetch)
+	wantError(t, "a fetch of the removed image", code, body, http.StatusNotFound, "tokenUnknown")
 
 	badToken := filepath.Join(work, "bad-token")
 	if err := os.WriteFile(badToken, []byte(randomHex(t, 32)+"\n"), 0o600); err != nil {
