@@ -38,12 +38,8 @@ var commands = []command{
 	{name: "fetch-url", doc: fetchURLHelp, run: fetchURL},
 	{name: "upload", doc: uploadHelp, run: upload},
 	{name: "check", doc: checkHelp, run: check},
-	// images and rm: the tenant's side of the image list; run is wired by
-	// the change that implements them.
-	{name: "images", doc: helpDoc{args: "--control URL --token-file F [flags]",
-		summary: "list this box's images on the edge"}},
-	{name: "rm", doc: helpDoc{args: "--control URL --token-file F [flags] UPLOAD_ID",
-		summary: "remove one of this box's images from the edge (its fetch URLs stop working)"}},
+	{name: "images", doc: imagesHelp, run: images},
+	{name: "rm", doc: rmHelp, run: rm},
 	{name: "quarantine", doc: quarantineHelp, sub: quarantineCommands},
 	{name: "version", doc: versionHelp, run: version},
 }

@@ -263,7 +263,7 @@ func TestUploadDigestMismatch(t *testing.T) {
 			if string(got) != string(b) {
 				t.Errorf("the edge received %d bytes, not the file's %d", len(got), len(b))
 			}
-			if _, err := os.Stat(disk + stateSuffix); !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(disk + ".vmshelf-upload"); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the state file is still there (stat: %v)", err)
 			}
 			f.mu.Lock()

@@ -419,6 +419,13 @@ func (s *server) wantStored(t *testing.T, r result, file string, data []byte, na
 	return img
 }
 
+// uploadState is what the tests read of FILE.vmshelf-upload.
+type uploadState struct {
+	Control    string `json:"control"`
+	SessionURL string `json:"session_url"`
+	UploadID   string `json:"upload_id"`
+}
+
 // readState reads FILE.vmshelf-upload, checks its mode and notes the
 // session capability as a secret.
 func (s *server) readState(t *testing.T, file string) uploadState {
@@ -1061,11 +1068,11 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	s := startServe(t, filepath.Join(work, "vmshelf-data"), nil)
 	_, firstBytes := makeImageData(t, work, "disk.qcow2", 2)
 	blocks := readmeBlocks(t, "## Resumable uploads")
-	if len(blocks) != 2 {
-		t.Fatalf("README's resumable section has %d sh blocks, want 2 (vmshelf upload, curl)", len(blocks))
+	if len(blocks) != 3 {
+		t.Fatalf("README's resumable section has %d sh blocks, want 3 (vmshelf upload, curl, vmshelf images and rm)", len(blocks))
 	}
 	script := strings.Join(blocks, "\n")
-	for _, want := range []string{"Upload-Length: $SIZE", "head -c $N", "curl -s -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload"} {
+	for _, want := range []string{"Upload-Length: $SIZE", "head -c $N", "curl -s -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload", "./bin/vmshelf images", "./bin/vmshelf rm"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("README's sequence lacks %q", want)
 		}
@@ -1105,7 +1112,9 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 	}
-	if len(lines) < 2 {
+	// The upload's image, the curl block's status, the images block's
+	// table (a header and two rows) and rm's line.
+	if len(lines) < 6 {
 		t.Fatalf("README's blocks printed:\n%s", strings.Join(lines, "\n"))
 	}
 	var img imageAnswer
@@ -1114,8 +1123,8 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 		t.Errorf("vmshelf upload printed %s; want \"my disk\" with sha256 %s", lines[0], sha256hex(firstBytes))
 	}
 	var st statusAnswer
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &st); err != nil {
-		t.Fatalf("the last line is not the status: %q", lines[len(lines)-1])
+	if err := json.Unmarshal([]byte(lines[len(lines)-5]), &st); err != nil {
+		t.Fatalf("the fifth line from the end is not the status: %q", lines[len(lines)-5])
 	}
 	resumed, err := os.ReadFile(filepath.Join(work, "disk.qcow2")) // the curl part's image
 	if err != nil {
@@ -1127,6 +1136,16 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	}
 	if names["my disk"] != sha256hex(firstBytes) || names["resumed disk"] != sha256hex(resumed) {
 		t.Errorf("status lists %v; want \"my disk\" and \"resumed disk\" with their files' sha256", names)
+	}
+	if len(st.Images) != 2 {
+		t.FailNow()
+	}
+	wantImageRows(t, strings.Join(lines[len(lines)-4:len(lines)-1], "\n")+"\n", st.Images)
+	if want := "removed " + st.Images[0].UploadID; lines[len(lines)-1] != want {
+		t.Errorf("the last line is %q, want %q (the oldest image, \"my disk\")", lines[len(lines)-1], want)
+	}
+	if left := s.status(t, s.token).Images; len(left) != 1 || left[0].Name != "resumed disk" {
+		t.Errorf("after README's rm status lists %+v; want only \"resumed disk\"", left)
 	}
 }
 
@@ -1273,100 +1292,6 @@ func wantImage(t *testing.T, s *server, uploadID string, b []byte) {
 		}
 	}
 	t.Errorf("status does not list image %s", uploadID)
-}
-
-// TestUploadRetryDelay: 0.5 s doubling up to 30 s; a longer Retry-After
-// wins, up to 5 min.
-func TestUploadRetryDelay(t *testing.T) {
-	for _, tc := range []struct {
-		attempt int
-		after   time.Duration
-		want    time.Duration
-	}{
-		{1, 0, 500 * time.Millisecond}, {2, 0, time.Second}, {3, 0, 2 * time.Second},
-		{7, 0, 30 * time.Second}, {50, 0, 30 * time.Second},
-		{1, 5 * time.Second, 5 * time.Second}, {3, time.Second, 2 * time.Second}, {1, time.Hour, 5 * time.Minute},
-	} {
-		if got := retryDelay(tc.attempt, tc.after); got != tc.want {
-			t.Errorf("retryDelay(%d, %v) = %v, want %v", tc.attempt, tc.after, got, tc.want)
-		}
-	}
-}
-
-// TestUploadProgressPlain: without a terminal, a line at most every 10 %
-// or 5 s, and a last one at the end.
-func TestUploadProgressPlain(t *testing.T) {
-	var out bytes.Buffer
-	p := newProgress(&out, 1000)
-	now := time.Unix(0, 0)
-	p.now = func() time.Time { return now }
-	p.begin(0)
-	for pos := int64(1); pos <= 1000; pos++ {
-		now = now.Add(time.Millisecond)
-		p.sent(pos)
-	}
-	p.done()
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) < 10 || len(lines) > 11 || !strings.Contains(lines[len(lines)-1], "(100%)") {
-		t.Errorf("progress printed %d lines, want 10 or 11 ending at 100%%:\n%s", len(lines), out.String())
-	}
-	if strings.Contains(out.String(), "\r") {
-		t.Errorf("plain progress has carriage returns")
-	}
-
-	// Slow: a line every 5 s even without 10 % more.
-	out.Reset()
-	p = newProgress(&out, 1<<30)
-	p.now = func() time.Time { return now }
-	p.begin(0)
-	for i := int64(1); i <= 60; i++ {
-		now = now.Add(time.Second)
-		p.sent(i << 10)
-	}
-	if n := strings.Count(out.String(), "\n"); n != 12 {
-		t.Errorf("a minute of slow progress printed %d lines, want 12:\n%s", n, out.String())
-	}
-	if !strings.Contains(out.String(), "1.0 KiB/s") || !strings.Contains(out.String(), "ETA ") {
-		t.Errorf("progress lines lack the rate or the time left:\n%s", out.String())
-	}
-}
-
-// TestUploadProgressTerminal: on a terminal one line is redrawn in place
-// and cleared for messages.
-func TestUploadProgressTerminal(t *testing.T) {
-	var out bytes.Buffer
-	p := newProgress(&out, 1000)
-	p.tty = true
-	now := time.Unix(0, 0)
-	p.now = func() time.Time { return now }
-	p.begin(0)
-	for pos := int64(100); pos <= 500; pos += 100 {
-		now = now.Add(time.Second)
-		p.sent(pos)
-	}
-	p.interrupt() // a message comes
-	now = now.Add(time.Second)
-	p.sent(1000)
-	p.done()
-	s := out.String()
-	if strings.Count(s, "\n") != 1 || !strings.HasSuffix(s, "\n") || strings.Count(s, "\r\033[K") < 7 {
-		t.Errorf("terminal progress should redraw one line and end it once: %q", s)
-	}
-	if !strings.Contains(s, "500 B / 1000 B  50%  100 B/s  ETA 0:05") || !strings.Contains(s, "1000 B / 1000 B  100%") {
-		t.Errorf("the drawings lack bytes, percent, rate or time left: %q", s)
-	}
-
-	// An upload that stops short leaves no made-up final state.
-	out.Reset()
-	p = newProgress(&out, 1000)
-	p.now = func() time.Time { return now }
-	p.begin(0)
-	now = now.Add(time.Second)
-	p.sent(50) // under 10 %, under 5 s: no line yet
-	p.done()
-	if out.Len() != 0 {
-		t.Errorf("plain progress of a stopped upload: %q", out.String())
-	}
 }
 
 // child is a process a test runs in the background: its output, and a

@@ -1,4 +1,4 @@
-package main
+package uploadclient
 
 import (
 	"bytes"
@@ -19,9 +19,9 @@ import (
 	"time"
 )
 
-// The tus 1.0.0 client side of 'vmshelf upload', and its two calls to the
-// control plane. URLs here are capabilities (the ticket's upload URL, the
-// session URL): no error message or log line may carry one.
+// The tus 1.0.0 client side of the upload, and the control-plane request
+// every call here makes. URLs here are capabilities (the ticket's upload
+// URL, the session URL): no error message or log line may carry one.
 
 const (
 	tusResumable = "1.0.0"
@@ -52,12 +52,22 @@ func newUploadClient() *uploadClient {
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConnsPerHost:   2,
 	}
-	return &uploadClient{hc: &http.Client{
-		Transport: tr,
-		// A redirect would resend a capability somewhere else: never follow.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
+	return &uploadClient{hc: &http.Client{Transport: tr, CheckRedirect: noRedirect}}
 }
+
+// clientFor is an uploadClient on hc (nil: newUploadClient's), which
+// never follows a redirect whatever hc says.
+func clientFor(hc *http.Client) *uploadClient {
+	if hc == nil {
+		return newUploadClient()
+	}
+	c := *hc
+	c.CheckRedirect = noRedirect
+	return &uploadClient{hc: &c}
+}
+
+// noRedirect: a redirect would resend a capability somewhere else.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // apiError is an answer other than the one asked for.
 type apiError struct {
@@ -318,46 +328,6 @@ func (c *uploadClient) terminate(ctx context.Context, sess *session) {
 	if resp, err := c.hc.Do(req); err == nil {
 		drain(resp)
 	}
-}
-
-// imageMeta is what the upload checks of a stored image.
-type imageMeta struct {
-	UploadID string `json:"upload_id"`
-	Size     int64  `json:"size"`
-	SHA256   string `json:"sha256"`
-}
-
-// image looks an image up in the tenant's status: its JSON, compacted, or
-// nil if the status does not list it.
-func (c *uploadClient) image(ctx context.Context, control, token, uploadID string) ([]byte, imageMeta, error) {
-	ctx, cancel := context.WithTimeout(ctx, shortCall)
-	defer cancel()
-	resp, err := c.controlCall(ctx, control, "/market/vms/status", token, struct{}{})
-	if err != nil {
-		return nil, imageMeta{}, err
-	}
-	defer drain(resp)
-	if resp.StatusCode != http.StatusOK {
-		return nil, imageMeta{}, answerError(resp)
-	}
-	var st struct {
-		Images []json.RawMessage `json:"images"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, answerLimit)).Decode(&st); err != nil {
-		return nil, imageMeta{}, netFailure(fmt.Errorf("reading the status: %w", err), nil)
-	}
-	for _, raw := range st.Images {
-		var m imageMeta
-		if json.Unmarshal(raw, &m) != nil || m.UploadID != uploadID {
-			continue
-		}
-		var out bytes.Buffer
-		if err := json.Compact(&out, raw); err != nil {
-			return nil, imageMeta{}, err
-		}
-		return out.Bytes(), m, nil
-	}
-	return nil, imageMeta{}, nil
 }
 
 // sendReader is a PATCH body: it reports what the transport takes, notices

@@ -1,4 +1,4 @@
-package main
+package uploadclient
 
 import (
 	"crypto/sha256"

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/uploadclient"
+)
+
+// imagesHelp is "vmshelf images -h".
+var imagesHelp = helpDoc{
+	args:    "--control URL --token-file F [flags]",
+	summary: "list this box's images on the edge",
+	about: `Lists this box's images on the edge, oldest first, as the control plane's status ` +
+		`has them: a table of upload id, name, size, virtual size, when it was stored (UTC) and ` +
+		`the first 12 hex digits of its SHA-256. With --json, the list as the control plane sent ` +
+		`it: one JSON array on stdout.
+
+The token is read from the --token-file (never from a flag or the environment).`,
+	exits: []string{
+		"0  listed (no image: nothing on stdout, or [] with --json)",
+		"1  refused: the control plane said no (token, route); the message says why",
+		"2  a usage error, or the token file cannot be read",
+		"3  the control plane did not answer, or was busy; run the same command again",
+	},
+}
+
+// rmHelp is "vmshelf rm -h".
+var rmHelp = helpDoc{
+	args:    "--control URL --token-file F [flags] UPLOAD_ID...",
+	summary: "remove this box's images from the edge",
+	about: `Removes images of this box from the edge, in the order given: each image's record ` +
+		`and fetch URLs, then its file. Prints "removed UPLOAD_ID" for each. The edge keeps an ` +
+		`image an order still imports (awaiting payment, paid or running) until the order has ` +
+		`ended. The first refusal ends the command: the images before it are removed, the ones ` +
+		`after it are not tried. 'vmshelf images' lists the UPLOAD_IDs.
+
+The token is read from the --token-file (never from a flag or the environment).`,
+	exits: []string{
+		"0  every image given is removed",
+		"1  refused: the control plane said no (unknown image, in use by an order, not " +
+			"sharing, token); the message says why",
+		"2  a usage error, or the token file cannot be read",
+		"3  the control plane did not answer, or was busy; run the same command again (an " +
+			"image it removed meanwhile is then reported unknown)",
+	},
+}
+
+// controlFlags are the flags of the commands a box runs against the
+// edge's control plane. (upload defines the same two flags itself.)
+type controlFlags struct{ control, tokenFile string }
+
+func (c *controlFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&c.control, "control", "", "the edge's control plane, e.g. http://127.0.0.1:8481")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding this box's tenant token")
+}
+
+// dial checks the flags and reads the token file: the control plane for
+// command cmd.
+func (c *controlFlags) dial(cmd string) (uploadclient.Control, error) {
+	switch {
+	case c.control == "":
+		return uploadclient.Control{}, usagef("%s needs --control, the edge's control plane URL", cmd)
+	case c.tokenFile == "":
+		return uploadclient.Control{}, usagef("%s needs --token-file, a file holding this box's tenant token", cmd)
+	}
+	control, err := controlURL(c.control)
+	if err != nil {
+		return uploadclient.Control{}, err
+	}
+	token, err := readTokenFile(c.tokenFile)
+	if err != nil {
+		return uploadclient.Control{}, err
+	}
+	return uploadclient.Control{URL: control, Token: token, TokenFile: c.tokenFile}, nil
+}
+
+// parseControlCommand parses the command line of images or rm: the
+// shared flags, the command's own (defined by more), and the arguments,
+// which may stand before, between or after the flags.
+func parseControlCommand(name string, doc helpDoc, args []string, more func(*flag.FlagSet)) (*controlFlags, []string, error) {
+	cf := &controlFlags{}
+	fs := newFlagSet(name, doc)
+	cf.define(fs)
+	if more != nil {
+		more(fs)
+	}
+	rest, err := parseInterspersed(fs, args)
+	return cf, rest, err
+}
+
+// images is 'vmshelf images'.
+func images(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var asJSON bool
+	cf, rest, err := parseControlCommand("images", imagesHelp, args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the list as the control plane sent it, as one JSON array")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usagef("images takes no arguments, got %q", rest[0])
+	}
+	c, err := cf.dial("images")
+	if err != nil {
+		return err
+	}
+	imgs, err := c.Images(ctx)
+	if err != nil {
+		return clientExit(err)
+	}
+	if asJSON {
+		raw := make([]json.RawMessage, 0, len(imgs))
+		for _, img := range imgs {
+			raw = append(raw, img.Raw)
+		}
+		b, err := json.Marshal(raw)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(append(b, '\n'))
+		return err
+	}
+	if len(imgs) == 0 {
+		fmt.Fprintln(stderr, "this box has no images on the edge")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UPLOAD_ID\tNAME\tSIZE\tVIRTUAL\tCREATED (UTC)\tSHA256")
+	for _, img := range imgs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.UploadID, img.Name, humanize.IBytes(uint64(img.Size)),
+			humanize.IBytes(uint64(img.VirtualSize)), img.CreatedAt.UTC().Format("2006-01-02 15:04"), img.SHA256[:min(12, len(img.SHA256))])
+	}
+	return tw.Flush()
+}
+
+// rm is 'vmshelf rm'.
+func rm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cf, ids, err := parseControlCommand("rm", rmHelp, args, nil)
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return usagef("rm needs the UPLOAD_IDs to remove (see 'vmshelf images')")
+	}
+	for _, id := range ids {
+		if !imagestore.ValidUploadID(id) {
+			return usagef("rm: %q is not an UPLOAD_ID (24 hex characters; see 'vmshelf images')", id)
+		}
+	}
+	c, err := cf.dial("rm")
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if err := c.Remove(ctx, id); err != nil {
+			if left := ids[i+1:]; len(left) > 0 {
+				err = fmt.Errorf("%w (not tried: %s)", err, strings.Join(left, " "))
+			}
+			return clientExit(err)
+		}
+		fmt.Fprintln(stdout, "removed", id)
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package uploadclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Control is the edge's control plane as one tenant calls it.
+type Control struct {
+	// URL is the control plane's, e.g. http://127.0.0.1:8481, without a
+	// trailing slash.
+	URL string
+	// Token is the tenant's token: sent as a bearer token, never shown.
+	Token string
+	// TokenFile names where Token came from, for the refusal that asks
+	// for the box's current token.
+	TokenFile string
+	// HTTPClient makes the requests; nil: one with timeouts made for
+	// uploads. Redirects are never followed (one would resend a
+	// capability somewhere else).
+	HTTPClient *http.Client
+}
+
+// Image is a stored image as the control plane lists it.
+type Image struct {
+	UploadID    string    `json:"upload_id"`
+	Name        string    `json:"name"`
+	EFI         bool      `json:"efi"`
+	Size        int64     `json:"size"`
+	VirtualSize int64     `json:"virtual_size"`
+	SHA256      string    `json:"sha256"`
+	CreatedAt   time.Time `json:"created_at"`
+	// Raw is the image's JSON as the control plane sent it, compacted:
+	// with the fields a newer edge adds.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Images lists the tenant's stored images, oldest first, from the control
+// plane's status. It asks once: no answer, or a busy or restarting edge,
+// is a *StoppedError; a refusal (the token, the route) a *RefusedError.
+func (c Control) Images(ctx context.Context) ([]Image, error) {
+	imgs, err := clientFor(c.HTTPClient).images(ctx, c.URL, c.Token)
+	if err != nil {
+		return nil, c.failure(err, "asking the control plane for the image list", "the image list")
+	}
+	return imgs, nil
+}
+
+// Remove removes one of the tenant's images: its record and fetch URLs,
+// then its file. It asks once; a refusal (an unknown image, one an order
+// still uses, not sharing, the token) is a *RefusedError, no answer or a
+// busy edge a *StoppedError (the image may be gone all the same: asked
+// again, the edge then says it knows no such image).
+func (c Control) Remove(ctx context.Context, uploadID string) error {
+	if err := clientFor(c.HTTPClient).remove(ctx, c.URL, c.Token, uploadID); err != nil {
+		return c.failure(err, "removing image "+uploadID, "removing image "+uploadID)
+	}
+	return nil
+}
+
+// failure is a failed single call: one that may pass stops (doing names
+// the call), any other is refused (what names it in the refusal).
+func (c Control) failure(err error, doing, what string) error {
+	if isTransient(err) {
+		return &StoppedError{fmt.Sprintf("%s failed (%v); run the same command again", doing, err)}
+	}
+	return c.refusal(err, what)
+}
+
+// refusal explains a control plane's no to what.
+func (c Control) refusal(err error, what string) error {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return err
+	}
+	switch {
+	case ae.Status == http.StatusUnauthorized:
+		return refusedf("the control plane did not accept the token in %s (401 unauthorized): put this box's current tenant token in it", c.TokenFile)
+	case ae.Status == http.StatusNotFound && ae.Reason != "" && ae.Reason != "notFound":
+		return refusedf("the control plane refused %s: %v", what, err)
+	case ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed:
+		return refusedf("%s has no vmshelf control plane route for %s (%d): is --control the control plane's URL (port 8481 by default), not the data plane's?",
+			c.URL, what, ae.Status)
+	}
+	return refusedf("the control plane refused %s: %v", what, err)
+}
+
+// images reads the images of the tenant's status.
+func (c *uploadClient) images(ctx context.Context, control, token string) ([]Image, error) {
+	ctx, cancel := context.WithTimeout(ctx, shortCall)
+	defer cancel()
+	resp, err := c.controlCall(ctx, control, "/market/vms/status", token, struct{}{})
+	if err != nil {
+		return nil, err
+	}
+	defer drain(resp)
+	if resp.StatusCode != http.StatusOK {
+		return nil, answerError(resp)
+	}
+	var st struct {
+		Images []json.RawMessage `json:"images"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, answerLimit)).Decode(&st); err != nil {
+		return nil, netFailure(fmt.Errorf("reading the status: %w", err), nil)
+	}
+	imgs := make([]Image, 0, len(st.Images))
+	for _, raw := range st.Images {
+		var out bytes.Buffer
+		img := Image{}
+		if json.Unmarshal(raw, &img) != nil || json.Compact(&out, raw) != nil {
+			return nil, &apiError{Status: resp.StatusCode, Msg: "the control plane's status lists an image this client cannot read", Offset: -1}
+		}
+		img.Raw = out.Bytes()
+		imgs = append(imgs, img)
+	}
+	return imgs, nil
+}
+
+// image looks an image up in the tenant's status: nil if the status does
+// not list it.
+func (c *uploadClient) image(ctx context.Context, control, token, uploadID string) (*Image, error) {
+	imgs, err := c.images(ctx, control, token)
+	if err != nil {
+		return nil, err
+	}
+	for i := range imgs {
+		if imgs[i].UploadID == uploadID {
+			return &imgs[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// remove asks the control plane to remove an image.
+func (c *uploadClient) remove(ctx context.Context, control, token, uploadID string) error {
+	ctx, cancel := context.WithTimeout(ctx, shortCall)
+	defer cancel()
+	resp, err := c.controlCall(ctx, control, "/market/vm-images/remove", token, map[string]string{"upload_id": uploadID})
+	if err != nil {
+		return err
+	}
+	defer drain(resp)
+	if resp.StatusCode != http.StatusOK {
+		return answerError(resp)
+	}
+	var ans struct {
+		Removed string `json:"removed"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, answerLimit)).Decode(&ans); err != nil {
+		return netFailure(fmt.Errorf("reading the answer: %w", err), nil)
+	}
+	if ans.Removed != uploadID {
+		return &apiError{Status: resp.StatusCode, Msg: "the control plane's answer does not name the image as removed", Offset: -1}
+	}
+	return nil
+}
