@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -99,6 +100,35 @@ func Upload(ctx context.Context, cfg Config, file *os.File) (Image, error) {
 		return Image{}, err
 	}
 	return img, nil
+}
+
+// ReadTokenFile reads a tenant token from the file at path (the token is
+// never taken from a flag or the environment, where ps or a log would show
+// it). An unreadable or empty file, or one with more than the token, is a
+// *FileError.
+func ReadTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fileErrorf("cannot read the token file %s: %v", path, unwrapPath(err))
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fileErrorf("the token file %s is empty", path)
+	}
+	if strings.ContainsAny(tok, " \t\r\n") {
+		return "", fileErrorf("the token file %s holds more than one word; it should hold the token only", path)
+	}
+	return tok, nil
+}
+
+// OpenImage opens the image file to upload; one that cannot be read is a
+// *FileError.
+func OpenImage(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fileErrorf("cannot read %s: %v", path, unwrapPath(err))
+	}
+	return f, nil
 }
 
 // unwrapPath drops the path an *os.PathError repeats.

@@ -76,9 +76,9 @@ func (c *controlFlags) dial(cmd string) (uploadclient.Control, error) {
 	if err != nil {
 		return uploadclient.Control{}, err
 	}
-	token, err := readTokenFile(c.tokenFile)
+	token, err := uploadclient.ReadTokenFile(c.tokenFile)
 	if err != nil {
-		return uploadclient.Control{}, err
+		return uploadclient.Control{}, clientExit(err)
 	}
 	return uploadclient.Control{URL: control, Token: token, TokenFile: c.tokenFile}, nil
 }

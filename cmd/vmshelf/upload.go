@@ -6,7 +6,6 @@ import (
 	"flag"
 	"io"
 	"net/url"
-	"os"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -122,13 +121,13 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	token, err := readTokenFile(f.tokenFile)
+	token, err := uploadclient.ReadTokenFile(f.tokenFile)
 	if err != nil {
-		return err
+		return clientExit(err)
 	}
-	file, err := os.Open(f.file)
+	file, err := uploadclient.OpenImage(f.file)
 	if err != nil {
-		return usagef("cannot read %s: %v", f.file, unwrapPath(err))
+		return clientExit(err)
 	}
 	defer file.Close()
 	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
@@ -173,29 +172,3 @@ func (e *stoppedError) Unwrap() error { return e.err }
 
 // ExitCode is 3.
 func (e *stoppedError) ExitCode() int { return 3 }
-
-// readTokenFile reads a tenant token; an unreadable or empty file is a
-// usage error.
-func readTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", usagef("cannot read the token file %s: %v", path, unwrapPath(err))
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", usagef("the token file %s is empty", path)
-	}
-	if strings.ContainsAny(tok, " \t\r\n") {
-		return "", usagef("the token file %s holds more than one word; it should hold the token only", path)
-	}
-	return tok, nil
-}
-
-// unwrapPath drops the path an *os.PathError repeats.
-func unwrapPath(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
