@@ -1,0 +1,925 @@
+package main
+
+// docs/openapi.yaml, the HTTP reference of both planes, is kept true three
+// ways: it loads and validates as OpenAPI 3.1 (TestAPIDocValid); it names
+// every route and every (status, reason) pair the code can answer, and
+// nothing else (TestAPIDocCoversCode, which reads the code with go/parser);
+// and every answer the end-to-end tests receive is validated against it
+// (apivalidator_test.go). kin-openapi does the OpenAPI work: a well-kept
+// validator of the format, instead of one written here.
+
+import (
+	"context"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+)
+
+// apiDocPath is docs/openapi.yaml seen from this package's directory.
+var apiDocPath = filepath.Join("..", "..", "docs", "openapi.yaml")
+
+// Planes, as the document tags every operation.
+const (
+	dataPlane    = "data plane"
+	controlPlane = "control plane"
+)
+
+// loadAPIDoc loads and validates docs/openapi.yaml.
+func loadAPIDoc() (*openapi3.T, error) {
+	doc, err := openapi3.NewLoader().LoadFromFile(apiDocPath)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", apiDocPath, err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("validate %s: %w", apiDocPath, err)
+	}
+	return doc, nil
+}
+
+func TestAPIDocValid(t *testing.T) {
+	doc, err := loadAPIDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Errorf("%s declares OpenAPI %q, want 3.1", apiDocPath, doc.OpenAPI)
+	}
+	// Each path's operations belong to one plane, and the path's servers
+	// are that plane's: a client reading the document must know where to
+	// send a request.
+	for _, path := range doc.Paths.InMatchingOrder() {
+		item := doc.Paths.Value(path)
+		plane, err := planeOf(item)
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if len(item.Servers) != 1 || !strings.HasPrefix(item.Servers[0].Description, plane) {
+			t.Errorf("%s: want one server whose description starts with %q", path, plane)
+		}
+	}
+	if _, err := unroutedAnswers(doc); err != nil {
+		t.Error(err)
+	}
+}
+
+// planeOf is the plane of a path's operations (each has one plane tag).
+func planeOf(item *openapi3.PathItem) (string, error) {
+	plane := ""
+	for method, op := range item.Operations() {
+		var tags []string
+		for _, tag := range op.Tags {
+			if tag == dataPlane || tag == controlPlane {
+				tags = append(tags, tag)
+			}
+		}
+		if len(tags) != 1 || (plane != "" && tags[0] != plane) {
+			return "", fmt.Errorf("%s: want one tag of %q or %q, the same for every operation of the path; have %q",
+				method, dataPlane, controlPlane, op.Tags)
+		}
+		plane = tags[0]
+	}
+	if plane == "" {
+		return "", fmt.Errorf("no operation")
+	}
+	return plane, nil
+}
+
+// unroutedAnswers are the responses of x-unrouted-answers by status: what a
+// request that matches no operation is answered.
+func unroutedAnswers(doc *openapi3.T) (map[int]*openapi3.Response, error) {
+	ext, ok := doc.Extensions["x-unrouted-answers"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: no x-unrouted-answers object", apiDocPath)
+	}
+	refs, ok := ext["responses"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: x-unrouted-answers has no responses object", apiDocPath)
+	}
+	out := map[int]*openapi3.Response{}
+	for code, v := range refs {
+		status, err := strconv.Atoi(code)
+		ref, _ := v.(map[string]any)["$ref"].(string)
+		name, ok := strings.CutPrefix(ref, "#/components/responses/")
+		if err != nil || !ok || doc.Components.Responses[name] == nil {
+			return nil, fmt.Errorf("%s: x-unrouted-answers %q: want a status and a $ref to #/components/responses/<name>", apiDocPath, code)
+		}
+		out[status] = doc.Components.Responses[name].Value
+	}
+	return out, nil
+}
+
+// reasonsOf returns the reasons a response's JSON body may carry: the enum
+// on its schema's "reason" property, through $ref siblings and allOf.
+// isError says whether the schema is the error shape at all.
+func reasonsOf(resp *openapi3.Response) (reasons []string, isError bool) {
+	mt := resp.Content.Get("application/json")
+	if mt == nil || mt.Schema == nil {
+		return nil, false
+	}
+	var walk func(*openapi3.SchemaRef)
+	walk = func(s *openapi3.SchemaRef) {
+		if s == nil || s.Value == nil {
+			return
+		}
+		if s.Ref == "#/components/schemas/Error" {
+			isError = true
+		}
+		if p := s.Value.Properties["reason"]; p != nil && p.Value != nil {
+			for _, e := range p.Value.Enum {
+				if r, ok := e.(string); ok {
+					reasons = append(reasons, r)
+				}
+			}
+		}
+		for _, a := range s.Value.AllOf {
+			walk(a)
+		}
+	}
+	walk(mt.Schema)
+	if !isError {
+		return nil, false // a "reason" of another answer (status) is not an error's
+	}
+	return reasons, true
+}
+
+// anyParam is a path parameter of the document ("{ticket}"); the code's
+// data-plane routes are a prefix and one segment, written "{}".
+var anyParam = regexp.MustCompile(`\{[^}/]+\}`)
+
+// answer is one (status, reason) pair of an error answer.
+type answer struct {
+	status int
+	reason string
+}
+
+func (a answer) String() string { return fmt.Sprintf("%d %s", a.status, a.reason) }
+
+// TestAPIDocCoversCode reads the routes and the error answers from the code
+// and fails on any the document lacks, and on any route or answer the
+// document names that the code does not have.
+func TestAPIDocCoversCode(t *testing.T) {
+	doc, err := loadAPIDoc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := readCode(t)
+
+	// Routes, both ways. A GET route of the control plane also answers
+	// HEAD (market's router adds it), so the document may list HEAD too.
+	docOps := map[string]string{} // "METHOD path" → plane
+	for _, path := range doc.Paths.InMatchingOrder() {
+		item := doc.Paths.Value(path)
+		plane, _ := planeOf(item)
+		for method := range item.Operations() {
+			docOps[method+" "+anyParam.ReplaceAllString(path, "{}")] = plane
+		}
+	}
+	for op, plane := range code.routes {
+		switch got, ok := docOps[op]; {
+		case !ok:
+			t.Errorf("%s: the code serves %s, which %s does not describe", code.routeAt[op], op, apiDocPath)
+		case got != plane:
+			t.Errorf("%s: %s is on the %s, but %s tags it %q", code.routeAt[op], op, plane, apiDocPath, got)
+		}
+	}
+	for op := range docOps {
+		if _, ok := code.routes[op]; ok {
+			continue
+		}
+		method, path, _ := strings.Cut(op, " ")
+		if _, ok := code.routes["GET "+path]; ok && method == "HEAD" && docOps["GET "+path] == controlPlane {
+			continue
+		}
+		t.Errorf("%s describes %s, which the code does not serve", apiDocPath, op)
+	}
+
+	// Error answers, both ways: a (status, reason) pair the code writes
+	// must be under some operation's response of that status (or among the
+	// answers to unrouted requests), and each documented pair must be one
+	// the code writes.
+	docPairs := map[answer][]string{}
+	for _, path := range doc.Paths.InMatchingOrder() {
+		for method, op := range doc.Paths.Value(path).Operations() {
+			for code, ref := range op.Responses.Map() {
+				status, err := strconv.Atoi(code)
+				if err != nil {
+					t.Errorf("%s %s: response %q: want a status code (no ranges, no default)", method, path, code)
+					continue
+				}
+				reasons, isError := reasonsOf(ref.Value)
+				if isError && len(reasons) == 0 {
+					t.Errorf("%s %s: the %d error answer lists no reasons (an enum on reason)", method, path, status)
+				}
+				for _, r := range reasons {
+					docPairs[answer{status, r}] = append(docPairs[answer{status, r}], method+" "+path)
+				}
+			}
+		}
+	}
+	unrouted, err := unroutedAnswers(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for status, resp := range unrouted {
+		reasons, _ := reasonsOf(resp)
+		for _, r := range reasons {
+			docPairs[answer{status, r}] = append(docPairs[answer{status, r}], "x-unrouted-answers")
+		}
+	}
+	for _, a := range sortedAnswers(code.answers) {
+		if docPairs[a] == nil {
+			t.Errorf("%s: the code answers %v, which no operation of %s lists under %d", code.answers[a], a, apiDocPath, a.status)
+		}
+	}
+	for _, a := range sortedAnswers(docPairs) {
+		if _, ok := code.answers[a]; !ok {
+			t.Errorf("%s lists %v under %s, but the code never answers it", apiDocPath, a, strings.Join(docPairs[a], ", "))
+		}
+	}
+
+	// Reasons that are not error answers: the values of enumerated fields
+	// of the answers (why status says available:false, why an order was
+	// cancelled, what readyz says of the market, what the webhook did).
+	for _, f := range code.fields {
+		s := doc.Components.Schemas[f.schema]
+		if s == nil || s.Value.Properties[f.field] == nil {
+			t.Errorf("%s has no schema %s with a property %q (%s)", apiDocPath, f.schema, f.field, f.from)
+			continue
+		}
+		var documented []string
+		for _, e := range s.Value.Properties[f.field].Value.Enum {
+			documented = append(documented, fmt.Sprint(e))
+		}
+		slices.Sort(documented)
+		if !slices.Equal(documented, f.values) {
+			t.Errorf("%s.%s: %s lists %q; the code (%s) writes %q", f.schema, f.field, apiDocPath, documented, f.from, f.values)
+		}
+	}
+}
+
+func sortedAnswers[V any](m map[answer]V) []answer {
+	out := make([]answer, 0, len(m))
+	for a := range m {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].status != out[j].status {
+			return out[i].status < out[j].status
+		}
+		return out[i].reason < out[j].reason
+	})
+	return out
+}
+
+// codeFacts is what TestAPIDocCoversCode reads from the code.
+type codeFacts struct {
+	routes  map[string]string // "METHOD path" → plane
+	routeAt map[string]string // "METHOD path" → file:line where it is registered
+	answers map[answer]string // → file:line of (one) place that writes it
+	fields  []fieldReasons
+}
+
+// fieldReasons are the values the code writes into an enumerated field of
+// an answer, which the document's components.schemas[schema].field lists.
+type fieldReasons struct {
+	schema, field string
+	from          string // where the code writes them, in words
+	values        []string
+}
+
+// The directories of the code that answers HTTP requests (with their
+// subpackages), and the QCOW2 inspector whose reasons the gateway passes on.
+var (
+	answeringDirs = []string{"gateway", "market", "billing", "internal"}
+	qcow2Dir      = filepath.Join("imagestore", "qcow2")
+)
+
+// goPackage is the non-test files of one directory, parsed.
+type goPackage struct {
+	dir   string
+	files []*ast.File
+}
+
+// readCode parses the code and extracts its routes and answers. It uses
+// go/parser and go/ast only, so it reads shapes, not types:
+//   - control-plane routes are the rt.handle(METHOD, PATH, ...) calls of
+//     market/server.go, where a PATH ranging over page.Paths() stands for the
+//     paths of market/web's files table;
+//   - data-plane routes are gateway's route(): its switch over the route
+//     kinds and, in each, the switch over methods; classify() pairs each kind
+//     with its prefix, to which the document's path adds one {parameter};
+//   - answers are the apierr.New/Wrap calls and apierr.Error literals, whose
+//     status is an integer or an http./fasthttp. Status constant (read from
+//     net/http's source; fasthttp's have the same names and values) and whose
+//     reason is a string literal, or either is the field of a package-level
+//     variable built with apierr.New. A reason passed on from a value (the
+//     QCOW2 inspector's verdict) must be one this test knows (dynamicReasons);
+//     an unknown one fails the test.
+func readCode(t *testing.T) *codeFacts {
+	t.Helper()
+	root := filepath.Join("..", "..")
+	fset := token.NewFileSet()
+	pkgs := map[string]*goPackage{}
+	parseDir := func(dir string) {
+		ents, err := os.ReadDir(filepath.Join(root, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, filepath.Join(root, dir, e.Name()), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pkgs[dir] == nil {
+				pkgs[dir] = &goPackage{dir: dir}
+			}
+			pkgs[dir].files = append(pkgs[dir].files, f)
+		}
+	}
+	for _, top := range answeringDirs {
+		err := filepath.WalkDir(filepath.Join(root, top), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if d.Name() == "testdata" || d.Name() == "node_modules" {
+					return filepath.SkipDir
+				}
+				rel, _ := filepath.Rel(root, p)
+				parseDir(rel)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	parseDir(qcow2Dir)
+
+	c := &codeFacts{routes: map[string]string{}, routeAt: map[string]string{}, answers: map[answer]string{}}
+	at := func(n ast.Node) string {
+		p := fset.Position(n.Pos())
+		rel, _ := filepath.Rel(root, p.Filename)
+		return fmt.Sprintf("%s:%d", rel, p.Line)
+	}
+	statuses := httpStatuses(t)
+
+	// Control plane.
+	market := pkgs["market"]
+	webPaths := stringTable(t, pkgs[filepath.Join("market", "web")], "files")
+	// The rt.handle calls inside a loop over page.Paths() register the
+	// Machines page's files.
+	inPageLoop := map[ast.Node]bool{}
+	for _, f := range market.files {
+		ast.Inspect(f, func(node ast.Node) bool {
+			if rs, ok := node.(*ast.RangeStmt); ok {
+				if call, ok := rs.X.(*ast.CallExpr); ok && selName(call.Fun) == "Paths" && recvName(call.Fun) == "page" {
+					ast.Inspect(rs.Body, func(n ast.Node) bool { inPageLoop[n] = true; return true })
+				}
+			}
+			return true
+		})
+	}
+	n := 0
+	for _, f := range market.files {
+		ast.Inspect(f, func(node ast.Node) bool {
+			call, ok := node.(*ast.CallExpr)
+			if !ok || selName(call.Fun) != "handle" || recvName(call.Fun) != "rt" || len(call.Args) != 3 {
+				return true
+			}
+			n++
+			method := methodName(call.Args[0])
+			if method == "" {
+				t.Errorf("%s: rt.handle with a method this test cannot read", at(call))
+				return true
+			}
+			var paths []string
+			switch p, isLit := call.Args[1].(*ast.BasicLit); {
+			case isLit:
+				paths = []string{unquote(t, p)}
+			case inPageLoop[call] && identName(call.Args[1]) != "":
+				paths = webPaths
+			default:
+				t.Errorf("%s: rt.handle with a path this test cannot read", at(call))
+			}
+			for _, p := range paths {
+				c.routes[method+" "+p] = controlPlane
+				c.routeAt[method+" "+p] = at(call)
+			}
+			return true
+		})
+	}
+	if n < 5 || len(webPaths) == 0 {
+		t.Fatalf("found %d rt.handle calls in market and %d page files; the test no longer reads the control plane's routes", n, len(webPaths))
+	}
+
+	// Data plane.
+	gw := pkgs["gateway"]
+	consts := stringConsts(gw)
+	prefixOf := map[string]string{} // route kind → path prefix, from classify
+	route := funcDecl(gw, "route")
+	classify := funcDecl(gw, "classify")
+	if route == nil || classify == nil {
+		t.Fatal("gateway has no route or classify function; the test no longer reads the data plane's routes")
+	}
+	ast.Inspect(classify, func(node ast.Node) bool {
+		if cl, ok := node.(*ast.CompositeLit); ok && len(cl.Elts) == 2 {
+			p, ok1 := cl.Elts[0].(*ast.Ident)
+			k, ok2 := cl.Elts[1].(*ast.Ident)
+			if ok1 && ok2 && consts[p.Name] != "" {
+				prefixOf[k.Name] = consts[p.Name]
+			}
+		}
+		return true
+	})
+	ast.Inspect(route.Body, func(node ast.Node) bool {
+		sw, ok := node.(*ast.SwitchStmt)
+		if !ok || identName(sw.Tag) != "kind" {
+			return true
+		}
+		for _, s := range sw.Body.List {
+			cc := s.(*ast.CaseClause)
+			for _, k := range cc.List {
+				prefix := prefixOf[identName(k)]
+				if prefix == "" {
+					t.Errorf("%s: route kind %s has no prefix in classify", at(k), identName(k))
+					continue
+				}
+				ast.Inspect(&ast.BlockStmt{List: cc.Body}, func(node ast.Node) bool {
+					inner, ok := node.(*ast.SwitchStmt)
+					if !ok || identName(inner.Tag) != "method" {
+						return true
+					}
+					for _, s := range inner.Body.List {
+						for _, m := range s.(*ast.CaseClause).List {
+							method := methodName(m)
+							if method == "" {
+								t.Errorf("%s: a method this test cannot read", at(m))
+								continue
+							}
+							op := method + " " + prefix + "{}"
+							c.routes[op] = dataPlane
+							c.routeAt[op] = at(m)
+						}
+					}
+					return false
+				})
+			}
+		}
+		return false
+	})
+	if len(prefixOf) < 3 {
+		t.Fatalf("classify pairs %d route kinds with prefixes; the test no longer reads the data plane's routes", len(prefixOf))
+	}
+
+	// Answers.
+	qcow2Reasons := map[string]bool{}
+	for name, v := range stringConsts(pkgs[qcow2Dir]) {
+		if strings.HasPrefix(name, "Reason") {
+			qcow2Reasons[v] = true
+		}
+	}
+	for _, pkg := range pkgs {
+		vars := apierrVars(pkg, statuses)
+		for _, f := range pkg.files {
+			for _, decl := range f.Decls {
+				fn := ""
+				if fd, ok := decl.(*ast.FuncDecl); ok {
+					fn = filepath.Base(pkg.dir) + "." + fd.Name.Name
+				}
+				if fn == "apierr.New" || fn == "apierr.Wrap" {
+					continue // the constructors themselves
+				}
+				ast.Inspect(decl, func(node ast.Node) bool {
+					statusExpr, reasonExpr := answerArgs(node, pkg.dir)
+					if statusExpr == nil {
+						return true
+					}
+					status := resolveStatus(statusExpr, statuses, vars)
+					if status == 0 {
+						t.Errorf("%s: an answer whose status this test cannot read", at(node))
+						return true
+					}
+					reasons := resolveReason(reasonExpr, vars)
+					if reasons == nil {
+						dyn, ok := dynamicReasons[fn]
+						if !ok {
+							t.Errorf("%s: an answer whose reason is not a literal, in %s, which dynamicReasons does not know", at(node), fn)
+							return true
+						}
+						reasons = dyn(status, qcow2Reasons)
+						if len(reasons) == 0 {
+							t.Errorf("%s: dynamicReasons[%s] knows no reason with status %d", at(node), fn, status)
+						}
+					}
+					for _, r := range reasons {
+						if _, seen := c.answers[answer{status, r}]; !seen {
+							c.answers[answer{status, r}] = at(node)
+						}
+					}
+					return true
+				})
+			}
+		}
+	}
+	if len(c.answers) < 40 {
+		t.Fatalf("found only %d answers in the code; the test no longer reads them", len(c.answers))
+	}
+
+	// Enumerated fields of answers.
+	c.fields = []fieldReasons{
+		{schema: "Status", field: "reason", from: "market.machinesUnavailable's errors",
+			values: returnedReasons(t, market, "machinesUnavailable", statuses)},
+		{schema: "Ready", field: "machines", from: "market.readiness's ans.Machines",
+			values: assignedReasons(t, market, "readiness", "Machines", statuses)},
+		{schema: "Order", field: "reason", from: "the reason argument of market's cancel and release",
+			values: reasonArgs(t, market, []string{"cancel", "release"})},
+		{schema: "WebhookAnswer", field: "result", from: "market's result constants but resultRefused (the 400s' metric label)",
+			values: webhookResults(market)},
+	}
+	return c
+}
+
+// dynamicReasons are the reasons of answers whose reason comes from a
+// value, by the function that writes them, given the status.
+var dynamicReasons = map[string]func(status int, qcow2 map[string]bool) []string{
+	// imageError passes the inspector's verdict on: notQcow2 as 415, every
+	// other qcow2 Reason as 422.
+	"gateway.imageError": func(status int, qcow2 map[string]bool) []string {
+		var out []string
+		for r := range qcow2 {
+			if (r == "notQcow2") == (status == 415) {
+				out = append(out, r)
+			}
+		}
+		return out
+	},
+}
+
+// answerArgs returns the status and reason expressions of an answer: an
+// apierr.New or apierr.Wrap call, or an apierr.Error composite literal.
+func answerArgs(node ast.Node, dir string) (status, reason ast.Expr) {
+	switch n := node.(type) {
+	case *ast.CallExpr:
+		if recvName(n.Fun) != "apierr" {
+			return nil, nil
+		}
+		switch selName(n.Fun) {
+		case "New":
+			if len(n.Args) == 3 {
+				return n.Args[0], n.Args[1]
+			}
+		case "Wrap":
+			if len(n.Args) == 4 {
+				return n.Args[1], n.Args[2]
+			}
+		}
+	case *ast.CompositeLit:
+		isError := selName(n.Type) == "Error" && recvName(n.Type) == "apierr" ||
+			identName(n.Type) == "Error" && filepath.Base(dir) == "apierr"
+		if !isError {
+			return nil, nil
+		}
+		for _, e := range n.Elts {
+			if kv, ok := e.(*ast.KeyValueExpr); ok {
+				switch identName(kv.Key) {
+				case "Status":
+					status = kv.Value
+				case "Reason":
+					reason = kv.Value
+				}
+			}
+		}
+		return status, reason
+	}
+	return nil, nil
+}
+
+// apierrVars are a package's variables built with apierr.New (errX =
+// apierr.New(status, reason, msg)), by name.
+func apierrVars(pkg *goPackage, statuses map[string]int) map[string]answer {
+	vars := map[string]answer{}
+	for _, f := range pkg.files {
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, v := range vs.Values {
+					st, re := answerArgs(v, pkg.dir)
+					if st == nil || i >= len(vs.Names) {
+						continue
+					}
+					if rs := resolveReason(re, nil); len(rs) == 1 {
+						vars[vs.Names[i].Name] = answer{resolveStatus(st, statuses, nil), rs[0]}
+					}
+				}
+			}
+		}
+	}
+	return vars
+}
+
+func resolveStatus(e ast.Expr, statuses map[string]int, vars map[string]answer) int {
+	switch x := e.(type) {
+	case *ast.BasicLit:
+		n, _ := strconv.Atoi(x.Value)
+		return n
+	case *ast.SelectorExpr:
+		if r := recvName(x); r == "http" || r == "fasthttp" {
+			return statuses[x.Sel.Name]
+		}
+		if x.Sel.Name == "Status" {
+			return vars[recvName(x)].status
+		}
+	}
+	return 0
+}
+
+// resolveReason is the reason of e, or nil when it is not a literal or a
+// known variable's Reason.
+func resolveReason(e ast.Expr, vars map[string]answer) []string {
+	switch x := e.(type) {
+	case *ast.BasicLit:
+		if s, err := strconv.Unquote(x.Value); err == nil {
+			return []string{s}
+		}
+	case *ast.SelectorExpr:
+		if a, ok := vars[recvName(x)]; ok && x.Sel.Name == "Reason" {
+			return []string{a.reason}
+		}
+	}
+	return nil
+}
+
+// httpStatuses reads net/http's Status constants from its source.
+func httpStatuses(t *testing.T) map[string]int {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatalf("go env GOROOT: %v", err)
+	}
+	p := filepath.Join(strings.TrimSpace(string(out)), "src", "net", "http", "status.go")
+	f, err := parser.ParseFile(token.NewFileSet(), p, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := map[string]int{}
+	for _, decl := range f.Decls {
+		if gd, ok := decl.(*ast.GenDecl); ok && gd.Tok == token.CONST {
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, v := range vs.Values {
+					if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.INT {
+						n, _ := strconv.Atoi(lit.Value)
+						statuses[vs.Names[i].Name] = n
+					}
+				}
+			}
+		}
+	}
+	if statuses["StatusInsufficientStorage"] != 507 {
+		t.Fatalf("read no Status constants from %s", p)
+	}
+	return statuses
+}
+
+// stringConsts are a package's string constants, by name.
+func stringConsts(pkg *goPackage) map[string]string {
+	out := map[string]string{}
+	for _, f := range pkg.files {
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, v := range vs.Values {
+					if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING && i < len(vs.Names) {
+						s, _ := strconv.Unquote(lit.Value)
+						out[vs.Names[i].Name] = s
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// stringTable is the first string of each element of the package-level
+// composite literal var name (market/web's files table: path, file, type).
+func stringTable(t *testing.T, pkg *goPackage, name string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range pkg.files {
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if len(vs.Names) != 1 || vs.Names[0].Name != name || len(vs.Values) != 1 {
+					continue
+				}
+				for _, e := range vs.Values[0].(*ast.CompositeLit).Elts {
+					if lit, ok := e.(*ast.CompositeLit).Elts[0].(*ast.BasicLit); ok {
+						out = append(out, unquote(t, lit))
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func funcDecl(pkg *goPackage, name string) *ast.FuncDecl {
+	for _, f := range pkg.files {
+		for _, decl := range f.Decls {
+			if fd, ok := decl.(*ast.FuncDecl); ok && fd.Name.Name == name {
+				return fd
+			}
+		}
+	}
+	return nil
+}
+
+// returnedReasons are the reasons of the apierr variables function name
+// returns.
+func returnedReasons(t *testing.T, pkg *goPackage, name string, statuses map[string]int) []string {
+	t.Helper()
+	fd := funcDecl(pkg, name)
+	if fd == nil {
+		t.Fatalf("%s has no function %s", pkg.dir, name)
+	}
+	vars := apierrVars(pkg, statuses)
+	var out []string
+	ast.Inspect(fd.Body, func(node ast.Node) bool {
+		if rs, ok := node.(*ast.ReturnStmt); ok {
+			for _, r := range rs.Results {
+				if a, ok := vars[identName(r)]; ok {
+					out = append(out, a.reason)
+				}
+			}
+		}
+		return true
+	})
+	return sortedUnique(out)
+}
+
+// assignedReasons are the reasons function name assigns to a field: string
+// literals, or an apierr variable's Reason.
+func assignedReasons(t *testing.T, pkg *goPackage, name, field string, statuses map[string]int) []string {
+	t.Helper()
+	fd := funcDecl(pkg, name)
+	if fd == nil {
+		t.Fatalf("%s has no function %s", pkg.dir, name)
+	}
+	vars := apierrVars(pkg, statuses)
+	var out []string
+	ast.Inspect(fd.Body, func(node ast.Node) bool {
+		if as, ok := node.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && selName(as.Lhs[0]) == field {
+			out = append(out, resolveReason(as.Rhs[0], vars)...)
+		}
+		return true
+	})
+	return sortedUnique(out)
+}
+
+// reasonArgs are the string values given to the parameter "reason" of the
+// functions names: literal arguments, and literals assigned to a variable
+// passed as the argument in the calling function.
+func reasonArgs(t *testing.T, pkg *goPackage, names []string) []string {
+	t.Helper()
+	index := map[string]int{} // function → position of its reason parameter
+	for _, name := range names {
+		fd := funcDecl(pkg, name)
+		if fd == nil {
+			t.Fatalf("%s has no function %s", pkg.dir, name)
+		}
+		i := 0
+		for _, field := range fd.Type.Params.List {
+			for _, n := range field.Names {
+				if n.Name == "reason" {
+					index[name] = i
+				}
+				i++
+			}
+		}
+	}
+	var out []string
+	for _, f := range pkg.files {
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			ast.Inspect(fd.Body, func(node ast.Node) bool {
+				call, ok := node.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				i, ok := index[selName(call.Fun)]
+				if !ok || i >= len(call.Args) {
+					return true
+				}
+				switch a := call.Args[i].(type) {
+				case *ast.BasicLit:
+					out = append(out, unquote(t, a))
+				case *ast.Ident: // a variable of the caller: what it is set to
+					ast.Inspect(fd.Body, func(node ast.Node) bool {
+						if as, ok := node.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && identName(as.Lhs[0]) == a.Name {
+							if lit, ok := as.Rhs[0].(*ast.BasicLit); ok {
+								out = append(out, unquote(t, lit))
+							}
+						}
+						return true
+					})
+				}
+				return true
+			})
+		}
+	}
+	return sortedUnique(out)
+}
+
+// webhookResults are the values of market's result constants, but
+// resultRefused: the metric label of the webhook's 400s, whose answer is the
+// error shape.
+func webhookResults(pkg *goPackage) []string {
+	var out []string
+	for name, v := range stringConsts(pkg) {
+		if strings.HasPrefix(name, "result") && name != "resultRefused" {
+			out = append(out, v)
+		}
+	}
+	return sortedUnique(out)
+}
+
+func sortedUnique(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// methodName reads http.MethodGet / fasthttp.MethodPut as "GET" / "PUT".
+func methodName(e ast.Expr) string {
+	if r := recvName(e); r != "http" && r != "fasthttp" {
+		return ""
+	}
+	m, ok := strings.CutPrefix(selName(e), "Method")
+	if !ok {
+		return ""
+	}
+	return strings.ToUpper(m)
+}
+
+// selName is the selected name of x.Sel, recvName the name of x.
+func selName(e ast.Expr) string {
+	if s, ok := e.(*ast.SelectorExpr); ok {
+		return s.Sel.Name
+	}
+	return ""
+}
+
+func recvName(e ast.Expr) string {
+	if s, ok := e.(*ast.SelectorExpr); ok {
+		return identName(s.X)
+	}
+	return ""
+}
+
+func identName(e ast.Expr) string {
+	if id, ok := e.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
+
+func unquote(t *testing.T, lit *ast.BasicLit) string {
+	t.Helper()
+	s, err := strconv.Unquote(lit.Value)
+	if err != nil {
+		t.Fatalf("%s: %v", lit.Value, err)
+	}
+	return s
+}
