@@ -257,9 +257,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// httpClient talks to loopback directly, never through a proxy.
+// httpClient talks to loopback directly, never through a proxy. The
+// answers of the servers the tests start are checked against
+// docs/openapi.yaml (apiTransport).
 var httpClient = &http.Client{
-	Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true},
+	Transport: apiTransport{&http.Transport{Proxy: nil, DisableKeepAlives: true}},
 	Timeout:   10 * time.Second,
 }
 
@@ -337,6 +339,7 @@ func launchBin(t *testing.T, bin, dataDir, dataAddr, ctlAddr string, args, env [
 		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
 	}
 	s.dataBase, s.ctlBase = "http://"+s.dataAddr, "http://"+s.ctlAddr
+	watchAPI(t, s.dataAddr, s.ctlAddr)
 	full := append([]string{"serve", "--dev", "--data-dir", dataDir, "--data-addr", s.dataAddr,
 		"--control-addr", s.ctlAddr, "--idle-timeout", "10s",
 		// The tests' images are small; the default 1 GiB headroom would make
@@ -534,22 +537,24 @@ func curl(t *testing.T, args ...string) (int, []byte) {
 	return curlTo(t, filepath.Join(t.TempDir(), "body"), args...)
 }
 
-// curlTo is curl with the body going to out (curl -o out).
+// curlTo is curl with the body going to out (curl -o out). The answer is
+// checked against docs/openapi.yaml (checkCurlAnswer).
 func curlTo(t *testing.T, out string, args ...string) (int, []byte) {
 	t.Helper()
 	needTool(t, "curl")
-	r := runCmd(t, nil, "curl", append([]string{"-sS", "--max-time", "20", "-o", out, "-w", "%{http_code}"}, args...)...)
+	r := runCmd(t, nil, "curl", append([]string{"-sS", "--max-time", "20", "-o", out, "-w", curlWriteOut}, args...)...)
 	if r.code != 0 {
 		t.Fatalf("curl %q: exit %d: %s", args, r.code, r.stderr)
 	}
-	code, err := strconv.Atoi(strings.TrimSpace(r.stdout))
+	code, method, u, header, err := parseCurlWriteOut(r.stdout)
 	if err != nil {
-		t.Fatalf("curl %q: status %q: %v", args, r.stdout, err)
+		t.Fatalf("curl %q: %v", args, err)
 	}
 	body, err := os.ReadFile(out)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
+	checkCurlAnswer(method, u, code, header, body)
 	return code, body
 }
 
