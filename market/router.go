@@ -81,7 +81,7 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ro := rt.routes[r.URL.EscapedPath()]
 	if ro == nil {
 		rt.fail(sw, r, apierr.New(http.StatusNotFound, "notFound",
-			"there is no such route; see the API description for the routes"))
+			"there is no such route; see docs/api.md in vmshelf's repository for the routes"))
 		return
 	}
 	label = ro.pattern
