@@ -186,8 +186,12 @@ func checkCurlAnswer(method, rawURL string, status int, header http.Header, body
 	w.check(method, u, nil, status, header, body)
 }
 
-// capabilityRun hides capabilities (and upload ids) in the messages.
-var capabilityRun = regexp.MustCompile(`[0-9a-f]{16,}`)
+var (
+	// capabilityRun hides capabilities (and upload ids) in the messages.
+	capabilityRun = regexp.MustCompile(`[0-9a-f]{16,}`)
+	// reasonField names an error's reason in the messages.
+	reasonField = regexp.MustCompile(`"reason":"([^"]*)"`)
+)
 
 func (w *apiWatch) check(method string, u *url.URL, reqHeader http.Header, status int, header http.Header, body []byte) {
 	problem := validateAnswer(w.plane, method, u, reqHeader, status, header, body)
@@ -198,7 +202,7 @@ func (w *apiWatch) check(method string, u *url.URL, reqHeader http.Header, statu
 		problem = problem[:1200] + " …"
 	}
 	reason := ""
-	if m := regexp.MustCompile(`"reason":"([^"]*)"`).FindSubmatch(body); m != nil {
+	if m := reasonField.FindSubmatch(body); m != nil {
 		reason = " " + string(m[1])
 	}
 	w.mu.Lock()
