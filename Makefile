@@ -88,7 +88,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzStructure$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./imagestore/qcow2
 
 # `make bench`: vmshelf against dd, loopback, nginx and tusd on this machine (root; nginx, wrk,
-# curl, qemu-img, tusd v2 needed; about 20-30 min), written to docs/bench.md and docs/bench.json.
+# curl, qemu-img, tusd v2 needed; about 20 min, see bench/README.md), written to docs/bench.md and docs/bench.json.
 # `make bench QUICK=1`: the same in under 3 minutes (256 MiB file, 1 repetition), for CI, written to
 # bin/bench-quick.{md,json} so that it never replaces the full results. More flags: BENCHFLAGS=...
 # (see `go run ./bench -h` and bench/README.md).
