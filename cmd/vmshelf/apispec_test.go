@@ -612,30 +612,40 @@ func answerArgs(node ast.Node, dir string) (status, reason ast.Expr) {
 	return nil, nil
 }
 
-// apierrVars are a package's variables built with apierr.New (errX =
-// apierr.New(status, reason, msg)), by name.
-func apierrVars(pkg *goPackage, statuses map[string]int) map[string]answer {
-	vars := map[string]answer{}
+// eachValue calls fn with every name = value of the package's top-level
+// declarations of kind tok (token.VAR or token.CONST).
+func eachValue(pkg *goPackage, tok token.Token, fn func(name string, v ast.Expr)) {
 	for _, f := range pkg.files {
 		for _, decl := range f.Decls {
 			gd, ok := decl.(*ast.GenDecl)
-			if !ok || gd.Tok != token.VAR {
+			if !ok || gd.Tok != tok {
 				continue
 			}
 			for _, spec := range gd.Specs {
 				vs := spec.(*ast.ValueSpec)
 				for i, v := range vs.Values {
-					st, re := answerArgs(v, pkg.dir)
-					if st == nil || i >= len(vs.Names) {
-						continue
-					}
-					if rs := resolveReason(re, nil); len(rs) == 1 {
-						vars[vs.Names[i].Name] = answer{resolveStatus(st, statuses, nil), rs[0]}
+					if i < len(vs.Names) {
+						fn(vs.Names[i].Name, v)
 					}
 				}
 			}
 		}
 	}
+}
+
+// apierrVars are a package's variables built with apierr.New (errX =
+// apierr.New(status, reason, msg)), by name.
+func apierrVars(pkg *goPackage, statuses map[string]int) map[string]answer {
+	vars := map[string]answer{}
+	eachValue(pkg, token.VAR, func(name string, v ast.Expr) {
+		st, re := answerArgs(v, pkg.dir)
+		if st == nil {
+			return
+		}
+		if rs := resolveReason(re, nil); len(rs) == 1 {
+			vars[name] = answer{resolveStatus(st, statuses, nil), rs[0]}
+		}
+	})
 	return vars
 }
 
@@ -706,23 +716,11 @@ func httpStatuses(t *testing.T) map[string]int {
 // stringConsts are a package's string constants, by name.
 func stringConsts(pkg *goPackage) map[string]string {
 	out := map[string]string{}
-	for _, f := range pkg.files {
-		for _, decl := range f.Decls {
-			gd, ok := decl.(*ast.GenDecl)
-			if !ok || gd.Tok != token.CONST {
-				continue
-			}
-			for _, spec := range gd.Specs {
-				vs := spec.(*ast.ValueSpec)
-				for i, v := range vs.Values {
-					if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING && i < len(vs.Names) {
-						s, _ := strconv.Unquote(lit.Value)
-						out[vs.Names[i].Name] = s
-					}
-				}
-			}
+	eachValue(pkg, token.CONST, func(name string, v ast.Expr) {
+		if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			out[name], _ = strconv.Unquote(lit.Value)
 		}
-	}
+	})
 	return out
 }
 
