@@ -33,7 +33,9 @@ deps:
 # tests leave idle (their waits on serve, Chromium and throttled uploads) and
 # slows them hardly at all. (At the same priority, side by side, each slowed
 # the other so much that the build took 17 minutes and the binary's tests
-# ran past their timeout.) CI=true makes every test strict: a tool that is
+# ran past their timeout.) The build is the go command itself in the
+# background (go -C, no subshell), so that a failed race run stops it, not
+# only a shell around it. CI=true makes every test strict: a tool that is
 # missing still fails its test instead of skipping.
 test: export CI = true
 test: deps
@@ -44,8 +46,8 @@ test: deps
 KUBETEST_BIN := bin/kubetest.test
 test-race-kube:
 	@mkdir -p bin
-	@echo "(cd provisioner/kubetest && nice -n 19 $(GO) test -c -o ../../$(KUBETEST_BIN) .) & (in the background)"
-	@(cd provisioner/kubetest && nice -n 19 $(GO) test -c -o $(CURDIR)/$(KUBETEST_BIN) .) >bin/kubetest-build.log 2>&1 & kb=$$!; \
+	@echo "nice -n 19 $(GO) -C provisioner/kubetest test -c -o $(KUBETEST_BIN) . & (in the background)"
+	@nice -n 19 $(GO) -C provisioner/kubetest test -c -o $(CURDIR)/$(KUBETEST_BIN) . >bin/kubetest-build.log 2>&1 & kb=$$!; \
 	$(MAKE) --no-print-directory test-race; rc=$$?; \
 	if [ $$rc -ne 0 ]; then kill $$kb 2>/dev/null; wait $$kb; exit $$rc; fi; \
 	wait $$kb; kbrc=$$?; cat bin/kubetest-build.log; \
