@@ -1397,7 +1397,11 @@ func TestE2ECurlUploadVariants(t *testing.T) {
 	needTool(t, "qemu-img")
 	needTool(t, "qemu-io")
 	work := t.TempDir()
-	s := startServe(t, filepath.Join(work, "data"), []string{"--images-per-tenant", "10"})
+	// A chunked upload has no length, so admission reserves the whole
+	// --upload-max-gib of disk for it: 1 GiB, not the default 32, so that
+	// the test does not hinge on the machine's free space (it failed with
+	// 507 noSpace where 32 GiB were not free).
+	s := startServe(t, filepath.Join(work, "data"), []string{"--images-per-tenant", "10", "--upload-max-gib", "1"})
 	disk, diskBytes := makeImage(t, work, "disk.qcow2")
 
 	for _, tc := range []struct {
