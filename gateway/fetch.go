@@ -41,7 +41,8 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	h := &ctx.Response.Header
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("ETag", etag)
-	h.Set("Last-Modified", img.CreatedAt.UTC().Format(http.TimeFormat))
+	var date [len(http.TimeFormat)]byte
+	h.SetBytesV("Last-Modified", fasthttp.AppendHTTPDate(date[:0], img.CreatedAt))
 	h.Set("Cache-Control", "private, no-transform")
 	h.SetContentType("application/octet-stream")
 
@@ -72,33 +73,80 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 
 	// HEAD holds no slot: it moves no image bytes. fasthttp writes the
 	// headers of a body stream for HEAD and closes it without reading.
-	// A GET shares its token's slot, or waits for one (bounded).
-	var release func()
-	if !ctx.IsHead() {
-		var aerr *apierr.Error
-		if release, aerr = g.acquireFetchSlot(ctx, fc.token); aerr != nil {
-			blob.Close()
-			g.refused(dirFetch, aerr)
-			writeError(ctx, aerr)
-			return
-		}
-		g.metrics.inFlight.WithLabelValues(dirFetch).Inc()
+	if ctx.IsHead() {
+		ctx.SetStatusCode(status)
+		ctx.SetBodyStream(&fetchStream{g: g, ctx: ctx, src: eofReader{}, size: n, blob: blob}, int(n))
+		return
 	}
-	src, err := blob.Section(off, n)
-	if err != nil {
+	// A GET shares its token's slot, or waits for one (bounded).
+	release, aerr := g.acquireFetchSlot(ctx, fc.token)
+	if aerr != nil {
 		blob.Close()
-		if release != nil {
-			release()
-			g.metrics.inFlight.WithLabelValues(dirFetch).Dec()
+		g.refused(dirFetch, aerr)
+		writeError(ctx, aerr)
+		return
+	}
+	inFlight := g.metrics.fetch.inFlight
+	inFlight.Inc()
+	if n <= smallRange {
+		g.sendSmall(ctx, blob, off, n, status, release, start, img.UploadID)
+		return
+	}
+	// The shared blob must not be seeked: sendfile(2) reads from the
+	// file offset, so a large transfer opens the file for itself.
+	octx, cancel := op()
+	own, err := g.blobs.Open(octx, img.UploadID)
+	cancel()
+	blob.Close()
+	var src io.Reader
+	if err == nil {
+		if src, err = own.Section(off, n); err != nil {
+			own.Close()
 		}
+	}
+	if err != nil {
+		release()
+		inFlight.Dec()
 		writeError(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the image"))
 		return
 	}
 	ctx.SetStatusCode(status)
 	ctx.SetBodyStream(&fetchStream{
-		g: g, ctx: ctx, src: src, size: n, blob: blob, release: release,
+		g: g, ctx: ctx, src: src, size: n, blob: own, release: release,
 		start: start, uploadID: img.UploadID, remote: g.clientAddr(ctx), partial: status == fasthttp.StatusPartialContent,
 	}, int(n))
+}
+
+// smallRange is the largest answer read into memory: pread from the shared
+// blob, then sent with its headers in one write (the server's write buffer
+// holds both). Importers read in ranges of this size or less; above it
+// sendfile(2) saves the copy, and a whole image never sits in memory.
+const smallRange = 128 << 10
+
+// sendSmall answers a GET of at most smallRange bytes from memory. The slot
+// is given back as soon as the bytes are read: what is left is fasthttp's
+// write of an answer it already holds.
+func (g *Gateway) sendSmall(ctx *fasthttp.RequestCtx, blob imagestore.Blob, off, n int64, status int, release func(), start time.Time, uploadID string) {
+	bufp := g.rangeBufs.Get().(*[]byte)
+	buf := (*bufp)[:n]
+	m, err := blob.ReadAt(buf, off)
+	blob.Close()
+	if int64(m) == n {
+		err = nil // io.EOF at the image's end with every byte read
+	} else if err == nil {
+		err = io.ErrUnexpectedEOF
+	}
+	if err == nil {
+		ctx.SetStatusCode(status)
+		ctx.SetBody(buf)
+	}
+	g.rangeBufs.Put(bufp)
+	if err != nil {
+		writeError(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the image"))
+	}
+	g.metrics.fetch.bytes.Add(float64(m))
+	g.fetchDone(start, uploadID, func() string { return g.clientAddr(ctx) }, int64(m), n, status == fasthttp.StatusPartialContent, err)
+	release()
 }
 
 // openForToken resolves a fetch token to its image and opens the bytes.
@@ -117,7 +165,7 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability) (im
 	}
 	octx, cancel := op()
 	defer cancel()
-	img, err := g.store.ImageForToken(octx, imagestore.HashSecret(fc.token), now)
+	img, _, err := g.store.ImageForToken(octx, imagestore.HashSecret(fc.token), now)
 	if errors.Is(err, imagestore.ErrNotFound) {
 		return imagestore.Image{}, nil, unknown()
 	}
@@ -130,7 +178,7 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability) (im
 	if fc.uploadID != "" && img.UploadID != fc.uploadID {
 		return imagestore.Image{}, nil, unknown()
 	}
-	blob, err := g.blobs.Open(octx, img.UploadID)
+	blob, err := g.open.get(octx, img.UploadID)
 	if err != nil {
 		// A record without its file is our fault, never the client's.
 		return imagestore.Image{}, nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not open the image")
@@ -262,7 +310,7 @@ func (s *fetchStream) WriteTo(w io.Writer) (int64, error) {
 	}
 	chunk := int64(minChunk)
 	var total int64
-	sent := s.g.metrics.bytes.WithLabelValues(dirFetch)
+	sent := s.g.metrics.fetch.bytes
 	for lr.N > 0 {
 		c := min(chunk, lr.N)
 		t0 := s.g.cfg.Now()
@@ -298,7 +346,7 @@ func (s *fetchStream) Read(p []byte) (int, error) {
 	}
 	n, err := s.src.Read(p)
 	s.sent += int64(n)
-	s.g.metrics.bytes.WithLabelValues(dirFetch).Add(float64(n))
+	s.g.metrics.fetch.bytes.Add(float64(n))
 	return n, err
 }
 
@@ -308,31 +356,44 @@ func (s *fetchStream) CloseWithError(err error) error {
 	s.once.Do(func() {
 		s.blob.Close()
 		if s.release == nil { // HEAD
-			s.g.metrics.transfers.WithLabelValues(dirFetch, outcomeOK).Inc()
+			s.g.metrics.fetch.ok.Inc()
 			return
 		}
 		// The slot goes back last, when everything about this fetch is
 		// counted.
 		defer s.release()
-		s.g.metrics.inFlight.WithLabelValues(dirFetch).Dec()
-		secs := s.g.cfg.Now().Sub(s.start).Seconds()
-		s.g.metrics.duration.WithLabelValues(dirFetch).Observe(secs)
-		outcome := outcomeOK
-		if err != nil || s.sent != s.size {
-			outcome = outcomeAborted
-		}
-		s.g.metrics.transfers.WithLabelValues(dirFetch, outcome).Inc()
-		attrs := []any{"upload_id", s.uploadID, "outcome", outcome, "bytes", s.sent, "of", s.size, "seconds", secs, "remote", s.remote}
-		if err != nil {
-			attrs = append(attrs, "err", err)
-		}
-		// Importers read an image in thousands of small ranges: one line
-		// each at Info would drown the log, so ranges log at Debug.
-		level := slog.LevelInfo
-		if s.partial {
-			level = slog.LevelDebug
-		}
-		s.g.log.Log(context.Background(), level, "fetch", attrs...)
+		s.g.fetchDone(s.start, s.uploadID, func() string { return s.remote }, s.sent, s.size, s.partial, err)
 	})
 	return nil
+}
+
+// fetchDone counts and logs a GET that held a slot: sent of size bytes,
+// err from the read or the write. remote gives the client's address; it is
+// asked only if the line is logged.
+func (g *Gateway) fetchDone(start time.Time, uploadID string, remote func() string, sent, size int64, partial bool, err error) {
+	m := &g.metrics.fetch
+	m.inFlight.Dec()
+	secs := g.cfg.Now().Sub(start).Seconds()
+	m.duration.Observe(secs)
+	outcome := outcomeOK
+	if err != nil || sent != size {
+		outcome = outcomeAborted
+		m.aborted.Inc()
+	} else {
+		m.ok.Inc()
+	}
+	// Importers read an image in thousands of small ranges: one line each
+	// at Info would drown the log, so ranges log at Debug.
+	level := slog.LevelInfo
+	if partial {
+		level = slog.LevelDebug
+	}
+	if !g.log.Enabled(context.Background(), level) {
+		return
+	}
+	attrs := []any{"upload_id", uploadID, "outcome", outcome, "bytes", sent, "of", size, "seconds", secs, "remote", remote()}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	g.log.Log(context.Background(), level, "fetch", attrs...)
 }

@@ -93,7 +93,11 @@ type Gateway struct {
 	space    *spaceLedger
 	closing  atomic.Bool // Shutdown began
 	bufs     sync.Pool
-	srv      *fasthttp.Server
+	// rangeBufs holds the buffers small answers are read into before the
+	// response copies them.
+	rangeBufs sync.Pool
+	open      *openBlobs // blobs kept open between small fetches
+	srv       *fasthttp.Server
 
 	// onSlotFreed, if set, is told the direction of every transfer that
 	// gave its slot back; tests wait on it instead of sleeping.
@@ -155,19 +159,21 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g := &Gateway{
-		cfg:      cfg,
-		store:    st,
-		blobs:    blobs,
-		log:      cfg.Log,
-		metrics:  m,
-		slots:    newSlots(cfg.MaxTransfers),
-		misses:   newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
-		fetches:  fetchHolders{held: make(map[string]int)},
-		stopping: make(chan struct{}),
-		refusals: logsample.New(rate.Limit(cfg.RefusalLogPerSecond), cfg.RefusalLogPerSecond),
-		locks:    newPatchLocks(),
-		space:    newSpaceLedger(),
-		bufs:     sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
+		cfg:       cfg,
+		store:     st,
+		blobs:     blobs,
+		log:       cfg.Log,
+		metrics:   m,
+		slots:     newSlots(cfg.MaxTransfers),
+		misses:    newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
+		fetches:   fetchHolders{held: make(map[string]int)},
+		stopping:  make(chan struct{}),
+		refusals:  logsample.New(rate.Limit(cfg.RefusalLogPerSecond), cfg.RefusalLogPerSecond),
+		locks:     newPatchLocks(),
+		space:     newSpaceLedger(),
+		bufs:      sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
+		rangeBufs: sync.Pool{New: func() any { b := make([]byte, smallRange); return &b }},
+		open:      newOpenBlobs(blobs, imagestore.TokenCacheTTL),
 	}
 	g.srv = &fasthttp.Server{
 		Handler:       func(ctx *fasthttp.RequestCtx) { g.route(ctx); g.logAnswer(ctx) },
@@ -183,8 +189,11 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		ReadTimeout:       cfg.IdleTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		ReduceMemoryUsage: true, // idle keep-alive connections give back their buffers
-		CloseOnShutdown:   true,
-		Logger:            redactingLogger{g.log},
+		// A small range's headers and bytes leave in one write (see
+		// smallRange); the buffer is held only while an answer is written.
+		WriteBufferSize: smallRange + 8<<10,
+		CloseOnShutdown: true,
+		Logger:          redactingLogger{g.log},
 		// Errors fasthttp answers itself (bad request line, header too
 		// large) still get our JSON shape.
 		// A head that does not arrive within ReadTimeout is a 408.
@@ -214,7 +223,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
 	g.stopOnce.Do(func() { close(g.stopping) })
 	g.locks.stopAll()
-	return g.srv.ShutdownWithContext(ctx)
+	err := g.srv.ShutdownWithContext(ctx)
+	g.open.closeAll()
+	return err
 }
 
 // route dispatches on exact path shapes: a capability (or, for the fetch

@@ -21,6 +21,16 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	consumed   prometheus.Counter
 	queued     prometheus.Gauge
+	fetch      fetchSeries
+}
+
+// fetchSeries are the fetch direction's series, looked up once: a range
+// read is so cheap that finding them by label on each one shows.
+type fetchSeries struct {
+	inFlight    prometheus.Gauge
+	bytes       prometheus.Counter
+	duration    prometheus.Observer
+	ok, aborted prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -68,6 +78,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, o := range []string{outcomeOK, outcomeRejected, outcomeAborted, outcomeFailed} {
 			m.transfers.WithLabelValues(d, o)
 		}
+	}
+	m.fetch = fetchSeries{
+		inFlight: m.inFlight.WithLabelValues(dirFetch),
+		bytes:    m.bytes.WithLabelValues(dirFetch),
+		duration: m.duration.WithLabelValues(dirFetch),
+		ok:       m.transfers.WithLabelValues(dirFetch, outcomeOK),
+		aborted:  m.transfers.WithLabelValues(dirFetch, outcomeAborted),
 	}
 	return m, nil
 }

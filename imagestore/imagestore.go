@@ -222,9 +222,10 @@ type Store interface {
 	// CreateFetchToken stores a fetch capability; ErrNotFound if the image
 	// does not exist.
 	CreateFetchToken(ctx context.Context, token Hash, ft FetchToken) error
-	// ImageForToken returns the image a valid token names; ErrNotFound when
-	// the token is unknown, revoked or expired at now.
-	ImageForToken(ctx context.Context, token Hash, now time.Time) (Image, error)
+	// ImageForToken returns the image a valid token names and the token's
+	// expiry; ErrNotFound when the token is unknown, revoked or expired at
+	// now.
+	ImageForToken(ctx context.Context, token Hash, now time.Time) (Image, time.Time, error)
 	// RevokeOrderTokens revokes, at now, every fetch token of the order
 	// that is not revoked yet and returns how many there were (an unknown
 	// order has none). An empty orderID is an error: it would name the

@@ -414,6 +414,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	// Every plane shares one token cache: a revocation or removal made by
+	// the market or the provisioner empties it for the data plane at once.
+	shared := imagestore.CacheTokens(st, imagestore.TokenCacheTTL)
 	uploadMax, _ := gib(f.uploadMaxGiB, "upload-max-gib")
 	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
 	base, _ := publicBase(f.publicURL, f.dataAddr)
@@ -431,7 +434,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		TrustedProxies:  f.trustedProxies,
 		FetchQueueWait:  f.fetchQueueWait,
 		Log:             log.With("plane", "data"),
-	}, st, blobs, reg)
+	}, shared, blobs, reg)
 	if err != nil {
 		return err
 	}
@@ -456,7 +459,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			FetchBase:    base,
 			Catalogue:    f.catalogue,
 			Log:          log.With("component", "provisioner"),
-		}, st, cluster, reg)
+		}, shared, cluster, reg)
 		if err != nil {
 			return err
 		}
@@ -483,7 +486,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		OnPaid:            onPaid,
 		ClusterReady:      clusterReady,
 		Log:               log.With("plane", "control"),
-	}, st, blobs, reg, reg)
+	}, shared, blobs, reg, reg)
 	if err != nil {
 		return err
 	}

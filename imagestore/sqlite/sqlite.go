@@ -306,12 +306,14 @@ func scanTicket(r scanner) (imagestore.Ticket, error) {
 
 const imageCols = `upload_id, tenant_id, name, efi, size, virtual_size, sha256, created_at`
 
-func scanImage(r scanner) (imagestore.Image, error) {
+// extra receives columns selected after the image's own.
+func scanImage(r scanner, extra ...any) (imagestore.Image, error) {
 	var (
 		img     imagestore.Image
 		created int64
 	)
-	if err := r.Scan(&img.UploadID, &img.TenantID, &img.Name, &img.EFI, &img.Size, &img.VirtualSize, &img.SHA256, &created); err != nil {
+	dest := append([]any{&img.UploadID, &img.TenantID, &img.Name, &img.EFI, &img.Size, &img.VirtualSize, &img.SHA256, &created}, extra...)
+	if err := r.Scan(dest...); err != nil {
 		return imagestore.Image{}, err
 	}
 	img.CreatedAt = fromNanos(created)
@@ -803,24 +805,28 @@ INSERT INTO fetch_tokens (hash, upload_id, order_id, expires_at) VALUES (?, ?, ?
 	})
 }
 
-// ImageForToken returns the image a token names if the token is known, not
-// revoked, not expired at now (expiry is exclusive: a token is dead at its
-// ExpiresAt) and the image still exists; ErrNotFound otherwise, without
-// saying which, since the caller must not tell them apart either.
-func (s *Store) ImageForToken(ctx context.Context, token imagestore.Hash, now time.Time) (imagestore.Image, error) {
+// ImageForToken returns the image a token names and when the token
+// expires, if the token is known, not revoked and not expired at now.
+func (s *Store) ImageForToken(ctx context.Context, token imagestore.Hash, now time.Time) (imagestore.Image, time.Time, error) {
 	at, err := nanos("now", now)
 	if err != nil {
-		return imagestore.Image{}, fmt.Errorf("sqlite: image for token: %w", err)
+		return imagestore.Image{}, time.Time{}, fmt.Errorf("sqlite: image for token: %w", err)
 	}
-	var img imagestore.Image
+	var (
+		img     imagestore.Image
+		expires int64
+	)
 	err = s.read(ctx, "image for token", func(tx *sql.Tx) (err error) {
 		img, err = scanImage(tx.QueryRowContext(ctx, `
-SELECT i.upload_id, i.tenant_id, i.name, i.efi, i.size, i.virtual_size, i.sha256, i.created_at
+SELECT i.upload_id, i.tenant_id, i.name, i.efi, i.size, i.virtual_size, i.sha256, i.created_at, f.expires_at
 FROM fetch_tokens f JOIN images i ON i.upload_id = f.upload_id
-WHERE f.hash = ? AND f.revoked_at IS NULL AND f.expires_at > ?`, token[:], at))
+WHERE f.hash = ? AND f.revoked_at IS NULL AND f.expires_at > ?`, token[:], at), &expires)
 		return notFound("fetch token", err)
 	})
-	return img, err
+	if err != nil {
+		return imagestore.Image{}, time.Time{}, err
+	}
+	return img, fromNanos(expires), nil
 }
 
 // RevokeOrderTokens revokes the order's live fetch tokens at now and

@@ -38,6 +38,14 @@ func TestStore(t *testing.T) {
 	})
 }
 
+// TestStoreWithTokenCache: the token cache in front of the store changes
+// no answer the suite can see.
+func TestStoreWithTokenCache(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) imagestore.Store {
+		return imagestore.CacheTokens(mustOpen(t, tempPath(t)), imagestore.TokenCacheTTL)
+	})
+}
+
 func TestFileMode(t *testing.T) {
 	path := tempPath(t)
 	s := mustOpen(t, path)
@@ -501,7 +509,7 @@ func TestErrorsCarryNoSecrets(t *testing.T) {
 	hexed := hex.EncodeToString(h[:])
 	_, err1 := s.TenantByToken(ctx, h)
 	_, err2 := s.ConsumeTicket(ctx, h, time.Now())
-	_, err3 := s.ImageForToken(ctx, h, time.Now())
+	_, _, err3 := s.ImageForToken(ctx, h, time.Now())
 	_, err4 := s.Session(ctx, h)
 	_, err5 := s.StartSession(ctx, h, h, imagestore.UploadSession{ExpiresAt: time.Now()}, time.Now())
 	for _, err := range []error{err1, err2, err3, err4, err5} {

@@ -974,7 +974,7 @@ func testRemoveImageInUse(t *testing.T, s imagestore.Store) {
 			got, err := s.Image(ctx, img.UploadID)
 			must(t, "Image after a refused remove", err)
 			checkImage(t, "Image after a refused remove", got, img)
-			got, err = s.ImageForToken(ctx, hash(img.UploadID), t0)
+			got, _, err = s.ImageForToken(ctx, hash(img.UploadID), t0)
 			must(t, "ImageForToken after a refused remove", err)
 			checkImage(t, "ImageForToken after a refused remove", got, img)
 		})

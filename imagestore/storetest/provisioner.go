@@ -225,7 +225,7 @@ func testRevokeOrderTokens(t *testing.T, s imagestore.Store) {
 	valid := func(when string, want map[string]bool) {
 		t.Helper()
 		for _, tk := range tokens {
-			got, err := s.ImageForToken(ctx, hash(tk.secret), month.Add(-time.Hour))
+			got, _, err := s.ImageForToken(ctx, hash(tk.secret), month.Add(-time.Hour))
 			switch {
 			case want[tk.secret]:
 				must(t, when+": ImageForToken "+tk.secret, err)

@@ -924,7 +924,7 @@ func testRemoveImage(t *testing.T, s imagestore.Store) {
 	for _, tc := range tests {
 		wantErr(t, "RemoveImage "+tc.name, s.RemoveImage(ctx, tc.tenantID, tc.id), imagestore.ErrNotFound)
 	}
-	got, err := s.ImageForToken(ctx, hash("f1"), t0)
+	got, _, err := s.ImageForToken(ctx, hash("f1"), t0)
 	must(t, "ImageForToken after refused removals", err)
 	checkImage(t, "ImageForToken after refused removals", got, img)
 
@@ -932,10 +932,10 @@ func testRemoveImage(t *testing.T, s imagestore.Store) {
 	_, err = s.Image(ctx, uploadID(1))
 	wantErr(t, "Image after RemoveImage", err, imagestore.ErrNotFound)
 	for _, secret := range []string{"f1", "f2"} {
-		_, err = s.ImageForToken(ctx, hash(secret), t0)
+		_, _, err = s.ImageForToken(ctx, hash(secret), t0)
 		wantErr(t, "ImageForToken "+secret+" after RemoveImage", err, imagestore.ErrNotFound)
 	}
-	got, err = s.ImageForToken(ctx, hash("keep"), t0)
+	got, _, err = s.ImageForToken(ctx, hash("keep"), t0)
 	must(t, "ImageForToken of the other image", err)
 	checkImage(t, "ImageForToken of the other image", got, keep)
 	wantErr(t, "RemoveImage twice", s.RemoveImage(ctx, a.ID, uploadID(1)), imagestore.ErrNotFound)
@@ -944,11 +944,11 @@ func testRemoveImage(t *testing.T, s imagestore.Store) {
 	// under the same id is not reachable through them.
 	again := newImage(t, s, a.ID, uploadID(1), t0.Add(time.Minute), 300)
 	for _, secret := range []string{"f1", "f2"} {
-		_, err = s.ImageForToken(ctx, hash(secret), t0)
+		_, _, err = s.ImageForToken(ctx, hash(secret), t0)
 		wantErr(t, "ImageForToken "+secret+" after the id is reused", err, imagestore.ErrNotFound)
 	}
 	must(t, "CreateFetchToken for the new image", s.CreateFetchToken(ctx, hash("f3"), imagestore.FetchToken{UploadID: uploadID(1), ExpiresAt: exp}))
-	got, err = s.ImageForToken(ctx, hash("f3"), t0)
+	got, _, err = s.ImageForToken(ctx, hash("f3"), t0)
 	must(t, "ImageForToken for the new image", err)
 	checkImage(t, "ImageForToken for the new image", got, again)
 }
@@ -962,7 +962,7 @@ func testFetchTokens(t *testing.T, s imagestore.Store) {
 
 	err := s.CreateFetchToken(ctx, hash("nope"), imagestore.FetchToken{UploadID: uploadID(9), OrderID: "o", ExpiresAt: exp})
 	wantErr(t, "CreateFetchToken unknown image", err, imagestore.ErrNotFound)
-	_, err = s.ImageForToken(ctx, hash("nope"), t0)
+	_, _, err = s.ImageForToken(ctx, hash("nope"), t0)
 	wantErr(t, "ImageForToken of refused token", err, imagestore.ErrNotFound)
 
 	must(t, "CreateFetchToken order", s.CreateFetchToken(ctx, hash("order"), imagestore.FetchToken{UploadID: uploadID(1), OrderID: "order-1", ExpiresAt: exp}))
@@ -988,7 +988,7 @@ func testFetchTokens(t *testing.T, s imagestore.Store) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := s.ImageForToken(t.Context(), hash(tc.token), tc.now)
+			got, _, err := s.ImageForToken(t.Context(), hash(tc.token), tc.now)
 			if tc.want == nil {
 				wantErr(t, "ImageForToken", err, imagestore.ErrNotFound)
 				return
@@ -1093,9 +1093,12 @@ func testTimeRoundTrip(t *testing.T, s imagestore.Store) {
 
 	// The fetch token's expiry round-trips to the nanosecond too.
 	must(t, "CreateFetchToken", s.CreateFetchToken(ctx, hash("ft"), imagestore.FetchToken{UploadID: uploadID(1), ExpiresAt: expires}))
-	_, err = s.ImageForToken(ctx, hash("ft"), expires.Add(-time.Nanosecond))
+	_, gotExp, err := s.ImageForToken(ctx, hash("ft"), expires.Add(-time.Nanosecond))
 	must(t, "ImageForToken just before expiry", err)
-	_, err = s.ImageForToken(ctx, hash("ft"), expires)
+	if !gotExp.Equal(expires) {
+		t.Errorf("ImageForToken: expiry %v, want %v", gotExp, expires)
+	}
+	_, _, err = s.ImageForToken(ctx, hash("ft"), expires)
 	wantErr(t, "ImageForToken at expiry", err, imagestore.ErrNotFound)
 
 	// Whatever CreatedAt the store gives a tenant, it reads back the same.
