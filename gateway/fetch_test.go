@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/vmshelf/vmshelf/imagestore"
 )
 
 // stored uploads a fresh image and returns its id and bytes; it waits
@@ -86,6 +88,10 @@ func TestFetch(t *testing.T) {
 		wantRange string
 	}{
 		{[]string{"Range", "bytes=0-65536"}, 206, 0, 65537, fmt.Sprintf("bytes 0-65536/%d", size)},
+		// The largest answer read into memory, and the smallest sent
+		// with sendfile.
+		{[]string{"Range", fmt.Sprintf("bytes=4097-%d", 4097+smallRange-1)}, 206, 4097, smallRange, fmt.Sprintf("bytes 4097-%d/%d", 4097+smallRange-1, size)},
+		{[]string{"Range", fmt.Sprintf("bytes=4097-%d", 4097+smallRange)}, 206, 4097, smallRange + 1, fmt.Sprintf("bytes 4097-%d/%d", 4097+smallRange, size)},
 		{[]string{"Range", "bytes=1000-"}, 206, 1000, size - 1000, fmt.Sprintf("bytes 1000-%d/%d", size-1, size)},
 		{[]string{"Range", "bytes=-100"}, 206, size - 100, 100, fmt.Sprintf("bytes %d-%d/%d", size-100, size-1, size)},
 		{[]string{"Range", fmt.Sprintf("bytes=%d-%d", size-10, size+1000)}, 206, size - 10, 10, fmt.Sprintf("bytes %d-%d/%d", size-10, size-1, size)},
@@ -122,7 +128,7 @@ func TestFetch(t *testing.T) {
 			t.Fatalf("status %d, %d bytes; want 304", resp.StatusCode, len(b))
 		}
 	})
-	for i := 0; i < 12; i++ { // every GET above gave its slot back
+	for i := 0; i < 14; i++ { // every GET above gave its slot back
 		e.waitSlotFreed(dirFetch)
 	}
 	e.assertNothingLeft(id)
@@ -141,6 +147,86 @@ func TestFetch(t *testing.T) {
 	// HEAD and 304 answers hold no slot), one refusal for the 416.
 	if got := testutil.ToFloat64(e.g.metrics.rejections.WithLabelValues(dirFetch, "rangeNotSatisfiable")); got != 1 {
 		t.Errorf("rejections{rangeNotSatisfiable} = %v, want 1", got)
+	}
+}
+
+// TestFetchRevocationBound: the data plane asks the store for a token at
+// most once per imagestore.TokenCacheTTL, so that is how long a token
+// revoked elsewhere (another process on the same store) is still served;
+// revoked or removed through the store the gateway shares, and at its
+// expiry, a token is refused at once.
+func TestFetchRevocationBound(t *testing.T) {
+	needQemu(t)
+	img := makeImage(t, "64M")
+	var cached imagestore.Store
+	e := startEnv(t, t.TempDir(), filepath.Join(t.TempDir(), "db"), nil, func(st imagestore.Store) imagestore.Store {
+		cached = imagestore.CacheTokens(st, imagestore.TokenCacheTTL)
+		return cached
+	})
+	id, data := e.stored(img)
+	token := func(order string, ttl time.Duration) string {
+		secret := imagestore.NewSecret()
+		e.remember(secret)
+		if err := e.st.CreateFetchToken(context.Background(), imagestore.HashSecret(secret),
+			imagestore.FetchToken{UploadID: id, OrderID: order, ExpiresAt: e.clock.now().Add(ttl)}); err != nil {
+			t.Fatal(err)
+		}
+		return e.base + fetchPrefix + secret
+	}
+	// status fetches a small range (what an importer sends most).
+	status := func(url string) int {
+		t.Helper()
+		resp, b := get(t, "GET", url, "Range", "bytes=0-4095")
+		if resp.StatusCode == 206 && !bytes.Equal(b, data[:4096]) {
+			t.Fatalf("206 with the wrong bytes")
+		}
+		return resp.StatusCode
+	}
+	ctx := context.Background()
+
+	other := token("o-other", time.Hour)
+	if got := status(other); got != 206 {
+		t.Fatalf("valid token: %d", got)
+	}
+	if _, err := e.st.RevokeOrderTokens(ctx, "o-other", e.clock.now()); err != nil { // behind the gateway's back
+		t.Fatal(err)
+	}
+	if got := status(other); got != 206 {
+		t.Errorf("revoked by another process, at once: %d; the cache should still serve it until the TTL", got)
+	}
+	// The clock runs on from the real time, so "within" keeps a margin.
+	e.clock.advance(imagestore.TokenCacheTTL / 2)
+	if got := status(other); got != 206 {
+		t.Errorf("revoked by another process, half the TTL later: %d", got)
+	}
+	e.clock.advance(imagestore.TokenCacheTTL / 2)
+	if got := status(other); got != 404 {
+		t.Errorf("revoked by another process, TTL later: %d, want 404", got)
+	}
+
+	shared := token("o-shared", time.Hour)
+	status(shared)
+	if _, err := cached.RevokeOrderTokens(ctx, "o-shared", e.clock.now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(shared); got != 404 {
+		t.Errorf("revoked through the shared store: %d, want 404 at once", got)
+	}
+
+	short := token("o-short", imagestore.TokenCacheTTL/2)
+	status(short)
+	e.clock.advance(imagestore.TokenCacheTTL / 2)
+	if got := status(short); got != 404 {
+		t.Errorf("at its expiry, within the cache's TTL: %d, want 404", got)
+	}
+
+	removed := token("", time.Hour)
+	status(removed)
+	if err := cached.RemoveImage(ctx, e.tenant.ID, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(removed); got != 404 {
+		t.Errorf("image removed through the shared store: %d, want 404 at once", got)
 	}
 }
 

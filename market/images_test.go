@@ -32,7 +32,7 @@ func TestRemove(t *testing.T) {
 		imagestore.FetchToken{UploadID: img.UploadID, OrderID: "o1", ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatalf("CreateFetchToken: %v", err)
 	}
-	if _, err := e.st.ImageForToken(ctx, imagestore.HashSecret(fetch), t0); err != nil {
+	if _, _, err := e.st.ImageForToken(ctx, imagestore.HashSecret(fetch), t0); err != nil {
 		t.Fatalf("fetch token does not resolve before removal: %v", err)
 	}
 	file := filepath.Join(e.blobDir, img.UploadID+".qcow2")
@@ -71,7 +71,7 @@ func TestRemove(t *testing.T) {
 	if _, err := e.blobs.Open(ctx, img.UploadID); !errors.Is(err, imagestore.ErrNotFound) {
 		t.Errorf("blobs.Open after removal: %v, want ErrNotFound", err)
 	}
-	if _, err := e.st.ImageForToken(ctx, imagestore.HashSecret(fetch), t0); !errors.Is(err, imagestore.ErrNotFound) {
+	if _, _, err := e.st.ImageForToken(ctx, imagestore.HashSecret(fetch), t0); !errors.Is(err, imagestore.ErrNotFound) {
 		t.Errorf("fetch token after removal: %v, want ErrNotFound (revoked)", err)
 	}
 	if _, err := e.st.Image(ctx, keep.UploadID); err != nil {

@@ -135,11 +135,11 @@ func TestPaidOrderCreatesObjects(t *testing.T) {
 				}
 				if kind == "own image" {
 					token := h.fetchToken(o)
-					got, err := h.st.ImageForToken(t.Context(), imagestore.HashSecret(token), o.ExpiresAt.Add(-time.Nanosecond))
+					got, _, err := h.st.ImageForToken(t.Context(), imagestore.HashSecret(token), o.ExpiresAt.Add(-time.Nanosecond))
 					if err != nil || got.UploadID != img.UploadID {
 						t.Errorf("the fetch token names %+v, %v; want image %s until the order ends", got, err, img.UploadID)
 					}
-					if _, err := h.st.ImageForToken(t.Context(), imagestore.HashSecret(token), o.ExpiresAt); !errors.Is(err, imagestore.ErrNotFound) {
+					if _, _, err := h.st.ImageForToken(t.Context(), imagestore.HashSecret(token), o.ExpiresAt); !errors.Is(err, imagestore.ErrNotFound) {
 						t.Errorf("the fetch token outlives the order: %v", err)
 					}
 				} else if _, err := h.k.Tracker().Get(corev1.SchemeGroupVersion.WithResource("secrets"), ns, "vm-"+o.ID+"-fetch"); !apierrors.IsNotFound(err) {
@@ -389,7 +389,7 @@ func TestExpiry(t *testing.T) {
 		t.Errorf("listing has %d free after expiry, want 18 (the younger order's 2 taken)", l.Free())
 	}
 	// Revoked, not just expired: dead even at a time its expiry allows.
-	if _, err := h.st.ImageForToken(t.Context(), imagestore.HashSecret(token), o.ExpiresAt.Add(-time.Hour)); !errors.Is(err, imagestore.ErrNotFound) {
+	if _, _, err := h.st.ImageForToken(t.Context(), imagestore.HashSecret(token), o.ExpiresAt.Add(-time.Hour)); !errors.Is(err, imagestore.ErrNotFound) {
 		t.Errorf("the fetch token still resolves after expiry: %v", err)
 	}
 	states, err := h.st.ReplicaStates(t.Context(), o.ID)

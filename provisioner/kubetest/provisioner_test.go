@@ -317,7 +317,7 @@ func checkOrderObjects(t *testing.T, ctx context.Context, admin kubernetes.Inter
 		if !ok || len(token) != 64 {
 			t.Fatalf("fetch Secret's header is not a bearer token line")
 		}
-		img, err := m.st.ImageForToken(ctx, imagestore.HashSecret(token), m.paidAt)
+		img, _, err := m.st.ImageForToken(ctx, imagestore.HashSecret(token), m.paidAt)
 		if err != nil || img.UploadID != m.upload.UploadID {
 			t.Fatalf("the fetch token names %q (%v), want image %s", img.UploadID, err, m.upload.UploadID)
 		}
