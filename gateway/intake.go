@@ -72,8 +72,9 @@ func (in *intake) hashState() []byte {
 	return b
 }
 
-// take passes one chunk through the limit, the checks and the hash into w.
-func (in *intake) take(chunk []byte, w io.Writer) *apierr.Error {
+// accept passes one chunk through the limit, the checks and the hash; the
+// caller writes it once accepted.
+func (in *intake) accept(chunk []byte) *apierr.Error {
 	if in.n+int64(len(chunk)) > in.limit {
 		return in.tooLarge
 	}
@@ -81,11 +82,6 @@ func (in *intake) take(chunk []byte, w io.Writer) *apierr.Error {
 		return imageError(err)
 	}
 	in.hash.Write(chunk)
-	m, err := w.Write(chunk)
-	in.claim.wrote(m) // on the disk now, so no longer owed
-	if err != nil {
-		return writeFailure(err)
-	}
 	in.n += int64(len(chunk))
 	return nil
 }
@@ -94,27 +90,50 @@ func (in *intake) take(chunk []byte, w io.Writer) *apierr.Error {
 // checkpoint, if set, is called every Config.CheckpointBytes or
 // CheckpointInterval;
 // stop, if set, ends the read when another request takes the upload over.
+// The bytes are written behind the read (see writeBehind); pump returns
+// only once every byte it accepted is written, whatever the outcome, so in.n
+// is what w holds unless a write failed (then the error says so).
 func (g *Gateway) pump(ctx *fasthttp.RequestCtx, in *intake, w io.Writer, checkpoint func() error, stop *stopFlag) *apierr.Error {
+	bufp := g.bufs.Get().(*[]byte)
+	defer g.bufs.Put(bufp)
+	wb := newWriteBehind(w, in.claim, *bufp)
+	defer wb.stop()
+	aerr := g.read(ctx, in, wb, checkpoint, stop)
+	// A write error comes first: a read that ended after it would only
+	// hide why.
+	if err := wb.flush(); err != nil {
+		return writeFailure(err)
+	}
+	return aerr
+}
+
+// read is pump's loop: it fills wb's buffers from the body.
+func (g *Gateway) read(ctx *fasthttp.RequestCtx, in *intake, wb *writeBehind, checkpoint func() error, stop *stopFlag) *apierr.Error {
 	var body io.Reader = ctx.RequestBodyStream()
 	if body == nil { // no Content-Length and not chunked: an empty body
 		body = eofReader{}
 	}
 	r := &idleReader{ctx: ctx, r: body, idle: g.cfg.IdleTimeout, now: g.cfg.Now, stop: stop}
-	bufp := g.bufs.Get().(*[]byte)
-	defer g.bufs.Put(bufp)
-	buf := *bufp
 	received := g.metrics.bytes.WithLabelValues(dirUpload)
 	lastN, lastT := in.n, g.cfg.Now()
 	for {
+		buf := wb.space()
+		if buf == nil {
+			return nil // a write failed; pump reports it
+		}
 		m, rerr := r.Read(buf)
 		if m > 0 {
-			if aerr := in.take(buf[:m], w); aerr != nil {
+			if aerr := in.accept(buf[:m]); aerr != nil {
 				return aerr
 			}
+			wb.filled(m)
 			received.Add(float64(m))
 			// Never at the last byte: "all bytes durable" must not be
 			// recorded before the image is committed.
 			if checkpoint != nil && in.n < in.limit && (in.n-lastN >= g.cfg.CheckpointBytes || g.cfg.Now().Sub(lastT) >= g.cfg.CheckpointInterval) {
+				if err := wb.flush(); err != nil {
+					return nil // pump reports it
+				}
 				if err := checkpoint(); err != nil {
 					return writeFailure(err)
 				}
