@@ -144,7 +144,7 @@ func headOn(ic *idleConn, host, path string) error {
 
 func (b *bench) concurrencyOnce(file string, size int64, restart bool) (concResult, error) {
 	var res concResult
-	u, err := url.Parse(b.fetch.vmURL)
+	u, err := url.Parse(b.fetch.vm.url)
 	if err != nil {
 		return res, err
 	}
@@ -249,7 +249,7 @@ func (b *bench) concurrencyOnce(file string, size int64, restart bool) (concResu
 					return
 				default:
 				}
-				resp, err := fc.Get(b.fetch.vmURL)
+				resp, err := fc.Do(b.fetch.vm.request(http.MethodGet))
 				if err != nil {
 					return
 				}
@@ -322,7 +322,7 @@ func (b *bench) concurrencyOnce(file string, size int64, restart bool) (concResu
 			f.Close()
 		}
 		for range probeFetches {
-			count(pc.Get(b.fetch.vmURL))
+			count(pc.Do(b.fetch.vm.request(http.MethodGet)))
 		}
 		if probeErr == nil && res.p503 != probeUploads+probeFetches {
 			probeErr = fmt.Errorf("probes beyond the cap were answered %v, not all 503", statuses)

@@ -79,7 +79,7 @@ func (b *bench) phaseControl() error {
 			} else {
 				var w wrkResult
 				w, err = runWrk(script, []string{"BENCH_BODY=" + body, "BENCH_TOKEN=" + b.vm.token, fmt.Sprintf("BENCH_WANT=%d", want)},
-					wrkConns, b.opt.loadFor, "http://"+b.vm.ctlAddr+path)
+					1, wrkConns, b.opt.loadFor, "http://"+b.vm.ctlAddr+path)
 				lr = loadResult{rps: w.rps(), p50: w.P50US / 1000, p99: w.P99US / 1000, max: w.MaxUS / 1000,
 					bad: int(w.Bad + w.SocketErrors), n: int(w.Requests)}
 			}

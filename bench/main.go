@@ -106,7 +106,8 @@ type bench struct {
 // fetchTarget is the image the fetch phases read: stored once by vmshelf,
 // served by vmshelf (token URL) and by nginx (the same file, by path).
 type fetchTarget struct {
-	id, vmURL, ngxURL, path string
+	id, ngxURL, path string
+	vm               fetchCap
 }
 
 func logf(format string, a ...any) {
@@ -301,7 +302,7 @@ func (b *bench) setup() error {
 		}
 		b.fetch.id = tk.UploadID
 		b.fetch.path = b.vm.imagePath(tk.UploadID)
-		if b.fetch.vmURL, err = b.vm.fetchURL(tk.UploadID); err != nil {
+		if b.fetch.vm, err = b.vm.mintFetch(tk.UploadID); err != nil {
 			return err
 		}
 	}

@@ -228,6 +228,43 @@ func (v *vmshelf) imagePath(uploadID string) string {
 	return filepath.Join(v.dataDir, "vm-images", uploadID+".qcow2")
 }
 
+// fetchCap is one fetch capability of an image, minted by `vmshelf
+// fetch-url`. Each one is its own transfer slot on the server (the slot is
+// keyed by token), as each CDI import is.
+type fetchCap struct {
+	// url is the path form, …/fetch/<token>. The token is a secret: url is
+	// never logged, put in an error or on a command line.
+	url   string
+	token string
+	// byID is the form the provisioner hands to CDI, …/fetch/<upload_id>
+	// with the token in the Authorization header (auth), so that a Go
+	// error naming the URL names no secret.
+	byID string
+}
+
+// auth is the header that carries the token with byID.
+func (c fetchCap) auth() string { return "Authorization: Bearer " + c.token }
+
+// mintFetch mints a new fetch capability for uploadID.
+func (v *vmshelf) mintFetch(uploadID string) (fetchCap, error) {
+	u, err := v.fetchURL(uploadID)
+	if err != nil {
+		return fetchCap{}, err
+	}
+	i := strings.LastIndexByte(u, '/')
+	if i < 0 || len(u)-i-1 != 64 {
+		return fetchCap{}, fmt.Errorf("fetch-url printed no fetch URL (%d characters)", len(u))
+	}
+	return fetchCap{url: u, token: u[i+1:], byID: u[:i+1] + uploadID}, nil
+}
+
+// request is a request of c.byID with the token in its header.
+func (c fetchCap) request(method string) *http.Request {
+	req, _ := http.NewRequest(method, c.byID, nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	return req
+}
+
 func (v *vmshelf) fetchURL(uploadID string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
