@@ -40,7 +40,7 @@ type options struct {
 	perfDir    string
 }
 
-var allPhases = []string{"control", "refusal", "upload", "fetch", "range", "concurrency"}
+var allPhases = []string{"control", "refusal", "upload", "fetch", "range", "importer", "concurrency"}
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "discard" {
@@ -180,6 +180,8 @@ func run(o options) (err error) {
 			perr = b.phaseFetch()
 		case "range":
 			perr = b.phaseRange()
+		case "importer":
+			perr = b.phaseImporter()
 		case "concurrency":
 			perr = b.phaseConcurrency()
 		}
@@ -291,7 +293,7 @@ func (b *bench) setup() error {
 	b.rep.setSetup("vmshelf", "`vmshelf "+strings.Join(b.vm.args, " ")+"` (data plane fasthttp, control plane net/http)")
 
 	// The image the fetch phases read, stored by vmshelf itself.
-	if ph := strings.Split(b.opt.phases, ","); slices.Contains(ph, "fetch") || slices.Contains(ph, "range") || slices.Contains(ph, "concurrency") {
+	if ph := strings.Split(b.opt.phases, ","); slices.Contains(ph, "fetch") || slices.Contains(ph, "range") || slices.Contains(ph, "importer") || slices.Contains(ph, "concurrency") {
 		tk, err := b.vm.ticket("bench fetch image")
 		if err != nil {
 			return err
