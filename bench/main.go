@@ -218,7 +218,14 @@ func findTusd() string {
 			return p
 		}
 	}
-	if gp := cmdOut("go", "env", "GOPATH"); gp != "" {
+	// Where `go install` puts it: GOBIN, else the first GOPATH's bin.
+	if gb := strings.TrimSpace(cmdOut("go", "env", "GOBIN")); gb != "" {
+		if _, err := os.Stat(filepath.Join(gb, "tusd")); err == nil {
+			return filepath.Join(gb, "tusd")
+		}
+	}
+	if gp := strings.TrimSpace(cmdOut("go", "env", "GOPATH")); gp != "" {
+		gp = filepath.SplitList(gp)[0]
 		if _, err := os.Stat(filepath.Join(gp, "bin", "tusd")); err == nil {
 			return filepath.Join(gp, "bin", "tusd")
 		}
