@@ -24,6 +24,7 @@ import (
 
 type options struct {
 	quick      bool
+	strict     bool
 	reps       int
 	sizeMiB    int64 // the test file of the upload and fetch phases
 	bigMiB     int64 // concurrency phase, large uploads
@@ -51,6 +52,7 @@ func main() {
 	}
 	var o options
 	flag.BoolVar(&o.quick, "quick", false, "short run for CI: 256 MiB file, 1 repetition, short load phases (< 3 min)")
+	flag.BoolVar(&o.strict, "strict", false, "exit 1 if the run recorded any error (a bad answer, a subject that could not run, a check of the bench that failed), after writing the reports; never because of a figure or a missed target (make bench QUICK=1 sets it: the CI smoke test)")
 	flag.IntVar(&o.reps, "reps", 0, "repetitions per measurement (default 5, 1 with -quick)")
 	flag.Int64Var(&o.sizeMiB, "size-mib", 0, "test file size in MiB (default 2048, 256 with -quick)")
 	flag.Int64Var(&o.bigMiB, "big-mib", 0, "image size of the 4 concurrent uploads (default 4096, 256 with -quick)")
@@ -206,6 +208,9 @@ func run(o options) (err error) {
 	}
 	logf("done in %.0f s: %s %s", b.rep.Seconds, o.mdOut, o.jsonOut)
 	printSummary(b.rep)
+	if o.strict && len(b.rep.Errors) > 0 {
+		return fmt.Errorf("-strict: the run recorded %d error(s), listed above and under Errors in the report", len(b.rep.Errors))
+	}
 	return nil
 }
 
