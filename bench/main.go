@@ -341,7 +341,7 @@ func (b *bench) setup() error {
 		b.fail("discard server: %v", err)
 		b.disc = nil
 	}
-	b.rep.setSetup("client", "curl for every upload (`curl -T file`, streamed from the file, Expect: 100-continue) and whole-file fetch (`curl -o /dev/null`); wrk for range reads and saturated control-plane load; a Go open-loop client for constant-rate control-plane load; raw TCP for the refusals and idle connections")
+	b.rep.setSetup("client", "curl for every upload (`curl -T file`, streamed from the file, Expect: 100-continue) and whole-file fetch (`curl -o /dev/null`); wrk for range reads (`-t2 -c8`) and saturated control-plane load; nbdkit-curl + qemu-img, and a Go model with 4 parallel readers, for the importer; a Go open-loop client (at most 64 keep-alive connections) for constant-rate control-plane load; raw TCP for the refusals and idle connections. URLs and tokens reach curl on stdin, wrk by env, nbdkit from a file: never on a command line")
 	return nil
 }
 
