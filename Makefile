@@ -92,10 +92,12 @@ fuzz:
 # `make bench`: vmshelf against dd, loopback, nginx and tusd on this machine (root; nginx, wrk,
 # curl, qemu-img, tusd v2 needed; about 20 min, see bench/README.md), written to docs/bench.md and docs/bench.json.
 # `make bench QUICK=1`: the same in under 3 minutes (256 MiB file, 1 repetition), for CI, written to
-# bin/bench-quick.{md,json} so that it never replaces the full results. More flags: BENCHFLAGS=...
-# (see `go run ./bench -h` and bench/README.md).
+# bin/bench-quick.{md,json} so that it never replaces the full results; with -strict it is CI's smoke
+# test: it fails on an error of the run (a bad answer, a subject that could not run, a failed check
+# of the bench), never on a figure. More flags: BENCHFLAGS=... (see `go run ./bench -h` and
+# bench/README.md).
 bench:
-	$(GO) run ./bench $(if $(QUICK),-quick -md bin/bench-quick.md -json bin/bench-quick.json,-md docs/bench.md -json docs/bench.json) $(BENCHFLAGS)
+	$(GO) run ./bench $(if $(QUICK),-quick -strict -md bin/bench-quick.md -json bin/bench-quick.json,-md docs/bench.md -json docs/bench.json) $(BENCHFLAGS)
 
 # `make mutate`: plant each bug of .ci/mutations/ in a copy of the tree and
 # check that the test named in it fails (see README "Tests"). After the

@@ -36,6 +36,12 @@ end
 
 const wrkConns = 8
 
+// openLoopConns bounds the connections of the constant-rate client: at
+// 500 req/s they carry the load as long as an answer takes under 128 ms,
+// and stay far below the server's connection cap (--control-max-conns,
+// 512 by default) however slow the answers get.
+const openLoopConns = 64
+
 func (b *bench) phaseControl() error {
 	rate := b.opt.controlQPS
 	cTicketRate := fmt.Sprintf("ticket issue, %d req/s constant", rate)
@@ -44,9 +50,9 @@ func (b *bench) phaseControl() error {
 	cStatusSat := fmt.Sprintf("status, saturated (wrk -c%d)", wrkConns)
 	t := b.rep.table("control", "Control plane under load",
 		fmt.Sprintf("`POST /market/vm-images/ticket` (`{\"name\":…,\"efi\":false}`, a new ticket each: one SQLite write transaction) and `POST /market/vms/status` (`{}`: reads the tenant's images) "+
-			"with the dev tenant's bearer token, over loopback keep-alive connections, for %d s each. *constant*: an open-loop Go client sends at a fixed rate; latency is from the "+
-			"request's scheduled time to the end of its answer (no coordinated omission). *saturated*: `wrk -t1 -c%d`, as fast as the server answers. Every answer is checked "+
-			"(201 resp. 200). Server CPU: the vmshelf process over the run.", int(b.opt.loadFor.Seconds()), wrkConns),
+			"with the dev tenant's bearer token, over loopback keep-alive connections, for %d s each. *constant*: an open-loop Go client sends at a fixed rate over at most %d keep-alive connections (a request that finds them all busy waits for one); latency is from the "+
+			"request's scheduled time to the end of its answer (no coordinated omission), so that wait counts. *saturated*: `wrk -t1 -c%d`, as fast as the server answers. Every answer is checked "+
+			"(201 resp. 200). Server CPU: the vmshelf process over the run.", int(b.opt.loadFor.Seconds()), openLoopConns, wrkConns),
 		Metric{Key: "rps", Label: "req/s", Unit: "req/s", Better: "higher", digits: 0},
 		Metric{Key: "p50", Label: "p50 ms", Unit: "ms", Better: "lower", digits: 2},
 		Metric{Key: "p99", Label: "p99 ms", Unit: "ms", Better: "lower", digits: 2},
@@ -79,7 +85,7 @@ func (b *bench) phaseControl() error {
 			} else {
 				var w wrkResult
 				w, err = runWrk(script, []string{"BENCH_BODY=" + body, "BENCH_TOKEN=" + b.vm.token, fmt.Sprintf("BENCH_WANT=%d", want)},
-					wrkConns, b.opt.loadFor, "http://"+b.vm.ctlAddr+path)
+					1, wrkConns, b.opt.loadFor, "http://"+b.vm.ctlAddr+path)
 				lr = loadResult{rps: w.rps(), p50: w.P50US / 1000, p99: w.P99US / 1000, max: w.MaxUS / 1000,
 					bad: int(w.Bad + w.SocketErrors), n: int(w.Requests)}
 			}
@@ -115,7 +121,15 @@ type loadResult struct {
 // time whatever the answers before it do, and measures each from its
 // scheduled time.
 func (b *bench) openLoop(rate int, d time.Duration, path, body string, want int) (loadResult, error) {
-	tr := &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}
+	// A bounded pool of keep-alive connections, as a client library keeps
+	// one (and well below serve's --control-max-conns, 512): beyond the
+	// cap the server closes the idle connection that waited longest for a
+	// new one, and a POST sent on it just then fails; an unbounded pool
+	// opened a connection per request in flight whenever the server fell
+	// behind, passed the cap and measured its own resets. A request that
+	// finds every connection busy waits in the pool, and that wait is in
+	// its latency, which counts from the scheduled time.
+	tr := &http.Transport{MaxConnsPerHost: openLoopConns, MaxIdleConnsPerHost: openLoopConns, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	url := "http://" + b.vm.ctlAddr + path

@@ -22,12 +22,16 @@ type curlResult struct {
 
 const curlW = "\n@@@ %{http_code} %{time_total} %{size_upload} %{size_download}\n"
 
-// curl runs curl with args plus the -w trailer and parses the result.
-func curl(timeout time.Duration, args ...string) (curlResult, error) {
+// curl runs curl on url with args plus the -w trailer and parses the
+// result. The URL and the headers (an upload ticket, a fetch token) go to
+// curl as a config on stdin (-K -), never on its command line, which every
+// user of the machine can read; so args and the errors here hold no secret.
+func curl(timeout time.Duration, url string, headers []string, args ...string) (curlResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	argv := append([]string{"-sS", "-w", curlW}, args...)
+	argv := append([]string{"-sS", "-w", curlW, "-K", "-"}, args...)
 	cmd := exec.CommandContext(ctx, "curl", argv...)
+	cmd.Stdin = strings.NewReader(curlConfig(url, headers))
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -52,16 +56,26 @@ func curl(timeout time.Duration, args ...string) (curlResult, error) {
 	return r, nil
 }
 
+// curlConfig is a curl config file (the format of -K) naming url and the
+// headers; none of them holds a double quote or a backslash.
+func curlConfig(url string, headers []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "url = \"%s\"\n", url)
+	for _, h := range headers {
+		fmt.Fprintf(&b, "header = \"%s\"\n", h)
+	}
+	return b.String()
+}
+
 // curlPut uploads file with `curl -T` (streamed from the file; curl sends
 // Expect: 100-continue for it) and extra arguments, to url.
 func curlPut(file, url string, extra ...string) (curlResult, error) {
-	args := append([]string{"-T", file}, extra...)
-	return curl(30*time.Minute, append(args, url)...)
+	return curl(30*time.Minute, url, nil, append([]string{"-T", file}, extra...)...)
 }
 
-func curlGet(url string, extra ...string) (curlResult, error) {
-	args := append([]string{"-o", "/dev/null"}, extra...)
-	return curl(30*time.Minute, append(args, url)...)
+// curlGet fetches url into nothing, with the headers.
+func curlGet(url string, headers []string, extra ...string) (curlResult, error) {
+	return curl(30*time.Minute, url, headers, append([]string{"-o", "/dev/null"}, extra...)...)
 }
 
 // runTimed runs argv and returns its wall time and the child's CPU seconds

@@ -23,6 +23,7 @@ func machine(r *Report, dataDir, nginxBin, tusdBin string) {
 	r.setMachine("curl", firstLine(cmdOut("curl", "--version")))
 	r.setMachine("wrk", firstLine(cmdOut("wrk", "-v")))
 	r.setMachine("qemu-img", firstLine(cmdOut("qemu-img", "--version")))
+	r.setMachine("nbdkit", firstLine(cmdOut("nbdkit", "--version")))
 	r.setMachine("load average at start", loadAvg())
 }
 

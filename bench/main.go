@@ -24,6 +24,7 @@ import (
 
 type options struct {
 	quick      bool
+	strict     bool
 	reps       int
 	sizeMiB    int64 // the test file of the upload and fetch phases
 	bigMiB     int64 // concurrency phase, large uploads
@@ -40,7 +41,7 @@ type options struct {
 	perfDir    string
 }
 
-var allPhases = []string{"control", "refusal", "upload", "fetch", "range", "concurrency"}
+var allPhases = []string{"control", "refusal", "upload", "fetch", "range", "importer", "concurrency"}
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "discard" {
@@ -51,6 +52,7 @@ func main() {
 	}
 	var o options
 	flag.BoolVar(&o.quick, "quick", false, "short run for CI: 256 MiB file, 1 repetition, short load phases (< 3 min)")
+	flag.BoolVar(&o.strict, "strict", false, "exit 1 if the run recorded any error (a bad answer, a subject that could not run, a check of the bench that failed), after writing the reports; never because of a figure or a missed target (make bench QUICK=1 sets it: the CI smoke test)")
 	flag.IntVar(&o.reps, "reps", 0, "repetitions per measurement (default 5, 1 with -quick)")
 	flag.Int64Var(&o.sizeMiB, "size-mib", 0, "test file size in MiB (default 2048, 256 with -quick)")
 	flag.Int64Var(&o.bigMiB, "big-mib", 0, "image size of the 4 concurrent uploads (default 4096, 256 with -quick)")
@@ -106,7 +108,8 @@ type bench struct {
 // fetchTarget is the image the fetch phases read: stored once by vmshelf,
 // served by vmshelf (token URL) and by nginx (the same file, by path).
 type fetchTarget struct {
-	id, vmURL, ngxURL, path string
+	id, ngxURL, path string
+	vm               fetchCap
 }
 
 func logf(format string, a ...any) {
@@ -179,6 +182,8 @@ func run(o options) (err error) {
 			perr = b.phaseFetch()
 		case "range":
 			perr = b.phaseRange()
+		case "importer":
+			perr = b.phaseImporter()
 		case "concurrency":
 			perr = b.phaseConcurrency()
 		}
@@ -203,6 +208,9 @@ func run(o options) (err error) {
 	}
 	logf("done in %.0f s: %s %s", b.rep.Seconds, o.mdOut, o.jsonOut)
 	printSummary(b.rep)
+	if o.strict && len(b.rep.Errors) > 0 {
+		return fmt.Errorf("-strict: the run recorded %d error(s), listed above and under Errors in the report", len(b.rep.Errors))
+	}
 	return nil
 }
 
@@ -215,7 +223,14 @@ func findTusd() string {
 			return p
 		}
 	}
-	if gp := cmdOut("go", "env", "GOPATH"); gp != "" {
+	// Where `go install` puts it: GOBIN, else the first GOPATH's bin.
+	if gb := strings.TrimSpace(cmdOut("go", "env", "GOBIN")); gb != "" {
+		if _, err := os.Stat(filepath.Join(gb, "tusd")); err == nil {
+			return filepath.Join(gb, "tusd")
+		}
+	}
+	if gp := strings.TrimSpace(cmdOut("go", "env", "GOPATH")); gp != "" {
+		gp = filepath.SplitList(gp)[0]
 		if _, err := os.Stat(filepath.Join(gp, "bin", "tusd")); err == nil {
 			return filepath.Join(gp, "bin", "tusd")
 		}
@@ -290,7 +305,7 @@ func (b *bench) setup() error {
 	b.rep.setSetup("vmshelf", "`vmshelf "+strings.Join(b.vm.args, " ")+"` (data plane fasthttp, control plane net/http)")
 
 	// The image the fetch phases read, stored by vmshelf itself.
-	if ph := strings.Split(b.opt.phases, ","); slices.Contains(ph, "fetch") || slices.Contains(ph, "range") || slices.Contains(ph, "concurrency") {
+	if ph := strings.Split(b.opt.phases, ","); slices.Contains(ph, "fetch") || slices.Contains(ph, "range") || slices.Contains(ph, "importer") || slices.Contains(ph, "concurrency") {
 		tk, err := b.vm.ticket("bench fetch image")
 		if err != nil {
 			return err
@@ -301,7 +316,7 @@ func (b *bench) setup() error {
 		}
 		b.fetch.id = tk.UploadID
 		b.fetch.path = b.vm.imagePath(tk.UploadID)
-		if b.fetch.vmURL, err = b.vm.fetchURL(tk.UploadID); err != nil {
+		if b.fetch.vm, err = b.vm.mintFetch(tk.UploadID); err != nil {
 			return err
 		}
 	}
@@ -326,7 +341,7 @@ func (b *bench) setup() error {
 		b.fail("discard server: %v", err)
 		b.disc = nil
 	}
-	b.rep.setSetup("client", "curl for every upload (`curl -T file`, streamed from the file, Expect: 100-continue) and whole-file fetch (`curl -o /dev/null`); wrk for range reads and saturated control-plane load; a Go open-loop client for constant-rate control-plane load; raw TCP for the refusals and idle connections")
+	b.rep.setSetup("client", "curl for every upload (`curl -T file`, streamed from the file, Expect: 100-continue) and whole-file fetch (`curl -o /dev/null`); wrk for range reads (`-t2 -c8`) and saturated control-plane load; nbdkit-curl + qemu-img, and a Go model with 4 parallel readers, for the importer; a Go open-loop client (at most 64 keep-alive connections) for constant-rate control-plane load; raw TCP for the refusals and idle connections. URLs and tokens reach curl on stdin, wrk by env, nbdkit from a file: never on a command line")
 	return nil
 }
 

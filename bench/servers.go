@@ -145,6 +145,7 @@ func startVmshelf(bin, dir string, uploadMaxGiB int) (*vmshelf, error) {
 	v.args = []string{"serve", "--dev", "--data-dir", v.dataDir, "--data-addr", v.dataAddr, "--control-addr", v.ctlAddr,
 		"--upload-max-gib", strconv.Itoa(uploadMaxGiB), "--max-transfers", strconv.Itoa(maxTransfers),
 		"--images-per-tenant", "100000", "--idle-timeout", "5m",
+		"--fetch-queue-wait", fetchQueueWait.String(),
 		// One tenant asks for all the benchmark's tickets: its rate limit
 		// (1 a second by default) is lifted so that the control phase
 		// measures a ticket's cost, not the 429 of a limit.
@@ -183,6 +184,13 @@ func (v *vmshelf) restart() error {
 // the 4 uploads + 4 fetches of the concurrency phase, so that only the
 // probes beyond them are refused.
 const maxTransfers = 8
+
+// fetchQueueWait is serve's --fetch-queue-wait in the bench: how long a
+// GET beyond the cap waits for a slot before 503 busy. Short (the default
+// is 30 s), so that the concurrency phase can wait one out and check the
+// 503 within the few seconds its uploads run. No other phase goes beyond
+// the cap: their GETs share one token's slot.
+const fetchQueueWait = 2 * time.Second
 
 var ctlClient = &http.Client{Timeout: 30 * time.Second}
 
@@ -226,6 +234,43 @@ func (v *vmshelf) remove(uploadID string) error {
 
 func (v *vmshelf) imagePath(uploadID string) string {
 	return filepath.Join(v.dataDir, "vm-images", uploadID+".qcow2")
+}
+
+// fetchCap is one fetch capability of an image, minted by `vmshelf
+// fetch-url`. Each one is its own transfer slot on the server (the slot is
+// keyed by token), as each CDI import is.
+type fetchCap struct {
+	// url is the path form, …/fetch/<token>. The token is a secret: url is
+	// never logged, put in an error or on a command line.
+	url   string
+	token string
+	// byID is the form the provisioner hands to CDI, …/fetch/<upload_id>
+	// with the token in the Authorization header (auth), so that a Go
+	// error naming the URL names no secret.
+	byID string
+}
+
+// auth is the header that carries the token with byID.
+func (c fetchCap) auth() string { return "Authorization: Bearer " + c.token }
+
+// mintFetch mints a new fetch capability for uploadID.
+func (v *vmshelf) mintFetch(uploadID string) (fetchCap, error) {
+	u, err := v.fetchURL(uploadID)
+	if err != nil {
+		return fetchCap{}, err
+	}
+	i := strings.LastIndexByte(u, '/')
+	if i < 0 || len(u)-i-1 != 64 {
+		return fetchCap{}, fmt.Errorf("fetch-url printed no fetch URL (%d characters)", len(u))
+	}
+	return fetchCap{url: u, token: u[i+1:], byID: u[:i+1] + uploadID}, nil
+}
+
+// request is a request of c.byID with the token in its header.
+func (c fetchCap) request(method string) *http.Request {
+	req, _ := http.NewRequest(method, c.byID, nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	return req
 }
 
 func (v *vmshelf) fetchURL(uploadID string) (string, error) {

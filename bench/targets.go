@@ -62,6 +62,13 @@ func (b *bench) targets() {
 	add("fetch throughput ÷ nginx (whole file, warm cache)", "×", ">=", 0.95, ratio("fetch_warm", "mbps", fVmshelf, fNginx), "fetch_warm: MB/s")
 	add("fetch throughput ÷ nginx (whole file, cold cache)", "×", ">=", 0.95, ratio("fetch_cold", "mbps", fVmshelf, fNginx), "fetch_cold: MB/s")
 	add("server CPU per GiB uploaded ÷ nginx's", "×", "<=", 1.2, ratio("upload", "cpu", upVmshelf, upNginx), "upload: server CPU s/GiB")
+	for _, block := range rangeSizes {
+		id := rangeTableID(block)
+		add(fmt.Sprintf("%d KiB range reads, %d connections: req/s ÷ nginx", block>>10, rangeConns), "×", ">=", 0.8, ratio(id, "rps", fVmshelf, fNginx), id+": req/s")
+		add(fmt.Sprintf("%d KiB range reads, %d connections: server CPU per request ÷ nginx", block>>10, rangeConns), "×", "<=", 1.5, ratio(id, "cpureq", fVmshelf, fNginx), id+": server CPU µs/req")
+	}
+	add("importer, nbdkit curl + qemu-img convert (as CDI runs it): MB/s ÷ nginx", "×", ">=", 0.8, ratio(importerTableID(impNbdkit), "mbps", fVmshelf, fNginx), importerTableID(impNbdkit)+": MB/s")
+	add(fmt.Sprintf("importer model, %d readers of %d KiB ranges: MB/s ÷ nginx", impReaders, impRange>>10), "×", ">=", 0.8, ratio(importerTableID(impModel), "mbps", fVmshelf, fNginx), importerTableID(impModel)+": MB/s")
 	big := fmt.Sprintf("vmshelf, 4 × %d MiB uploads", b.opt.bigMiB)
 	add(fmt.Sprintf("peak RSS, 4 concurrent %d MiB uploads + 4 fetches + 1 000 idle connections, fresh process (worst repetition)", b.opt.bigMiB), "MiB", "<=", 64,
 		maxOf("concurrency", big, "rss"), "concurrency: peak RSS MiB, max over repetitions")
