@@ -88,8 +88,15 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	}
 	inFlight := g.metrics.fetch.inFlight
 	inFlight.Inc()
+	partial := status == fasthttp.StatusPartialContent
 	if n <= smallRange {
-		g.sendSmall(ctx, blob, off, n, status, release, start, img.UploadID)
+		// pread from the shared blob straight into the server's write
+		// buffer, behind the headers: one write for the whole answer.
+		ctx.SetStatusCode(status)
+		ctx.SetBodyStream(&fetchStream{
+			g: g, ctx: ctx, src: io.NewSectionReader(blob, off, n), size: n, blob: blob, release: release,
+			start: start, uploadID: img.UploadID, remoteOf: ctx, partial: partial,
+		}, int(n))
 		return
 	}
 	// The shared blob must not be seeked: sendfile(2) reads from the
@@ -113,41 +120,15 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	ctx.SetStatusCode(status)
 	ctx.SetBodyStream(&fetchStream{
 		g: g, ctx: ctx, src: src, size: n, blob: own, release: release,
-		start: start, uploadID: img.UploadID, remote: g.clientAddr(ctx), partial: status == fasthttp.StatusPartialContent,
+		start: start, uploadID: img.UploadID, remote: g.clientAddr(ctx), partial: partial,
 	}, int(n))
 }
 
-// smallRange is the largest answer read into memory: pread from the shared
-// blob, then sent with its headers in one write (the server's write buffer
-// holds both). Importers read in ranges of this size or less; above it
-// sendfile(2) saves the copy, and a whole image never sits in memory.
+// smallRange is the largest answer read from the blob kept open for the
+// image (see openBlobs) into the server's write buffer, and sent with its
+// headers in one write; the write buffer is sized for it. Importers read
+// in ranges of this size or less. Above it, sendfile(2) saves the copy.
 const smallRange = 128 << 10
-
-// sendSmall answers a GET of at most smallRange bytes from memory. The slot
-// is given back as soon as the bytes are read: what is left is fasthttp's
-// write of an answer it already holds.
-func (g *Gateway) sendSmall(ctx *fasthttp.RequestCtx, blob imagestore.Blob, off, n int64, status int, release func(), start time.Time, uploadID string) {
-	bufp := g.rangeBufs.Get().(*[]byte)
-	buf := (*bufp)[:n]
-	m, err := blob.ReadAt(buf, off)
-	blob.Close()
-	if int64(m) == n {
-		err = nil // io.EOF at the image's end with every byte read
-	} else if err == nil {
-		err = io.ErrUnexpectedEOF
-	}
-	if err == nil {
-		ctx.SetStatusCode(status)
-		ctx.SetBody(buf)
-	}
-	g.rangeBufs.Put(bufp)
-	if err != nil {
-		writeError(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the image"))
-	}
-	g.metrics.fetch.bytes.Add(float64(m))
-	g.fetchDone(start, uploadID, func() string { return g.clientAddr(ctx) }, int64(m), n, status == fasthttp.StatusPartialContent, err)
-	release()
-}
 
 // openForToken resolves a fetch token to its image and opens the bytes.
 func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability) (imagestore.Image, imagestore.Blob, *apierr.Error) {
@@ -290,6 +271,10 @@ type fetchStream struct {
 	start    time.Time
 	uploadID string
 	remote   string
+	// remoteOf, if set, is the request the remote address is taken from
+	// when the line is logged: a range read is logged at Debug, rarely
+	// enabled, and the address costs more than the read.
+	remoteOf *fasthttp.RequestCtx
 	sent     int64
 	partial  bool // a 206 answer
 	once     sync.Once
@@ -305,7 +290,13 @@ const (
 // still reading never times out and a fast one costs few deadline moves.
 func (s *fetchStream) WriteTo(w io.Writer) (int64, error) {
 	lr, ok := s.src.(*io.LimitedReader)
-	if !ok { // a Blobs whose sections are not files: plain reads, each with its deadline
+	if !ok {
+		// A small answer (or a Blobs whose sections are not files): plain
+		// reads, each with its deadline. fasthttp's writer reads them
+		// into its own buffer, no copy between.
+		if rf, ok := w.(io.ReaderFrom); ok {
+			return rf.ReadFrom(struct{ io.Reader }{s})
+		}
 		return io.Copy(w, struct{ io.Reader }{s})
 	}
 	chunk := int64(minChunk)
@@ -339,6 +330,13 @@ func (s *fetchStream) WriteTo(w io.Writer) (int64, error) {
 	return total, nil
 }
 
+func (s *fetchStream) remoteAddr() string {
+	if s.remoteOf != nil {
+		return s.g.clientAddr(s.remoteOf)
+	}
+	return s.remote
+}
+
 // Read lets fasthttp fall back to plain reads; WriteTo is the fast path.
 func (s *fetchStream) Read(p []byte) (int, error) {
 	if err := s.ctx.SetWriteDeadline(s.g.cfg.Now().Add(s.g.cfg.IdleTimeout)); err != nil {
@@ -362,7 +360,7 @@ func (s *fetchStream) CloseWithError(err error) error {
 		// The slot goes back last, when everything about this fetch is
 		// counted.
 		defer s.release()
-		s.g.fetchDone(s.start, s.uploadID, func() string { return s.remote }, s.sent, s.size, s.partial, err)
+		s.g.fetchDone(s.start, s.uploadID, s.remoteAddr, s.sent, s.size, s.partial, err)
 	})
 	return nil
 }

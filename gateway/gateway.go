@@ -93,11 +93,8 @@ type Gateway struct {
 	space    *spaceLedger
 	closing  atomic.Bool // Shutdown began
 	bufs     sync.Pool
-	// rangeBufs holds the buffers small answers are read into before the
-	// response copies them.
-	rangeBufs sync.Pool
-	open      *openBlobs // blobs kept open between small fetches
-	srv       *fasthttp.Server
+	open     *openBlobs // blobs kept open between small fetches
+	srv      *fasthttp.Server
 
 	// onSlotFreed, if set, is told the direction of every transfer that
 	// gave its slot back; tests wait on it instead of sleeping.
@@ -159,21 +156,20 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
 	}
 	g := &Gateway{
-		cfg:       cfg,
-		store:     st,
-		blobs:     blobs,
-		log:       cfg.Log,
-		metrics:   m,
-		slots:     newSlots(cfg.MaxTransfers),
-		misses:    newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
-		fetches:   fetchHolders{held: make(map[string]int)},
-		stopping:  make(chan struct{}),
-		refusals:  logsample.New(rate.Limit(cfg.RefusalLogPerSecond), cfg.RefusalLogPerSecond),
-		locks:     newPatchLocks(),
-		space:     newSpaceLedger(),
-		bufs:      sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
-		rangeBufs: sync.Pool{New: func() any { b := make([]byte, smallRange); return &b }},
-		open:      newOpenBlobs(blobs, imagestore.TokenCacheTTL),
+		cfg:      cfg,
+		store:    st,
+		blobs:    blobs,
+		log:      cfg.Log,
+		metrics:  m,
+		slots:    newSlots(cfg.MaxTransfers),
+		misses:   newMissLimiter(rate.Every(cfg.MissEvery), cfg.MissBurst, 100_000),
+		fetches:  fetchHolders{held: make(map[string]int)},
+		stopping: make(chan struct{}),
+		refusals: logsample.New(rate.Limit(cfg.RefusalLogPerSecond), cfg.RefusalLogPerSecond),
+		locks:    newPatchLocks(),
+		space:    newSpaceLedger(),
+		bufs:     sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
+		open:     newOpenBlobs(blobs, imagestore.TokenCacheTTL),
 	}
 	g.srv = &fasthttp.Server{
 		Handler:       func(ctx *fasthttp.RequestCtx) { g.route(ctx); g.logAnswer(ctx) },
