@@ -484,13 +484,16 @@ func checkReservations(ctx context.Context, tx *sql.Tx, tenantID int64, quota in
 	if quota <= 0 {
 		return nil
 	}
+	// Each count stops at quota: whether the sum reaches quota is all
+	// that is asked, so a tenant with many unused tickets costs no more
+	// than one at its quota (a full count made a ticket O(tickets)).
 	var n int64
 	err := tx.QueryRowContext(ctx, `
-SELECT (SELECT count(*) FROM images WHERE tenant_id = ?1)
-     + (SELECT count(*) FROM tickets WHERE tenant_id = ?1 AND used_at IS NULL AND expires_at > ?2)
-     + (SELECT count(*) FROM tickets WHERE tenant_id = ?1 AND put_running = 1)
-     + (SELECT count(*) FROM upload_sessions WHERE tenant_id = ?1 AND "offset" < length AND expires_at > ?2)`,
-		tenantID, now).Scan(&n)
+SELECT (SELECT count(*) FROM (SELECT 1 FROM images WHERE tenant_id = ?1 LIMIT ?3))
+     + (SELECT count(*) FROM (SELECT 1 FROM tickets WHERE tenant_id = ?1 AND used_at IS NULL AND expires_at > ?2 LIMIT ?3))
+     + (SELECT count(*) FROM (SELECT 1 FROM tickets WHERE tenant_id = ?1 AND put_running = 1 LIMIT ?3))
+     + (SELECT count(*) FROM (SELECT 1 FROM upload_sessions WHERE tenant_id = ?1 AND "offset" < length AND expires_at > ?2 LIMIT ?3))`,
+		tenantID, now, quota).Scan(&n)
 	if err != nil {
 		return err
 	}
