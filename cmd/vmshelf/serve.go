@@ -573,7 +573,7 @@ func kubeCluster(kubeconfig string, log *slog.Logger) (provisioner.Cluster, erro
 
 // defaultMemoryLimit is the runtime's soft memory limit unless GOMEMLIMIT
 // is set: under the 64 MiB the service is sized for.
-const defaultMemoryLimit = 40 << 20
+const defaultMemoryLimit = 32 << 20
 
 // storeReserve is the emergency space kept beside the db: on a full disk
 // it is released so that removes can still commit (sqlite.WithReserve).
