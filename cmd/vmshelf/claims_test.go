@@ -1,7 +1,7 @@
 package main
 
 // Tests of claims the docs make about the running binary that no
-// functional test shows: constant memory in the image size and the 40 MiB
+// functional test shows: constant memory in the image size and the 32 MiB
 // soft memory limit (docs/operations.md), and fetches sent with
 // sendfile(2) (README).
 
@@ -164,7 +164,7 @@ func (s *server) uploadFile(t *testing.T, tk ticketAnswer, file string, size int
 }
 
 // TestE2EConstantMemory: "the data plane streams, so its memory is constant
-// in the image size" and "serve sets a 40 MiB soft memory limit for the Go
+// in the image size" and "serve sets a 32 MiB soft memory limit for the Go
 // runtime unless GOMEMLIMIT is set" (docs/operations.md). The real binary
 // takes and serves an image 8 times the 64 MiB bound; its peak resident
 // size (VmHWM, read while it runs) stays under the bound after the upload
@@ -180,8 +180,8 @@ func TestE2EConstantMemory(t *testing.T) {
 	// The limit the runtime runs with, as the Go collector reports it
 	// (runtime/metrics /gc/gomemlimit:bytes). cleanEnv keeps GOMEMLIMIT
 	// out of the child's environment.
-	if v := mustMetric(t, s.scrape(t), "go_gc_gomemlimit_bytes", nil); v != 40<<20 {
-		t.Errorf("go_gc_gomemlimit_bytes = %v without GOMEMLIMIT, want %d (40 MiB)", v, 40<<20)
+	if v := mustMetric(t, s.scrape(t), "go_gc_gomemlimit_bytes", nil); v != 32<<20 {
+		t.Errorf("go_gc_gomemlimit_bytes = %v without GOMEMLIMIT, want %d (32 MiB)", v, 32<<20)
 	}
 
 	disk, size, sum := bigImage(t, work, bigImageVirtual)
@@ -215,7 +215,7 @@ func TestE2EConstantMemory(t *testing.T) {
 }
 
 // TestE2EMemoryLimitFromEnv: GOMEMLIMIT, when set, wins over serve's own
-// 40 MiB (docs/operations.md).
+// 32 MiB (docs/operations.md).
 func TestE2EMemoryLimitFromEnv(t *testing.T) {
 	s := startServe(t, filepath.Join(t.TempDir(), "data"), nil, "GOMEMLIMIT=96MiB")
 	if v := mustMetric(t, s.scrape(t), "go_gc_gomemlimit_bytes", nil); v != 96<<20 {

@@ -38,11 +38,16 @@ var debian = []struct {
 	{"npm", []string{"npm"}},
 	{"chromium", []string{"chromium"}},
 	{"nginx", []string{"nginx"}},
+	{"wrk", []string{"wrk"}},
 }
 
 // missingNames is how .ci/deps names each thing when all are missing.
 var missingNames = []string{"qemu-img", "qemu-io", "qemu-img's http driver", "nbdkit", "curl", "strace",
-	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "stripe-mock"}
+	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "stripe-mock", "tusd"}
+
+// tusdInstall is how .ci/deps installs the bench's tusd (bench/README.md
+// names the same version).
+const tusdInstall = "go install github.com/tus/tusd/v2/cmd/tusd@v2.9.1"
 
 // npmDirs are the folders .ci/deps runs npm ci in.
 var npmDirs = []string{"cmd/vmshelf/testdata/tusjs", "cmd/vmshelf/testdata/browser"}
@@ -88,7 +93,7 @@ type setup struct {
 	nodejsBringsNpm bool     // the nodejs package brings npm (NodeSource's does)
 	refuse          []string // packages apt-get refuses, exit 100
 	npmDone         bool     // node_modules installed and newer than the lock files
-	stripeMock      bool     // stripe-mock on PATH
+	goTools         bool     // stripe-mock and tusd on PATH
 }
 
 // stubs writes the commands pkg brings into dir.
@@ -162,8 +167,9 @@ func newMachine(t *testing.T, s setup) *machine {
 		m.stub(t, m.bin, "node", s)
 		m.stub(t, m.bin, "npm", s)
 	}
-	if s.stripeMock {
+	if s.goTools {
 		m.stub(t, m.bin, "stripe-mock", s)
+		m.stub(t, m.bin, "tusd", s)
 	}
 
 	// The packages apt-get has, each a folder of the stubs it installs.
@@ -184,15 +190,17 @@ echo "Setting up $pkg ..."
 %[5]s -a %[4]q/$pkg/. %[6]q/
 `, m.log, strings.Join(s.refuse, " "), refusal, pkgs, needTool(t, "cp"), m.bin))
 	// go: env answers as go env GOBIN GOPATH does (no GOBIN); install
-	// drops a stripe-mock stub; anything else is not for this test.
-	mock := filepath.Join(t.TempDir(), "stripe-mock")
-	m.stub(t, filepath.Dir(mock), "stripe-mock", s)
+	// drops a stub named as the package's command (stripe-mock, tusd);
+	// anything else is not for this test.
+	stubs := t.TempDir()
+	m.stub(t, stubs, "stripe-mock", s)
+	m.stub(t, stubs, "tusd", s)
 	writeScript(t, filepath.Join(m.bin, "go"), fmt.Sprintf(`case $1 in
 env) echo; echo %[1]q;;
-install) echo "go $*" >>%[2]q; %[3]s %[4]q %[5]q/;;
+install) echo "go $*" >>%[2]q; name=${2%%@*}; %[3]s %[4]q/"${name##*/}" %[5]q/;;
 *) echo "go $1 is not for this test" >&2; exit 97;;
 esac
-`, filepath.Join(m.tree, "gopath"), m.log, needTool(t, "cp"), mock, m.bin))
+`, filepath.Join(m.tree, "gopath"), m.log, needTool(t, "cp"), stubs, m.bin))
 	// Not root, .ci/deps goes through sudo -n: this one lets it.
 	writeScript(t, filepath.Join(m.bin, "sudo"), `[[ $1 == -n ]] && shift; [[ $1 == true ]] && exit 0; exec "$@"`+"\n")
 	return m
@@ -242,7 +250,7 @@ func without(all []string, drop ...string) []string {
 // TestDepsInstalls: .ci/deps installs each missing Debian package with an
 // apt-get of its own (one refused package refuses only itself), skips
 // what an earlier install or another source already brought, runs npm ci
-// where node_modules is missing and go install for stripe-mock, then
+// where node_modules is missing and go install for stripe-mock and tusd, then
 // checks again: all there is exit 0, anything still missing is exit 1
 // naming it and the command that installs it.
 func TestDepsInstalls(t *testing.T) {
@@ -261,7 +269,7 @@ func TestDepsInstalls(t *testing.T) {
 	}{
 		{
 			name:    "nothing there: everything installed, one package at a time",
-			calls:   slices.Concat(installs(allPkgs...), npmCIs, []string{goInstall}),
+			calls:   slices.Concat(installs(allPkgs...), npmCIs, []string{goInstall, tusdInstall}),
 			ok:      true,
 			says:    []string{"deps: " + sudoRun() + aptInstall("qemu-block-extra") + "\n"},
 			allHere: "deps: everything the tests use is here now\n",
@@ -270,7 +278,7 @@ func TestDepsInstalls(t *testing.T) {
 			name:  "apt-get refuses npm: the others are installed all the same",
 			setup: setup{refuse: []string{"npm"}},
 			// No npm ci without npm; stripe-mock does not need it.
-			calls: slices.Concat(installs(allPkgs...), []string{goInstall}),
+			calls: slices.Concat(installs(allPkgs...), []string{goInstall, tusdInstall}),
 			says: []string{
 				"apt-get install npm failed: " + refusal,
 				"  npm: Debian package npm",
@@ -281,35 +289,35 @@ func TestDepsInstalls(t *testing.T) {
 				"\n  npm ci --prefix cmd/vmshelf/testdata/browser --no-audit --no-fund\n",
 				"Debian's npm is refused beside this node (v20.20.2)",
 			},
-			notSays: []string{"  chromium:", "  nginx:", "  node:", "stripe-mock:", "\n  " + goInstall + "\n"},
+			notSays: []string{"  chromium:", "  nginx:", "  node:", "stripe-mock:", "tusd:", "\n  " + goInstall + "\n"},
 		},
 		{
 			name:  "Node.js and npm from elsewhere: Debian's nodejs and npm are left alone",
 			setup: setup{nodeElsewhere: true},
-			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall}),
+			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall, tusdInstall}),
 			ok:    true,
 		},
 		{
 			name:  "the nodejs package brings npm: Debian's npm is not installed on top",
 			setup: setup{nodejsBringsNpm: true},
-			calls: slices.Concat(installs(without(allPkgs, "npm")...), npmCIs, []string{goInstall}),
+			calls: slices.Concat(installs(without(allPkgs, "npm")...), npmCIs, []string{goInstall, tusdInstall}),
 			ok:    true,
 		},
 		{
 			name:  "some there: only the others are installed",
-			setup: setup{has: []string{"qemu-utils", "curl", "strace", "e2fsprogs", "nodejs", "npm"}, npmDone: true, stripeMock: true},
-			calls: installs("qemu-block-extra", "nbdkit", "prometheus", "chromium", "nginx"),
+			setup: setup{has: []string{"qemu-utils", "curl", "strace", "e2fsprogs", "nodejs", "npm"}, npmDone: true, goTools: true},
+			calls: installs("qemu-block-extra", "nbdkit", "prometheus", "chromium", "nginx", "wrk"),
 			ok:    true,
 		},
 		{
 			name:  "a node older than playwright-core needs",
 			setup: setup{node: "v18.19.0", nodeElsewhere: true},
-			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall}),
+			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall, tusdInstall}),
 			says:  []string{"node v18.19.0 is older than 20, which playwright-core needs: install Node.js 20 or later"},
 		},
 		{
 			name:    "everything there: nothing asked",
-			setup:   setup{has: allPkgs, npmDone: true, stripeMock: true},
+			setup:   setup{has: allPkgs, npmDone: true, goTools: true},
 			ok:      true,
 			allHere: "deps: everything the tests use is here\n",
 		},
@@ -322,6 +330,7 @@ func TestDepsInstalls(t *testing.T) {
 				"\n  npm ci --prefix cmd/vmshelf/testdata/tusjs --no-audit --no-fund\n",
 				"\n  npm ci --prefix cmd/vmshelf/testdata/browser --no-audit --no-fund\n",
 				"\n  " + goInstall + "\n",
+				"\n  " + tusdInstall + "\n",
 				"deps: VMSHELF_INSTALL=0: nothing was installed",
 			},
 		},
@@ -409,6 +418,7 @@ func TestMakeTestStopsWithoutTools(t *testing.T) {
 		"\n  " + sudo() + "apt-get update\n",
 		"\n  " + sudo() + aptInstall(strings.Join(allPkgs, " ")) + "\n",
 		"\n  " + stripetest.MockInstall + "\n",
+		"\n  " + tusdInstall + "\n",
 	}
 	// npm ci where this checkout's node_modules is missing or stale (where
 	// make test installed it, it is not).
@@ -445,7 +455,7 @@ func TestMakeTestChecksThenStrict(t *testing.T) {
 		}
 		t.Skip("runs make test's tool check, which needs root (run the tests as root, as CI does)")
 	}
-	m := newMachine(t, setup{has: allPkgs, npmDone: true, stripeMock: true})
+	m := newMachine(t, setup{has: allPkgs, npmDone: true, goTools: true})
 	copyFile(t, filepath.Join(repoRoot(t), "Makefile"), filepath.Join(m.tree, "Makefile"))
 	for _, tool := range []string{"make", "sh", "git", "find", "gofmt"} {
 		if err := os.Symlink(needTool(t, tool), filepath.Join(m.bin, tool)); err != nil {
