@@ -42,6 +42,10 @@ const wrkConns = 8
 // 512 by default) however slow the answers get.
 const openLoopConns = 64
 
+// tickets at a constant rate come from this many boxes in turn, each its
+// own tenant (see phaseControl).
+const ticketBoxes = 100
+
 func (b *bench) phaseControl() error {
 	rate := b.opt.controlQPS
 	cTicketRate := fmt.Sprintf("ticket issue, %d req/s constant", rate)
@@ -50,9 +54,11 @@ func (b *bench) phaseControl() error {
 	cStatusSat := fmt.Sprintf("status, saturated (wrk -c%d)", wrkConns)
 	t := b.rep.table("control", "Control plane under load",
 		fmt.Sprintf("`POST /market/vm-images/ticket` (`{\"name\":…,\"efi\":false}`, a new ticket each: one SQLite write transaction) and `POST /market/vms/status` (`{}`: reads the tenant's images) "+
-			"with the dev tenant's bearer token, over loopback keep-alive connections, for %d s each. *constant*: an open-loop Go client sends at a fixed rate over at most %d keep-alive connections (a request that finds them all busy waits for one); latency is from the "+
+			"with the dev tenant's bearer token, over loopback keep-alive connections, for %d s each; except the constant-rate tickets, which come from %d boxes in turn, each its own tenant with its own token "+
+			"(a tenant's unused tickets count against its quota, so that one tenant asking for thousands is no edge's load: every new ticket would count them all). "+
+			"*constant*: an open-loop Go client sends at a fixed rate over at most %d keep-alive connections (a request that finds them all busy waits for one); latency is from the "+
 			"request's scheduled time to the end of its answer (no coordinated omission), so that wait counts. *saturated*: `wrk -t1 -c%d`, as fast as the server answers. Every answer is checked "+
-			"(201 resp. 200). Server CPU: the vmshelf process over the run.", int(b.opt.loadFor.Seconds()), openLoopConns, wrkConns),
+			"(201 resp. 200). Server CPU: the vmshelf process over the run.", int(b.opt.loadFor.Seconds()), ticketBoxes, openLoopConns, wrkConns),
 		Metric{Key: "rps", Label: "req/s", Unit: "req/s", Better: "higher", digits: 0},
 		Metric{Key: "p50", Label: "p50 ms", Unit: "ms", Better: "lower", digits: 2},
 		Metric{Key: "p99", Label: "p99 ms", Unit: "ms", Better: "lower", digits: 2},
@@ -62,6 +68,9 @@ func (b *bench) phaseControl() error {
 	)
 	script := filepath.Join(b.dir, "control.lua")
 	if err := os.WriteFile(script, []byte(controlLua), 0o644); err != nil {
+		return err
+	}
+	if err := b.vm.addBoxes(ticketBoxes); err != nil {
 		return err
 	}
 	items := []string{cTicketRate, cStatusRate, cTicketSat, cStatusSat}
@@ -81,7 +90,11 @@ func (b *bench) phaseControl() error {
 			var lr loadResult
 			var err error
 			if s == cTicketRate || s == cStatusRate {
-				lr, err = b.openLoop(rate, b.opt.loadFor, path, body, want)
+				tokens := []string{b.vm.token}
+				if s == cTicketRate {
+					tokens = b.vm.boxes
+				}
+				lr, err = b.openLoop(rate, b.opt.loadFor, path, body, want, tokens)
 			} else {
 				var w wrkResult
 				w, err = runWrk(script, []string{"BENCH_BODY=" + body, "BENCH_TOKEN=" + b.vm.token, fmt.Sprintf("BENCH_WANT=%d", want)},
@@ -120,7 +133,8 @@ type loadResult struct {
 // openLoop sends rate requests per second for d, each at its scheduled
 // time whatever the answers before it do, and measures each from its
 // scheduled time.
-func (b *bench) openLoop(rate int, d time.Duration, path, body string, want int) (loadResult, error) {
+// Request i carries tokens[i % len(tokens)].
+func (b *bench) openLoop(rate int, d time.Duration, path, body string, want int, tokens []string) (loadResult, error) {
 	// A bounded pool of keep-alive connections, as a client library keeps
 	// one (and well below serve's --control-max-conns, 512): beyond the
 	// cap the server closes the idle connection that waited longest for a
@@ -133,9 +147,9 @@ func (b *bench) openLoop(rate int, d time.Duration, path, body string, want int)
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	url := "http://" + b.vm.ctlAddr + path
-	do := func() error {
+	do := func(i int) error {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+b.vm.token)
+		req.Header.Set("Authorization", "Bearer "+tokens[i%len(tokens)])
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := c.Do(req)
 		if err != nil {
@@ -149,8 +163,8 @@ func (b *bench) openLoop(rate int, d time.Duration, path, body string, want int)
 		return nil
 	}
 	// Warm the connection pool a little, untimed.
-	for range 8 {
-		_ = do()
+	for i := range 8 {
+		_ = do(i)
 	}
 	n := int(d.Seconds() * float64(rate))
 	lat := make([]float64, n)
@@ -168,7 +182,7 @@ func (b *bench) openLoop(rate int, d time.Duration, path, body string, want int)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := do()
+			err := do(i)
 			lat[i] = time.Since(at).Seconds() * 1000
 			if err != nil {
 				mu.Lock()

@@ -129,6 +129,7 @@ type vmshelf struct {
 	ctlAddr  string
 	token    string
 	args     []string
+	boxes    []string // tokens of the box tenants made by addBoxes
 }
 
 func startVmshelf(bin, dir string, uploadMaxGiB int) (*vmshelf, error) {
@@ -293,6 +294,30 @@ func (v *vmshelf) fetchURL(uploadID string) (string, error) {
 		return "", fmt.Errorf("fetch-url: %w: %s", err, stderr.String())
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// addBoxes adds n sharing mesh boxes (vmshelf tenant add, beside the running
+// serve, as an operator does) and keeps their tokens, which tenant add
+// prints once on stdout.
+func (v *vmshelf) addBoxes(n int) error {
+	for i := len(v.boxes); i < n; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, v.bin, "tenant", "add", fmt.Sprintf("bench-box-%d", i), "--in-mesh", "--sharing", "--data-dir", v.dataDir)
+		cmd.Env = cleanEnv()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("tenant add: %w: %s", err, stderr.String())
+		}
+		token := strings.TrimSpace(string(out))
+		if len(token) != 64 {
+			return fmt.Errorf("tenant add printed no token (%d characters)", len(token))
+		}
+		v.boxes = append(v.boxes, token)
+	}
+	return nil
 }
 
 // metric reads one sample of the data plane's /metrics, e.g.
