@@ -61,19 +61,8 @@ test-race-kube:
 # -vet=off: lint ran every vet analyzer on every package just before; the
 # subset go test runs by itself would run again, under flags of its own,
 # with its facts over every dependency (all of client-go, SQLite, Stripe).
-#
-# cmd/vmshelf's tests run the service as child processes built without
-# -race (the binary users run), so -race there would check only the tests'
-# own helpers, at a cost of minutes on 2 cores (its API validator, clients
-# and scrapes run instrumented): that package runs without, beside the race
-# run of every other package, and the two answers are combined.
-MAIN_PKG := github.com/vmshelf/vmshelf/cmd/vmshelf
 test-race:
-	@echo "$(GO) test -vet=off -count=1 -timeout 12m ./cmd/vmshelf & (beside)"
-	@$(GO) test -vet=off -count=1 -timeout 12m ./cmd/vmshelf & main=$$!; \
-	echo "$(GO) test -race -vet=off -count=1 -timeout 12m <every other package>"; \
-	$(GO) test -race -vet=off -count=1 -timeout 12m $$($(GO) list ./... | grep -vx '$(MAIN_PKG)'); rc=$$?; \
-	wait $$main || rc=1; exit $$rc
+	$(GO) test -race -vet=off -count=1 -timeout 12m ./...
 
 # `make test-short`: test-race's tests with no tool check and not strict
 # (CI=false), so a test whose tool is missing skips; gotestsum (run at its
