@@ -283,17 +283,7 @@ func (c fetchCap) request(method string) *http.Request {
 }
 
 func (v *vmshelf) fetchURL(uploadID string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, v.bin, "fetch-url", uploadID, "--ttl", "12h", "--data-dir", v.dataDir, "--data-addr", v.dataAddr)
-	cmd.Env = cleanEnv()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("fetch-url: %w: %s", err, stderr.String())
-	}
-	return strings.TrimSpace(string(out)), nil
+	return v.cli("fetch-url", uploadID, "--ttl", "12h", "--data-dir", v.dataDir, "--data-addr", v.dataAddr)
 }
 
 // addBoxes adds n sharing mesh boxes (vmshelf tenant add, beside the running
@@ -301,23 +291,32 @@ func (v *vmshelf) fetchURL(uploadID string) (string, error) {
 // prints once on stdout.
 func (v *vmshelf) addBoxes(n int) error {
 	for i := len(v.boxes); i < n; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cmd := exec.CommandContext(ctx, v.bin, "tenant", "add", fmt.Sprintf("bench-box-%d", i), "--in-mesh", "--sharing", "--data-dir", v.dataDir)
-		cmd.Env = cleanEnv()
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		cancel()
+		token, err := v.cli("tenant", "add", fmt.Sprintf("bench-box-%d", i), "--in-mesh", "--sharing", "--data-dir", v.dataDir)
 		if err != nil {
-			return fmt.Errorf("tenant add: %w: %s", err, stderr.String())
+			return err
 		}
-		token := strings.TrimSpace(string(out))
 		if len(token) != 64 {
 			return fmt.Errorf("tenant add printed no token (%d characters)", len(token))
 		}
 		v.boxes = append(v.boxes, token)
 	}
 	return nil
+}
+
+// cli runs a vmshelf command beside the running serve and returns what it
+// printed on stdout, trimmed (a URL or a token: never logged here).
+func (v *vmshelf) cli(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, v.bin, args...)
+	cmd.Env = cleanEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w: %s", strings.Join(args[:min(2, len(args))], " "), err, stderr.String())
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // metric reads one sample of the data plane's /metrics, e.g.

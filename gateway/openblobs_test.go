@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"testing"
@@ -18,12 +19,17 @@ type countingBlobs struct {
 	mu     sync.Mutex
 	opens  int
 	closed chan string
+	fail   error // if set, every Open's answer
 }
 
 func (c *countingBlobs) Open(_ context.Context, id string) (imagestore.Blob, error) {
 	c.mu.Lock()
 	c.opens++
+	fail := c.fail
 	c.mu.Unlock()
+	if fail != nil {
+		return nil, fail
+	}
 	return &memBlob{Reader: bytes.NewReader([]byte("image " + id)), id: id, closed: c.closed}, nil
 }
 
@@ -86,5 +92,27 @@ func TestOpenBlobsShareAndLinger(t *testing.T) {
 	defer a3.Close()
 	if n := blobs.openCount(); n != 3 {
 		t.Errorf("a use after the close opened %d blobs in all, want 3", n)
+	}
+}
+
+// TestOpenBlobsOpenFails: a failed open is the caller's error and leaves
+// nothing behind; the next request opens again.
+func TestOpenBlobsOpenFails(t *testing.T) {
+	down := errors.New("disk gone")
+	blobs := &countingBlobs{closed: make(chan string, 10), fail: down}
+	c := newOpenBlobs(blobs, time.Hour)
+	if _, err := c.get(t.Context(), "a"); !errors.Is(err, down) {
+		t.Fatalf("get with Open failing: %v, want its error", err)
+	}
+	blobs.mu.Lock()
+	blobs.fail = nil
+	blobs.mu.Unlock()
+	b, err := c.get(t.Context(), "a")
+	if err != nil {
+		t.Fatalf("get once Open works: %v", err)
+	}
+	defer b.Close()
+	if n := blobs.openCount(); n != 2 {
+		t.Errorf("%d opens, want 2: the failure must not be kept", n)
 	}
 }

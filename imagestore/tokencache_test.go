@@ -22,6 +22,8 @@ type grantStore struct {
 	// released: a lookup that races with a revocation.
 	block   chan struct{}
 	reading chan struct{}
+	// fail, if set, is every lookup's answer: a store that cannot be asked.
+	fail error
 }
 
 type grant struct {
@@ -34,8 +36,11 @@ func (s *grantStore) ImageForToken(_ context.Context, token imagestore.Hash, now
 	s.mu.Lock()
 	s.lookups++
 	g, ok := s.grants[token]
-	block := s.block
+	block, fail := s.block, s.fail
 	s.mu.Unlock()
+	if fail != nil {
+		return imagestore.Image{}, time.Time{}, fail
+	}
 	if block != nil {
 		s.reading <- struct{}{}
 		<-block
@@ -180,8 +185,13 @@ func TestTokenCacheRevocationRace(t *testing.T) {
 	held := make(chan struct{})
 	s.block, s.reading = held, make(chan struct{})
 	c := imagestore.CacheTokens(s, imagestore.TokenCacheTTL)
-	served := make(chan bool)
-	go func() { served <- lookup(t, c, t0) }()
+	// The held lookup runs on its own goroutine, which must not call
+	// t.Fatal: it sends its answer, and the test goroutine judges it.
+	served := make(chan error)
+	go func() {
+		_, _, err := c.ImageForToken(context.Background(), tokenA, t0)
+		served <- err
+	}()
 	<-s.reading // the lookup has read the grant and not yet returned
 	s.mu.Lock()
 	s.block = nil // later lookups go straight through
@@ -190,10 +200,35 @@ func TestTokenCacheRevocationRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(held) // the held lookup returns only now, after the revocation
-	if !<-served {
-		t.Fatal("the raced lookup was refused; it read its answer before the revocation")
+	if err := <-served; err != nil {
+		t.Fatalf("the raced lookup: %v; it read its answer before the revocation", err)
 	}
 	if lookup(t, c, t0) {
 		t.Error("after the revocation the token is still served: the raced answer was cached")
+	}
+}
+
+// TestTokenCacheStoreFails: a store that cannot be asked is an error, not
+// an unknown token, and is never remembered: the next lookup asks again
+// and serves once the store answers.
+func TestTokenCacheStoreFails(t *testing.T) {
+	s := newGrantStore()
+	down := errors.New("store down")
+	s.fail = down
+	c := imagestore.CacheTokens(s, imagestore.TokenCacheTTL)
+	for i := range 2 {
+		_, _, err := c.ImageForToken(t.Context(), tokenA, t0)
+		if !errors.Is(err, down) || errors.Is(err, imagestore.ErrNotFound) {
+			t.Fatalf("lookup %d with the store down: %v, want the store's error", i, err)
+		}
+	}
+	s.mu.Lock()
+	s.fail = nil
+	s.mu.Unlock()
+	if !lookup(t, c, t0) {
+		t.Fatal("once the store answers, the token is refused")
+	}
+	if n := s.count(); n != 3 {
+		t.Errorf("the store was asked %d times, want 3 (failures are not cached)", n)
 	}
 }
