@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/sqlstore"
 	"github.com/vmshelf/vmshelf/imagestore/storetest"
 )
 
@@ -542,13 +543,13 @@ func TestQueryPlans(t *testing.T) {
 	}{
 		{"running uploads counted by the quota", `SELECT count(*) FROM tickets WHERE tenant_id = 1 AND put_running = 1`, "tickets_put_running"},
 		{"running uploads ended at start-up", `UPDATE tickets SET put_running = 0 WHERE put_running = 1`, "tickets_put_running"},
-		{"a listing's counts", `SELECT ` + listingCols + ` FROM listings l WHERE l.id = 'l'`, "COVERING INDEX orders_listing"},
-		{"a host's listings", `SELECT ` + listingCols + ` FROM listings l WHERE l.host_id = 1 ORDER BY l.created_at, l.id`, "listings_host"},
-		{"open listings", `SELECT ` + listingCols + ` FROM listings l WHERE l.closed_at IS NULL ORDER BY l.created_at, l.id`, "listings_open"},
-		{"a buyer's orders", `SELECT ` + orderCols + ` FROM orders WHERE buyer_id = 1 ORDER BY created_at DESC, id DESC`, "orders_buyer"},
-		{"orders in a state", `SELECT ` + orderCols + ` FROM orders WHERE state = 'paid' ORDER BY created_at, id`, "orders_state"},
-		{"overdue orders", `SELECT ` + orderCols + ` FROM orders WHERE state = 'awaitingPayment' AND reserve_until <= 5 ORDER BY created_at, id`, "orders_state"},
-		{"orders of an upload", `SELECT EXISTS (SELECT 1 FROM orders WHERE image_kind = 'upload' AND image = 'x' AND ` + holdsSQL + `)`, "orders_upload"},
+		{"a listing's counts", `SELECT ` + sqlstore.ListingCols + ` FROM listings l WHERE l.id = 'l'`, "COVERING INDEX orders_listing"},
+		{"a host's listings", `SELECT ` + sqlstore.ListingCols + ` FROM listings l WHERE l.host_id = 1 ORDER BY l.created_at, l.id`, "listings_host"},
+		{"open listings", `SELECT ` + sqlstore.ListingCols + ` FROM listings l WHERE l.closed_at IS NULL ORDER BY l.created_at, l.id`, "listings_open"},
+		{"a buyer's orders", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE buyer_id = 1 ORDER BY created_at DESC, id DESC`, "orders_buyer"},
+		{"orders in a state", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE state = 'paid' ORDER BY created_at, id`, "orders_state"},
+		{"overdue orders", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE state = 'awaitingPayment' AND reserve_until <= 5 ORDER BY created_at, id`, "orders_state"},
+		{"orders of an upload", `SELECT EXISTS (SELECT 1 FROM orders WHERE image_kind = 'upload' AND image = 'x' AND ` + sqlstore.HoldsSQL + `)`, "orders_upload"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -647,7 +648,7 @@ func TestMarketTables(t *testing.T) {
 	if err := s.db.QueryRowContext(ctx, `SELECT id, type, result, at FROM webhook_events`).Scan(&ev.ID, &ev.Type, &ev.Result, &at); err != nil {
 		t.Fatal(err)
 	}
-	ev.At = fromNanos(at)
+	ev.At = time.Unix(0, at).UTC()
 	if ev != first {
 		t.Errorf("webhook event after a replay = %+v, want the first %+v", ev, first)
 	}

@@ -1,4 +1,4 @@
-package sqlite
+package sqlstore
 
 import (
 	"context"
@@ -43,12 +43,12 @@ func scanListing(r scanner) (imagestore.Listing, error) {
 }
 
 // listing reads one listing inside tx; ErrNotFound.
-func listing(ctx context.Context, tx *sql.Tx, id string) (imagestore.Listing, error) {
+func listing(ctx context.Context, tx *Tx, id string) (imagestore.Listing, error) {
 	l, err := scanListing(tx.QueryRowContext(ctx, `SELECT `+listingCols+` FROM listings l WHERE l.id = ?`, id))
 	return l, notFound("listing", err)
 }
 
-func queryListings(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]imagestore.Listing, error) {
+func queryListings(ctx context.Context, tx *Tx, query string, args ...any) ([]imagestore.Listing, error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -68,7 +68,7 @@ func queryListings(ctx context.Context, tx *sql.Tx, query string, args ...any) (
 // CreateListing stores l open; see imagestore.MarketStore.
 func (s *Store) CreateListing(ctx context.Context, l imagestore.Listing) (imagestore.Listing, error) {
 	fail := func(err error) (imagestore.Listing, error) {
-		return imagestore.Listing{}, fmt.Errorf("sqlite: create listing: %w", err)
+		return imagestore.Listing{}, fmt.Errorf("create listing: %w", err)
 	}
 	created, err := createdNanos(l.CreatedAt)
 	if err != nil {
@@ -78,7 +78,7 @@ func (s *Store) CreateListing(ctx context.Context, l imagestore.Listing) (images
 		return fail(fmt.Errorf("id %q, capacity %d, unit price %d and currency %q do not describe a listing", l.ID, l.Capacity, l.UnitPrice, l.Currency))
 	}
 	var stored imagestore.Listing
-	err = s.write(ctx, "create listing", func(tx *sql.Tx) error {
+	err = s.write(ctx, "create listing", func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `
 INSERT INTO listings (id, host_id, unit_price, currency, capacity, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
 			l.ID, l.HostID, l.UnitPrice, l.Currency, l.Capacity, created)
@@ -102,7 +102,7 @@ INSERT INTO listings (id, host_id, unit_price, currency, capacity, created_at) V
 // Listing returns the listing with its derived counts; ErrNotFound.
 func (s *Store) Listing(ctx context.Context, id string) (imagestore.Listing, error) {
 	var l imagestore.Listing
-	err := s.read(ctx, "listing", func(tx *sql.Tx) (err error) {
+	err := s.read(ctx, "listing", func(tx *Tx) (err error) {
 		l, err = listing(ctx, tx, id)
 		return err
 	})
@@ -113,7 +113,7 @@ func (s *Store) Listing(ctx context.Context, id string) (imagestore.Listing, err
 // and id.
 func (s *Store) Listings(ctx context.Context, hostID int64) ([]imagestore.Listing, error) {
 	var ls []imagestore.Listing
-	err := s.read(ctx, "listings", func(tx *sql.Tx) (err error) {
+	err := s.read(ctx, "listings", func(tx *Tx) (err error) {
 		ls, err = queryListings(ctx, tx, `SELECT `+listingCols+` FROM listings l
 WHERE l.host_id = ? ORDER BY l.created_at, l.id`, hostID)
 		return err
@@ -124,7 +124,7 @@ WHERE l.host_id = ? ORDER BY l.created_at, l.id`, hostID)
 // OpenListings returns every open listing by creation time and id.
 func (s *Store) OpenListings(ctx context.Context) ([]imagestore.Listing, error) {
 	var ls []imagestore.Listing
-	err := s.read(ctx, "open listings", func(tx *sql.Tx) (err error) {
+	err := s.read(ctx, "open listings", func(tx *Tx) (err error) {
 		ls, err = queryListings(ctx, tx, `SELECT `+listingCols+` FROM listings l
 WHERE l.closed_at IS NULL ORDER BY l.created_at, l.id`)
 		return err
@@ -138,9 +138,9 @@ WHERE l.closed_at IS NULL ORDER BY l.created_at, l.id`)
 func (s *Store) CloseListing(ctx context.Context, hostID int64, id string, now time.Time) error {
 	at, err := nanos("now", now)
 	if err != nil {
-		return fmt.Errorf("sqlite: close listing: %w", err)
+		return fmt.Errorf("close listing: %w", err)
 	}
-	return s.write(ctx, "close listing", func(tx *sql.Tx) error {
+	return s.write(ctx, "close listing", func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `
 UPDATE listings SET closed_at = ? WHERE id = ? AND host_id = ? AND closed_at IS NULL`, at, id, hostID)
 		if err != nil {
@@ -186,7 +186,7 @@ func scanOrder(r scanner) (imagestore.Order, error) {
 	return o, nil
 }
 
-func queryOrders(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]imagestore.Order, error) {
+func queryOrders(ctx context.Context, tx *Tx, query string, args ...any) ([]imagestore.Order, error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -236,7 +236,7 @@ func checkOrder(o imagestore.Order) error {
 // row first (SELECT ... FOR UPDATE); storetest's CreateOrderConcurrent
 // overbooks a store that does not.
 func (s *Store) CreateOrder(ctx context.Context, o imagestore.Order, userData string) error {
-	fail := func(err error) error { return fmt.Errorf("sqlite: create order: %w", err) }
+	fail := func(err error) error { return fmt.Errorf("create order: %w", err) }
 	if err := checkOrder(o); err != nil {
 		return fail(err)
 	}
@@ -248,7 +248,7 @@ func (s *Store) CreateOrder(ctx context.Context, o imagestore.Order, userData st
 	if err != nil {
 		return fail(err)
 	}
-	return s.write(ctx, "create order", func(tx *sql.Tx) error {
+	return s.write(ctx, "create order", func(tx *Tx) error {
 		// A retry after a lost answer must hear that its order exists,
 		// not that its own reservation took the last replica.
 		var one int
@@ -305,7 +305,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'awaitingPayment', ?, ?, ?)`,
 
 // orderState reads an order's state inside tx, for a state change whose
 // conditional UPDATE changed nothing; ErrNotFound.
-func orderState(ctx context.Context, tx *sql.Tx, id string) (imagestore.OrderState, error) {
+func orderState(ctx context.Context, tx *Tx, id string) (imagestore.OrderState, error) {
 	var st string
 	err := tx.QueryRowContext(ctx, `SELECT state FROM orders WHERE id = ?`, id).Scan(&st)
 	return imagestore.OrderState(st), notFound("order", err)
@@ -316,7 +316,7 @@ func orderState(ctx context.Context, tx *sql.Tx, id string) (imagestore.OrderSta
 // the change leaves alone (nil), otherwise it is ErrOrderState. The
 // decision is the UPDATE's WHERE, never the read: of two concurrent
 // changes exactly one applies.
-func transition(ctx context.Context, tx *sql.Tx, id string, left func(imagestore.OrderState) bool, update string, args ...any) error {
+func transition(ctx context.Context, tx *Tx, id string, left func(imagestore.OrderState) bool, update string, args ...any) error {
 	res, err := tx.ExecContext(ctx, update, args...)
 	if err != nil {
 		return err
@@ -338,7 +338,7 @@ func never(imagestore.OrderState) bool { return false }
 
 // SetCheckout records the checkout session of an order awaiting payment.
 func (s *Store) SetCheckout(ctx context.Context, orderID, checkoutID, checkoutURL string) error {
-	return s.write(ctx, "set checkout", func(tx *sql.Tx) error {
+	return s.write(ctx, "set checkout", func(tx *Tx) error {
 		return transition(ctx, tx, orderID, never, `
 UPDATE orders SET checkout_id = ?, checkout_url = ? WHERE id = ? AND state = 'awaitingPayment'`,
 			checkoutID, checkoutURL, orderID)
@@ -348,7 +348,7 @@ UPDATE orders SET checkout_id = ?, checkout_url = ? WHERE id = ? AND state = 'aw
 // Order returns the order without its user data; ErrNotFound.
 func (s *Store) Order(ctx context.Context, id string) (imagestore.Order, error) {
 	var o imagestore.Order
-	err := s.read(ctx, "order", func(tx *sql.Tx) (err error) {
+	err := s.read(ctx, "order", func(tx *Tx) (err error) {
 		o, err = scanOrder(tx.QueryRowContext(ctx, `SELECT `+orderCols+` FROM orders WHERE id = ?`, id))
 		return notFound("order", err)
 	})
@@ -358,7 +358,7 @@ func (s *Store) Order(ctx context.Context, id string) (imagestore.Order, error) 
 // Orders returns the buyer's orders, newest first (then by id, descending).
 func (s *Store) Orders(ctx context.Context, buyerID int64) ([]imagestore.Order, error) {
 	var orders []imagestore.Order
-	err := s.read(ctx, "orders", func(tx *sql.Tx) (err error) {
+	err := s.read(ctx, "orders", func(tx *Tx) (err error) {
 		orders, err = queryOrders(ctx, tx, `SELECT `+orderCols+` FROM orders
 WHERE buyer_id = ? ORDER BY created_at DESC, id DESC`, buyerID)
 		return err
@@ -369,7 +369,7 @@ WHERE buyer_id = ? ORDER BY created_at DESC, id DESC`, buyerID)
 // OrdersInState returns the orders in state, oldest first (then by id).
 func (s *Store) OrdersInState(ctx context.Context, state imagestore.OrderState) ([]imagestore.Order, error) {
 	var orders []imagestore.Order
-	err := s.read(ctx, "orders in state", func(tx *sql.Tx) (err error) {
+	err := s.read(ctx, "orders in state", func(tx *Tx) (err error) {
 		orders, err = queryOrders(ctx, tx, `SELECT `+orderCols+` FROM orders
 WHERE state = ? ORDER BY created_at, id`, string(state))
 		return err
@@ -380,7 +380,7 @@ WHERE state = ? ORDER BY created_at, id`, string(state))
 // OrderUserData returns the user data column alone; ErrNotFound.
 func (s *Store) OrderUserData(ctx context.Context, id string) (string, error) {
 	var ud string
-	err := s.read(ctx, "order user data", func(tx *sql.Tx) error {
+	err := s.read(ctx, "order user data", func(tx *Tx) error {
 		return notFound("order", tx.QueryRowContext(ctx, `SELECT user_data FROM orders WHERE id = ?`, id).Scan(&ud))
 	})
 	return ud, err
@@ -390,13 +390,13 @@ func (s *Store) OrderUserData(ctx context.Context, id string) (string, error) {
 func (s *Store) MarkOrderPaid(ctx context.Context, id string, paidAt, expiresAt time.Time) error {
 	paid, err := nanos("paid_at", paidAt)
 	if err != nil {
-		return fmt.Errorf("sqlite: mark order paid: %w", err)
+		return fmt.Errorf("mark order paid: %w", err)
 	}
 	expires, err := nanos("expires_at", expiresAt)
 	if err != nil {
-		return fmt.Errorf("sqlite: mark order paid: %w", err)
+		return fmt.Errorf("mark order paid: %w", err)
 	}
-	return s.write(ctx, "mark order paid", func(tx *sql.Tx) error {
+	return s.write(ctx, "mark order paid", func(tx *Tx) error {
 		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
 			return st == imagestore.OrderPaid || st == imagestore.OrderActive || st == imagestore.OrderExpired
 		}, `
@@ -409,9 +409,9 @@ UPDATE orders SET state = 'paid', paid_at = ?, expires_at = ? WHERE id = ? AND s
 func (s *Store) CancelOrder(ctx context.Context, id, reason string, now time.Time) error {
 	at, err := nanos("now", now)
 	if err != nil {
-		return fmt.Errorf("sqlite: cancel order: %w", err)
+		return fmt.Errorf("cancel order: %w", err)
 	}
-	return s.write(ctx, "cancel order", func(tx *sql.Tx) error {
+	return s.write(ctx, "cancel order", func(tx *Tx) error {
 		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
 			return st == imagestore.OrderCancelled
 		}, `
@@ -422,7 +422,7 @@ UPDATE orders SET state = 'cancelled', reason = ?, ended_at = ? WHERE id = ? AND
 
 // MarkOrderActive: paid → active; see imagestore.MarketStore.
 func (s *Store) MarkOrderActive(ctx context.Context, id string) error {
-	return s.write(ctx, "mark order active", func(tx *sql.Tx) error {
+	return s.write(ctx, "mark order active", func(tx *Tx) error {
 		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
 			return st == imagestore.OrderActive
 		}, `UPDATE orders SET state = 'active' WHERE id = ? AND state = 'paid'`, id)
@@ -433,9 +433,9 @@ func (s *Store) MarkOrderActive(ctx context.Context, id string) error {
 func (s *Store) ExpireOrder(ctx context.Context, id string, now time.Time) error {
 	at, err := nanos("now", now)
 	if err != nil {
-		return fmt.Errorf("sqlite: expire order: %w", err)
+		return fmt.Errorf("expire order: %w", err)
 	}
-	return s.write(ctx, "expire order", func(tx *sql.Tx) error {
+	return s.write(ctx, "expire order", func(tx *Tx) error {
 		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
 			return st == imagestore.OrderExpired
 		}, `
@@ -446,7 +446,7 @@ WHERE id = ?2 AND state IN ('paid', 'active') AND expires_at <= ?1`, at, id)
 
 // SetOrderNote sets an order's note, in any state; ErrNotFound.
 func (s *Store) SetOrderNote(ctx context.Context, id, note string) error {
-	return s.write(ctx, "set order note", func(tx *sql.Tx) error {
+	return s.write(ctx, "set order note", func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE orders SET note = ? WHERE id = ?`, note, id)
 		if err != nil {
 			return err
@@ -458,7 +458,7 @@ func (s *Store) SetOrderNote(ctx context.Context, id, note string) error {
 // SetReplicaStates replaces an order's replica states in one transaction:
 // a reader sees the old set or the new one, never a mix.
 func (s *Store) SetReplicaStates(ctx context.Context, orderID string, states []imagestore.ReplicaState) error {
-	fail := func(err error) error { return fmt.Errorf("sqlite: set replica states: %w", err) }
+	fail := func(err error) error { return fmt.Errorf("set replica states: %w", err) }
 	observed := make([]int64, len(states))
 	seen := make(map[int]bool, len(states))
 	for i, rs := range states {
@@ -474,7 +474,7 @@ func (s *Store) SetReplicaStates(ctx context.Context, orderID string, states []i
 			return fail(err)
 		}
 	}
-	return s.write(ctx, "set replica states", func(tx *sql.Tx) error {
+	return s.write(ctx, "set replica states", func(tx *Tx) error {
 		var quantity int
 		err := tx.QueryRowContext(ctx, `SELECT quantity FROM orders WHERE id = ?`, orderID).Scan(&quantity)
 		if err != nil {
@@ -501,7 +501,7 @@ INSERT INTO replica_states (order_id, replica, name, state, detail, progress, ob
 // ReplicaStates returns an order's replica states by index; ErrNotFound.
 func (s *Store) ReplicaStates(ctx context.Context, orderID string) ([]imagestore.ReplicaState, error) {
 	var states []imagestore.ReplicaState
-	err := s.read(ctx, "replica states", func(tx *sql.Tx) error {
+	err := s.read(ctx, "replica states", func(tx *Tx) error {
 		var one int
 		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM orders WHERE id = ?`, orderID).Scan(&one); err != nil {
 			return notFound("order", err)
@@ -533,10 +533,10 @@ SELECT replica, name, state, detail, progress, observed_at FROM replica_states W
 func (s *Store) OverdueOrders(ctx context.Context, now time.Time) ([]imagestore.Order, error) {
 	at, err := nanos("now", now)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: overdue orders: %w", err)
+		return nil, fmt.Errorf("overdue orders: %w", err)
 	}
 	var orders []imagestore.Order
-	err = s.read(ctx, "overdue orders", func(tx *sql.Tx) (err error) {
+	err = s.read(ctx, "overdue orders", func(tx *Tx) (err error) {
 		orders, err = queryOrders(ctx, tx, `SELECT `+orderCols+` FROM orders
 WHERE state = 'awaitingPayment' AND reserve_until <= ? ORDER BY created_at, id`, at)
 		return err
@@ -550,7 +550,7 @@ func (s *Store) OrderCounts(ctx context.Context) (map[imagestore.OrderState]int6
 	for _, st := range imagestore.OrderStates {
 		counts[st] = 0
 	}
-	err := s.read(ctx, "order counts", func(tx *sql.Tx) error {
+	err := s.read(ctx, "order counts", func(tx *Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT state, count(*) FROM orders GROUP BY state`)
 		if err != nil {
 			return err
@@ -577,7 +577,7 @@ func (s *Store) OrderCounts(ctx context.Context) (map[imagestore.OrderState]int6
 // WebhookEventSeen reports whether the event id was recorded.
 func (s *Store) WebhookEventSeen(ctx context.Context, id string) (bool, error) {
 	var seen bool
-	err := s.read(ctx, "webhook event seen", func(tx *sql.Tx) error {
+	err := s.read(ctx, "webhook event seen", func(tx *Tx) error {
 		return tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_events WHERE id = ?)`, id).Scan(&seen)
 	})
 	return seen, err
@@ -588,12 +588,12 @@ func (s *Store) WebhookEventSeen(ctx context.Context, id string) (bool, error) {
 func (s *Store) RecordWebhookEvent(ctx context.Context, ev imagestore.WebhookEvent) error {
 	at, err := createdNanos(ev.At)
 	if err != nil {
-		return fmt.Errorf("sqlite: record webhook event: %w", err)
+		return fmt.Errorf("record webhook event: %w", err)
 	}
 	if ev.ID == "" {
 		return errors.New("sqlite: record webhook event: id missing")
 	}
-	return s.write(ctx, "record webhook event", func(tx *sql.Tx) error {
+	return s.write(ctx, "record webhook event", func(tx *Tx) error {
 		_, err := tx.ExecContext(ctx, `
 INSERT INTO webhook_events (id, type, result, at) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
 			ev.ID, ev.Type, ev.Result, at)

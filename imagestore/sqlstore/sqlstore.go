@@ -1,0 +1,190 @@
+// Package sqlstore holds the records of imagestore.Store as SQL, once, for
+// every SQL engine: the embedded SQLite store (imagestore/sqlite) and the
+// PostgreSQL store of a scaled-out edge (imagestore/postgres) run the same
+// statements, so a rule of the quota or of single use is written and
+// tested in one place.
+//
+// The statements keep to what both engines read alike: times are integer
+// Unix nanoseconds in UTC, booleans 0/1 integers, hashes byte strings,
+// placeholders SQLite's ? and ?N (an Engine may rebind them; PostgreSQL
+// wants $N). Each method is one transaction; the Engine decides what makes
+// its write transactions serial with each other (SQLite: one writer,
+// BEGIN IMMEDIATE; PostgreSQL: SERIALIZABLE and a retry), so that a
+// count-then-insert in one of them can never be raced, in this process or
+// in another.
+//
+// A quota passed to CreateTicket or AddImage that is zero or negative means
+// no limit.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Engine is what the records need of a SQL database.
+type Engine interface {
+	// Write runs fn in one write transaction, serial with every other
+	// write transaction on the same database (whatever process runs it),
+	// and wraps a failure with op.
+	Write(ctx context.Context, op string, fn func(tx *Tx) error) error
+	// Read runs fn in one read-only transaction.
+	Read(ctx context.Context, op string, fn func(tx *Tx) error) error
+}
+
+// Dialect is how one engine's driver differs from SQLite's.
+type Dialect struct {
+	// Rebind rewrites SQLite's placeholders for the driver; nil keeps
+	// them.
+	Rebind func(query string) string
+	// Unique and ForeignKey recognise the driver's constraint errors.
+	Unique     func(error) bool
+	ForeignKey func(error) bool
+}
+
+// Errors the Tx wraps around a driver's constraint errors, so that the
+// records test them with errors.Is whichever engine answered.
+var (
+	errUnique     = errors.New("unique constraint")
+	errForeignKey = errors.New("foreign key constraint")
+)
+
+func isUnique(err error) bool     { return errors.Is(err, errUnique) }
+func isForeignKey(err error) bool { return errors.Is(err, errForeignKey) }
+
+// Tx is a transaction as the records see it: SQLite's placeholders,
+// booleans as integers, constraint errors recognisable. Engines make one
+// with NewTx.
+type Tx struct {
+	tx *sql.Tx
+	d  *Dialect
+}
+
+// NewTx wraps tx for the records.
+func NewTx(tx *sql.Tx, d *Dialect) *Tx { return &Tx{tx: tx, d: d} }
+
+func (t *Tx) classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case t.d.Unique != nil && t.d.Unique(err):
+		return fmt.Errorf("%w: %w", errUnique, err)
+	case t.d.ForeignKey != nil && t.d.ForeignKey(err):
+		return fmt.Errorf("%w: %w", errForeignKey, err)
+	}
+	return err
+}
+
+func (t *Tx) query(q string) string {
+	if t.d.Rebind == nil {
+		return q
+	}
+	return t.d.Rebind(q)
+}
+
+// args turns booleans into 0/1: SQLite's driver does so itself, but a
+// PostgreSQL integer column refuses a Go bool.
+func args(a []any) []any {
+	for i, v := range a {
+		if b, ok := v.(bool); ok {
+			if b {
+				a[i] = int64(1)
+			} else {
+				a[i] = int64(0)
+			}
+		}
+	}
+	return a
+}
+
+// ExecContext runs a statement that returns no rows.
+func (t *Tx) ExecContext(ctx context.Context, q string, a ...any) (sql.Result, error) {
+	res, err := t.tx.ExecContext(ctx, t.query(q), args(a)...)
+	return res, t.classify(err)
+}
+
+// QueryContext runs a query.
+func (t *Tx) QueryContext(ctx context.Context, q string, a ...any) (*sql.Rows, error) {
+	rows, err := t.tx.QueryContext(ctx, t.query(q), args(a)...)
+	return rows, t.classify(err)
+}
+
+// QueryRowContext runs a query of at most one row.
+func (t *Tx) QueryRowContext(ctx context.Context, q string, a ...any) *Row {
+	return &Row{r: t.tx.QueryRowContext(ctx, t.query(q), args(a)...), t: t}
+}
+
+// Row is one row of QueryRowContext; its Scan reports constraint errors
+// as the records recognise them (an INSERT ... RETURNING fails there).
+type Row struct {
+	r *sql.Row
+	t *Tx
+}
+
+// Scan copies the row's columns into dest.
+func (r *Row) Scan(dest ...any) error { return r.t.classify(r.r.Scan(dest...)) }
+
+// DollarRebind rewrites SQLite's ?N and ? placeholders as PostgreSQL's $N
+// (a bare ? takes the next number). The statements hold no ? inside a
+// string literal, so no quoting is parsed. Results are kept: the records'
+// statements are constants, a few dozen of them.
+type DollarRebind struct{ cache sync.Map }
+
+// Rebind returns q with $N placeholders.
+func (d *DollarRebind) Rebind(q string) string {
+	if v, ok := d.cache.Load(q); ok {
+		return v.(string)
+	}
+	var b strings.Builder
+	next := 1
+	for i := 0; i < len(q); i++ {
+		if q[i] != '?' {
+			b.WriteByte(q[i])
+			continue
+		}
+		j := i + 1
+		for j < len(q) && q[j] >= '0' && q[j] <= '9' {
+			j++
+		}
+		b.WriteByte('$')
+		if j > i+1 {
+			b.WriteString(q[i+1 : j])
+		} else {
+			b.WriteString(strconv.Itoa(next))
+			next++
+		}
+		i = j - 1
+	}
+	d.cache.Store(q, b.String())
+	return b.String()
+}
+
+// Store is the records of imagestore.Store over an Engine; an engine's
+// package embeds it and adds Ping, Verify and Close.
+type Store struct {
+	e Engine
+}
+
+// New returns the records over e.
+func New(e Engine) *Store { return &Store{e: e} }
+
+func (s *Store) write(ctx context.Context, op string, fn func(tx *Tx) error) error {
+	return s.e.Write(ctx, op, fn)
+}
+
+func (s *Store) read(ctx context.Context, op string, fn func(tx *Tx) error) error {
+	return s.e.Read(ctx, op, fn)
+}
+
+// Pieces of the records' statements, for an engine's tests of its query
+// plans.
+const (
+	ListingCols = listingCols
+	OrderCols   = orderCols
+	HoldsSQL    = holdsSQL
+)
