@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -101,19 +100,6 @@ func (s *Store) RefillReserve() error {
 	return s.reserve.take()
 }
 
-// The store's last write outcome, for Ping.
-const (
-	writeOK int32 = iota
-	writeNoSpace
-	writeUnwritable
-)
-
-// health is what the store learnt of itself from the calls it answered.
-type health struct {
-	damaged   atomic.Bool  // a damaged page was met: sticky until restart
-	lastWrite atomic.Int32 // writeOK, writeNoSpace, writeUnwritable
-}
-
 // storageFault names the storage failure behind err: ErrDamaged,
 // ErrNoSpace or ErrUnwritable; nil for no error or an error of the data
 // (a constraint, not found, a quota).
@@ -125,38 +111,6 @@ func storageFault(err error) error {
 		return imagestore.ErrNoSpace
 	case sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
 		return imagestore.ErrUnwritable
-	}
-	return nil
-}
-
-// note remembers what err says of the store: damage for good, the outcome
-// of a write until the next write.
-func (h *health) note(err error, write bool) {
-	if errors.Is(err, imagestore.ErrDamaged) {
-		h.damaged.Store(true)
-	}
-	if !write {
-		return
-	}
-	switch {
-	case errors.Is(err, imagestore.ErrNoSpace):
-		h.lastWrite.Store(writeNoSpace)
-	case errors.Is(err, imagestore.ErrUnwritable):
-		h.lastWrite.Store(writeUnwritable)
-	default:
-		h.lastWrite.Store(writeOK)
-	}
-}
-
-// state is Ping's verdict from what the store learnt.
-func (h *health) state() error {
-	switch {
-	case h.damaged.Load():
-		return fmt.Errorf("sqlite: %w: a damaged page was met; restore the database from a backup", imagestore.ErrDamaged)
-	case h.lastWrite.Load() == writeNoSpace:
-		return fmt.Errorf("sqlite: %w: the last write failed for lack of disk space", imagestore.ErrNoSpace)
-	case h.lastWrite.Load() == writeUnwritable:
-		return fmt.Errorf("sqlite: %w: the last write failed", imagestore.ErrUnwritable)
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ type Store struct {
 	wdb     *sql.DB // writes: one connection, BEGIN IMMEDIATE
 	path    string
 	reserve *reserve // nil without WithReserve
-	health  health
+	health  sqlstore.Health
 }
 
 var _ imagestore.Store = (*Store)(nil)
@@ -152,10 +152,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	var v int
 	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
 		err = withFault(fmt.Errorf("sqlite: ping: %w", err))
-		s.health.note(err, false)
+		s.health.Note(err, false)
 		return err
 	}
-	return s.health.state()
+	return s.health.State("sqlite")
 }
 
 // Verify runs PRAGMA quick_check: every page and index entry of the file
@@ -180,7 +180,7 @@ func (s *Store) Verify(ctx context.Context) error {
 	}
 	if err := rows.Err(); err != nil {
 		err = withFault(fmt.Errorf("sqlite: quick_check: %w", err))
-		s.health.note(err, false)
+		s.health.Note(err, false)
 		return err
 	}
 	if len(problems) > 0 {
@@ -206,7 +206,7 @@ func (e engine) Write(ctx context.Context, op string, fn func(tx *sqlstore.Tx) e
 	if errors.Is(err, imagestore.ErrNoSpace) && s.reserve != nil && s.reserve.release() {
 		err = s.tx(ctx, s.wdb, op, nil, fn)
 	}
-	s.health.note(err, true)
+	s.health.Note(err, true)
 	return err
 }
 
@@ -215,7 +215,7 @@ func (e engine) Write(ctx context.Context, op string, fn func(tx *sqlstore.Tx) e
 func (e engine) Read(ctx context.Context, op string, fn func(tx *sqlstore.Tx) error) error {
 	s := e.s
 	err := s.tx(ctx, s.db, op, &sql.TxOptions{ReadOnly: true}, fn)
-	s.health.note(err, false)
+	s.health.Note(err, false)
 	return err
 }
 
