@@ -249,10 +249,10 @@ func checkReservations(ctx context.Context, tx *Tx, tenantID int64, quota int, n
 	// than one at its quota (a full count made a ticket O(tickets)).
 	var n int64
 	err := tx.QueryRowContext(ctx, `
-SELECT (SELECT count(*) FROM (SELECT 1 FROM images WHERE tenant_id = ?1 LIMIT ?3))
-     + (SELECT count(*) FROM (SELECT 1 FROM tickets WHERE tenant_id = ?1 AND used_at IS NULL AND expires_at > ?2 LIMIT ?3))
-     + (SELECT count(*) FROM (SELECT 1 FROM tickets WHERE tenant_id = ?1 AND put_running = 1 LIMIT ?3))
-     + (SELECT count(*) FROM (SELECT 1 FROM upload_sessions WHERE tenant_id = ?1 AND "offset" < length AND expires_at > ?2 LIMIT ?3))`,
+SELECT (SELECT count(*) FROM (SELECT 1 FROM images WHERE tenant_id = ?1 LIMIT ?3) AS r)
+     + (SELECT count(*) FROM (SELECT 1 FROM tickets WHERE tenant_id = ?1 AND used_at IS NULL AND expires_at > ?2 LIMIT ?3) AS r)
+     + (SELECT count(*) FROM (SELECT 1 FROM tickets WHERE tenant_id = ?1 AND put_running = 1 LIMIT ?3) AS r)
+     + (SELECT count(*) FROM (SELECT 1 FROM upload_sessions WHERE tenant_id = ?1 AND "offset" < length AND expires_at > ?2 LIMIT ?3) AS r)`,
 		tenantID, now, quota).Scan(&n)
 	if err != nil {
 		return err

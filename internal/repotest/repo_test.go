@@ -113,7 +113,9 @@ func childEnv(path string, extra ...string) []string {
 		}
 		env = append(env, kv)
 	}
-	return append(append(env, "PATH="+path), extra...)
+	// .ci/deps also finds PostgreSQL off PATH, where Debian puts it; the
+	// fake machines have only what PATH gives them.
+	return append(append(env, "PATH="+path, "VMSHELF_PG_BINDIRS=/nonexistent"), extra...)
 }
 
 // result is what a command did.
