@@ -47,7 +47,9 @@ func migrate(ctx context.Context, db *sql.DB, steps []string) error {
 	// A session lock ends with its session; unlocking explicitly hands it
 	// to the next replica without waiting for the pool to drop this
 	// connection.
-	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock) }()
+	defer func() {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock)
+	}()
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS vmshelf_schema (
 	one     BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
 	version INTEGER NOT NULL
