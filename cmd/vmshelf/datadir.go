@@ -9,7 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/vmshelf/vmshelf/imagestore/blobfs"
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/postgres"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 )
 
@@ -67,29 +68,59 @@ func tightenDir(d string) error {
 	return nil
 }
 
-// openStore opens the records and the blobs under dir, creating them if
-// create is set. The CLI commands use it while serve runs: SQLite's WAL and
-// busy timeout let them share. Only serve and 'tenant add' create a store,
-// so a mistyped --data-dir is an error instead of a new, empty store.
-func openStore(ctx context.Context, dir string, create bool, opts ...sqlite.Option) (*sqlite.Store, *blobfs.FS, error) {
+// storeURLEnv selects the PostgreSQL store: an environment variable only,
+// never a flag, since the URL may carry a password and a command line is
+// visible to every user.
+const storeURLEnv = "VMSHELF_STORE_URL"
+
+// storeURLVar is its line in the help of every command that opens the
+// store.
+var storeURLVar = envVar{storeURLEnv, "postgres://user:password@host/db: the records in " +
+	"PostgreSQL instead of the SQLite file in --data-dir, shared by every serve replica " +
+	"(docs/scale-out.md). Never a flag: the URL may carry a password."}
+
+// records is the store the commands open: the embedded SQLite file in
+// --data-dir, or PostgreSQL when VMSHELF_STORE_URL is set (several serve
+// replicas share it).
+type records struct {
+	imagestore.Store
+	local *sqlite.Store // the embedded store; nil on PostgreSQL
+	// name and short are what messages call the store ("data dir D:
+	// vmshelf.db" and "vmshelf.db"); never the URL.
+	name, short string
+}
+
+// shared reports whether the records live in PostgreSQL, where other
+// replicas may use them at the same time.
+func (r *records) shared() bool { return r.local == nil }
+
+// openRecords opens the records: PostgreSQL if getenv(storeURLEnv) is set,
+// else the SQLite file under dir, created if create is set. The CLI
+// commands use it while serve runs: SQLite's WAL and busy timeout let them
+// share the file. Only serve and 'tenant add' create a store, so a
+// mistyped --data-dir is an error instead of a new, empty store.
+func openRecords(ctx context.Context, dir string, create bool, getenv func(string) string, opts ...sqlite.Option) (*records, error) {
+	if url := getenv(storeURLEnv); url != "" {
+		st, err := postgres.Open(ctx, url)
+		if err != nil {
+			// postgres.Open's errors never repeat the URL.
+			return nil, fmt.Errorf("open the PostgreSQL store (%s): %w", storeURLEnv, err)
+		}
+		return &records{Store: st, name: "the PostgreSQL store (" + storeURLEnv + ")", short: "the PostgreSQL database"}, nil
+	}
 	if !create {
 		if _, err := os.Stat(filepath.Join(dir, dbFile)); err != nil {
-			return nil, nil, usagef("no vmshelf store in %s (check --data-dir)", dir)
+			return nil, usagef("no vmshelf store in %s (check --data-dir)", dir)
 		}
 	}
 	if err := prepareDataDir(dir); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	st, err := sqlite.Open(ctx, filepath.Join(dir, dbFile), opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open store: %w", err)
+		return nil, fmt.Errorf("open store: %w", err)
 	}
-	blobs, err := blobfs.Open(filepath.Join(dir, imagesDir))
-	if err != nil {
-		st.Close()
-		return nil, nil, fmt.Errorf("open image directory: %w", err)
-	}
-	return st, blobs, nil
+	return &records{Store: st, local: st, name: "data dir " + dir + ": " + dbFile, short: dbFile}, nil
 }
 
 // lockDataDir keeps a second serve off the same data dir: its start-up

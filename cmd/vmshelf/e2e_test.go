@@ -280,6 +280,7 @@ type server struct {
 	mu                sync.Mutex
 	secrets           []string // must never appear in the logs
 	dataBase, ctlBase string
+	env               []string // serve's extra environment, also the CLI's on its behalf (VMSHELF_STORE_URL)
 }
 
 // startServe starts serve --dev on dataDir with fresh loopback ports and
@@ -336,7 +337,7 @@ func launchBin(t *testing.T, bin, dataDir, dataAddr, ctlAddr string, args, env [
 	t.Helper()
 	s := &server{
 		t: t, dataDir: dataDir, dataAddr: dataAddr, ctlAddr: ctlAddr,
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}),
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}), env: env,
 	}
 	s.dataBase, s.ctlBase = "http://"+s.dataAddr, "http://"+s.ctlAddr
 	watchAPI(t, s.dataAddr, s.ctlAddr)
@@ -706,7 +707,7 @@ func (s *server) upload(t *testing.T, tk ticketAnswer, file string, data []byte,
 // fetchURL runs the fetch-url command and returns the one URL it printed.
 func (s *server) fetchURL(t *testing.T, uploadID string) string {
 	t.Helper()
-	r := vmshelf(t, "fetch-url", uploadID, "--ttl", "1h", "--data-dir", s.dataDir, "--data-addr", s.dataAddr)
+	r := runCmd(t, s.env, binPath, "fetch-url", uploadID, "--ttl", "1h", "--data-dir", s.dataDir, "--data-addr", s.dataAddr)
 	if r.code != 0 {
 		t.Fatalf("fetch-url: exit %d: %s", r.code, r.stderr)
 	}

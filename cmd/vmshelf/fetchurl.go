@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ var fetchURLHelp = helpDoc{
 		`prints its URL on stdout, once: the operator's way to hand an image to an importer ` +
 		`(CDI, curl, qemu-img) by hand. The URL works for --ttl; its base is --public-url, or ` +
 		`http://<data-addr>. Works while serve runs.`,
+	env: []envVar{storeURLVar},
 	exits: []string{"0  minted; the URL is on stdout", "1  no image UPLOAD_ID, or the store failed",
 		"2  a usage error (a bad flag, value or UPLOAD_ID, or a data dir that is not one)"},
 }
@@ -53,7 +55,7 @@ func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st, _, err := openStore(ctx, *dataDir, false)
+	st, err := openRecords(ctx, *dataDir, false, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -62,7 +64,11 @@ func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	ft := imagestore.FetchToken{UploadID: id, ExpiresAt: time.Now().Add(*ttl).UTC()}
 	if err := st.CreateFetchToken(ctx, imagestore.HashSecret(token), ft); err != nil {
 		if errors.Is(err, imagestore.ErrNotFound) {
-			return fmt.Errorf("no image %s in %s", id, *dataDir)
+			where := *dataDir
+			if st.shared() {
+				where = st.name
+			}
+			return fmt.Errorf("no image %s in %s", id, where)
 		}
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/gateway"
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
@@ -76,6 +77,7 @@ var serveHelp = helpDoc{
 		`orders. Every setting is checked before a port is opened. SIGTERM or SIGINT stops ` +
 		`taking new work and lets the running transfers finish (at most ` + shutdownBound.String() + `).`,
 	env: []envVar{
+		storeURLVar,
 		{"STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", "the Stripe secret key, or a file holding it " +
 			"(a mounted Secret; set one of the two). Without it the market takes no payment: " +
 			"listings and orders answer 503. Never a flag: a command line is visible to every user."},
@@ -385,26 +387,30 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer lock.Close()
-	st, blobs, err := openStore(ctx, f.dataDir, true, sqlite.WithReserve(storeReserve))
+	st, err := openRecords(ctx, f.dataDir, true, os.Getenv, sqlite.WithReserve(storeReserve))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	blobs, err := blobfs.Open(filepath.Join(f.dataDir, imagesDir))
+	if err != nil {
+		return fmt.Errorf("open image directory: %w", err)
+	}
 	// A damaged db must stop here: reading it as it is could make images
 	// look unrecorded, and every tenant request would fail later anyway.
 	if err := st.Verify(ctx); err != nil {
 		if errors.Is(err, imagestore.ErrDamaged) {
-			return usagef("data dir %s: %s is damaged (%v); refusing to start: stop, restore %s from a backup, then start again",
-				f.dataDir, dbFile, err, dbFile)
+			return usagef("%s is damaged (%v); refusing to start: stop, restore %s from a backup, then start again",
+				st.name, err, st.short)
 		}
 		return fmt.Errorf("check store: %w", err)
 	}
 	if err := imagestore.Reconcile(ctx, st, blobs, log); err != nil {
 		var lost *imagestore.StoreLostError
 		if errors.As(err, &lost) {
-			return usagef("data dir %s: %s is new or holds no image record, but %s holds %d image files; "+
+			return usagef("%s is new or holds no image record, but %s holds %d image files; "+
 				"refusing to start so that none is lost: restore %s from a backup, or move the files out of %s",
-				f.dataDir, dbFile, imagesDir, lost.Files, dbFile, imagesDir)
+				st.name, imagesDir, lost.Files, st.short, imagesDir)
 		}
 		return err
 	}
@@ -511,7 +517,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	go mk.RunSweeper(sweepCtx, time.Minute)
-	go keepReserve(sweepCtx, st, time.Minute, log)
+	if st.local != nil {
+		go keepReserve(sweepCtx, st.local, time.Minute, log)
+	}
 	go gw.RunSweeper(sweepCtx, time.Minute)
 	provDone := make(chan struct{})
 	if prov != nil {

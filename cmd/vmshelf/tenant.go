@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 
 	"github.com/vmshelf/vmshelf/imagestore"
@@ -27,6 +28,7 @@ var tenantCommands = []command{
 		about: `Adds the box NAME (1 to 63 characters a-z, 0-9 and '-') with the attributes ` +
 			`the flags give, and prints its new token on stdout, once; the store keeps only its ` +
 			`hash. The data dir is created if it is missing.`,
+		env: []envVar{storeURLVar},
 		exits: []string{"0  added; the token is on stdout", "1  a box NAME exists already, or the store failed",
 			"2  a usage error (a bad flag, value or NAME); nothing was changed"},
 	}),
@@ -34,12 +36,14 @@ var tenantCommands = []command{
 		args:    "[flags]",
 		summary: "list the boxes and their attributes",
 		about:   `Prints a table of the boxes on stdout: name, attributes and when each was added. No token is shown.`,
+		env:     []envVar{storeURLVar},
 	}),
 	subCommand("set", tenant, helpDoc{
 		args:    "NAME [flags]",
 		summary: "change a box's attributes (only those given)",
 		about: `Changes the attributes of the box NAME that the flags give, and no others ` +
 			`(--sharing=false turns one off), then prints the box's line as list does.`,
+		env: []envVar{storeURLVar},
 		exits: []string{"0  changed", "1  no box NAME, or the store failed",
 			"2  a usage error (a bad flag, value or NAME); nothing was changed"},
 	}),
@@ -48,6 +52,7 @@ var tenantCommands = []command{
 		summary: "rotate a box's token and print the new one once",
 		about: `Gives the box NAME a new token and prints it on stdout, once; the old token ` +
 			`stops working at once.`,
+		env: []envVar{storeURLVar},
 		exits: []string{"0  rotated; the token is on stdout", "1  no box NAME, or the store failed",
 			"2  a usage error (a bad flag or NAME); nothing was changed"},
 	}),
@@ -84,7 +89,7 @@ func tenant(ctx context.Context, sub string, doc helpDoc, args []string, stdout,
 	if sub != "list" && !validTenantName(name) {
 		return usagef("tenant name %q: use 1-63 characters a-z, 0-9 and '-'", name)
 	}
-	st, _, err := openStore(ctx, *dataDir, sub == "add")
+	st, err := openRecords(ctx, *dataDir, sub == "add", os.Getenv)
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		// pgx's own message repeats the URL (with its password masked);
 		// say only what is wrong.
-		return nil, errors.New("postgres: VMSHELF_STORE_URL is not a valid PostgreSQL connection URL")
+		return nil, errors.New("postgres: not a valid PostgreSQL connection URL")
 	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(maxConns)

@@ -55,8 +55,8 @@ func bindir() (string, error) {
 	return "", errors.New("pg_ctl not found")
 }
 
-// Start starts a cluster for the test binary's run; Stop ends it. A
-// missing PostgreSQL fails under CI=true and skips loudly elsewhere.
+// Start starts a cluster that the test's cleanup stops. A missing
+// PostgreSQL fails under CI=true and skips loudly elsewhere.
 func Start(tb testing.TB) *Cluster {
 	tb.Helper()
 	c, err := start()
@@ -69,6 +69,11 @@ func Start(tb testing.TB) *Cluster {
 		}
 		tb.Fatalf("start PostgreSQL: %v", err)
 	}
+	tb.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			tb.Errorf("stop PostgreSQL: %v", err)
+		}
+	})
 	return c
 }
 
