@@ -95,7 +95,11 @@ type Config struct {
 func ParseURL(s string) (bucket, prefix string, err error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", "", fmt.Errorf("s3: parse %q: %w", s, err)
+		// url's errors quote the input, which might hold a key.
+		return "", "", errors.New("s3: --blobs is not a URL: want s3://bucket/prefix")
+	}
+	if u.User != nil {
+		return "", "", errors.New("s3: the --blobs URL must not carry credentials: they come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
 	}
 	if u.Scheme != "s3" {
 		return "", "", fmt.Errorf("s3: %q: want s3://bucket/prefix", s)
@@ -103,7 +107,7 @@ func ParseURL(s string) (bucket, prefix string, err error) {
 	if u.Host == "" {
 		return "", "", fmt.Errorf("s3: %q: no bucket", s)
 	}
-	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Port() != "" {
+	if u.RawQuery != "" || u.Fragment != "" || u.Port() != "" {
 		return "", "", fmt.Errorf("s3: %q: want s3://bucket/prefix, nothing else", s)
 	}
 	prefix = strings.Trim(u.Path, "/")
@@ -146,7 +150,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 func endpointHost(endpoint string) (host string, secure bool, err error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
-		return "", false, fmt.Errorf("s3: endpoint %q: %w", endpoint, err)
+		return "", false, errors.New("s3: the endpoint is not a URL: want http(s)://host[:port]")
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
