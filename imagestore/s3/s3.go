@@ -29,6 +29,18 @@
 // (minio-go signs the payload in 64 KiB chunks over HTTP, or sends it
 // unsigned over TLS; it never copies the part).
 //
+// Measured once on a 2-core box against versitygw (posix backend, same
+// host), 1 GiB: this writer 8.4 s (122 MiB/s) with 8 MiB parts, peak Go
+// heap 19 MiB for the whole test process; 16 MiB parts were no faster
+// (119 MiB/s) at twice the memory, hence DefaultPartFloor. minio-go's own
+// PutObject of the same bytes took 13.0 s (79 MiB/s). Reading back with
+// one Section 1.1 s (951 MiB/s), minio-go's GetObject 1.4 s.
+//
+// Resume is asked at offsets a Sync made durable (the gateway records
+// only those): the bytes of a part already sent cannot be read back from
+// an unfinished upload, so only where a Sync kept the part's tail can a
+// write resume mid-part.
+//
 // Why minio-go v7: a small dependency tree (no AWS SDK modules), and
 // minio.Core exposes the multipart calls one by one (NewMultipartUpload,
 // PutObjectPart, ListObjectParts, ListMultipartUploads,
