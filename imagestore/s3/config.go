@@ -1,0 +1,177 @@
+package s3
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// S3's own limits on a multipart upload.
+const (
+	minPartSize = 5 << 20 // every part but the last
+	maxParts    = 10000
+)
+
+// DefaultPartFloor is the smallest part size Open chooses by itself. A
+// writer holds one part in memory (see writer), so the part size is the
+// memory each running upload costs; 8 MiB keeps that small while a part
+// request still carries enough bytes that its round trip does not
+// dominate (see the package documentation for the measurements).
+const DefaultPartFloor = 8 << 20
+
+// Defaults for the Config fields left zero.
+const (
+	DefaultPartialGrace = time.Hour
+	DefaultUsageTTL     = 5 * time.Second
+	DefaultMaxRetries   = 3
+)
+
+// Secret is a credential: it prints as [redacted] in every format and log
+// line, so a Config can be logged or wrapped into an error without
+// leaking it.
+type Secret string
+
+func (Secret) String() string               { return "[redacted]" }
+func (Secret) GoString() string             { return `"[redacted]"` }
+func (Secret) LogValue() slog.Value         { return slog.StringValue("[redacted]") }
+func (Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
+
+// Config says where the blobs live and how much they may hold.
+type Config struct {
+	// Endpoint is the S3 server's URL (http:// or https://, host and
+	// port); empty is AWS itself. A custom endpoint is addressed
+	// path-style (http://host/bucket/key): S3-compatible servers rarely
+	// have a DNS name per bucket.
+	Endpoint string
+	// Region signs the requests; empty is us-east-1.
+	Region string
+	// AccessKeyID, SecretAccessKey and SessionToken (optional) are the
+	// static credentials. None of them ever appears in an error.
+	AccessKeyID     Secret
+	SecretAccessKey Secret
+	SessionToken    Secret
+
+	// Bucket must exist; Prefix (may be empty) is the folder of the
+	// store inside it, without leading or trailing slash.
+	Bucket string
+	Prefix string
+
+	// MaxImageBytes is the largest blob a writer must be able to take
+	// (the service's --upload-max-gib): the part size is chosen so that
+	// it fits in S3's 10 000 parts.
+	MaxImageBytes int64
+	// PartSize overrides the chosen part size (tests use S3's minimum,
+	// 5 MiB, to cross boundaries with little data). Zero: chosen.
+	PartSize int64
+	// CapacityBytes is what the store may hold (--blob-capacity-gib);
+	// Available is this less what is stored.
+	CapacityBytes int64
+
+	// PartialGrace is how long an unfinished write must have been idle
+	// before RemovePartials may remove it: other replicas start up while
+	// this one writes, and their start-up cleanup must not take its
+	// upload away. Zero: DefaultPartialGrace.
+	PartialGrace time.Duration
+	// UsageTTL is how old the listing behind Available may be; bytes
+	// written by this process's writers since are added to it. Zero:
+	// DefaultUsageTTL.
+	UsageTTL time.Duration
+	// MaxRetries bounds minio-go's retries of one request (with backoff).
+	// Zero: DefaultMaxRetries.
+	MaxRetries int
+
+	// Now is the clock RemovePartials compares ages with; nil: time.Now.
+	Now func() time.Time
+	// Transport, if set, carries the HTTP requests (tests count them).
+	Transport http.RoundTripper
+}
+
+// ParseURL reads --blobs s3://bucket/prefix. The prefix may be empty and
+// loses its surrounding slashes.
+func ParseURL(s string) (bucket, prefix string, err error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		// url's errors quote the input, which might hold a key.
+		return "", "", errors.New("s3: --blobs is not a URL: want s3://bucket/prefix")
+	}
+	if u.User != nil {
+		return "", "", errors.New("s3: the --blobs URL must not carry credentials: they come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+	}
+	if u.Scheme != "s3" {
+		return "", "", fmt.Errorf("s3: %q: want s3://bucket/prefix", s)
+	}
+	if u.Host == "" {
+		return "", "", fmt.Errorf("s3: %q: no bucket", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.Port() != "" {
+		return "", "", fmt.Errorf("s3: %q: want s3://bucket/prefix, nothing else", s)
+	}
+	prefix = strings.Trim(u.Path, "/")
+	if strings.Contains(prefix, "//") {
+		return "", "", fmt.Errorf("s3: %q: empty folder in the prefix", s)
+	}
+	return u.Host, prefix, nil
+}
+
+// ConfigFromEnv reads the endpoint, region and credentials the way the AWS
+// tools do: AWS_ENDPOINT_URL_S3 (or AWS_ENDPOINT_URL), AWS_REGION (or
+// AWS_DEFAULT_REGION), AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+// AWS_SESSION_TOKEN. Bucket, prefix and sizes are the caller's to fill in.
+// Only static credentials are read: both keys must be set.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	var c Config
+	c.Endpoint = getenv("AWS_ENDPOINT_URL_S3")
+	if c.Endpoint == "" {
+		c.Endpoint = getenv("AWS_ENDPOINT_URL")
+	}
+	c.Region = getenv("AWS_REGION")
+	if c.Region == "" {
+		c.Region = getenv("AWS_DEFAULT_REGION")
+	}
+	c.AccessKeyID = Secret(getenv("AWS_ACCESS_KEY_ID"))
+	c.SecretAccessKey = Secret(getenv("AWS_SECRET_ACCESS_KEY"))
+	c.SessionToken = Secret(getenv("AWS_SESSION_TOKEN"))
+	if c.AccessKeyID == "" || c.SecretAccessKey == "" {
+		return Config{}, errors.New("s3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must both be set")
+	}
+	if c.Endpoint != "" {
+		if _, _, err := endpointHost(c.Endpoint); err != nil {
+			return Config{}, err
+		}
+	}
+	return c, nil
+}
+
+// endpointHost splits an endpoint URL into minio-go's host and TLS flag.
+func endpointHost(endpoint string) (host string, secure bool, err error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", false, errors.New("s3: the endpoint is not a URL: want http(s)://host[:port]")
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", false, fmt.Errorf("s3: endpoint %q: want http:// or https://", endpoint)
+	case u.Host == "":
+		return "", false, fmt.Errorf("s3: endpoint %q: no host", endpoint)
+	case u.User != nil:
+		// Never echo it: the user part may hold a key.
+		return "", false, errors.New("s3: the endpoint URL must not carry credentials")
+	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "":
+		return "", false, fmt.Errorf("s3: endpoint %q: want scheme://host[:port] only", endpoint)
+	}
+	return u.Host, u.Scheme == "https", nil
+}
+
+// partSizeFor is the part size for blobs of at most maxBytes: the floor,
+// or more where maxBytes would need more than 9 999 parts of it (one part
+// of the 10 000 is kept spare), rounded up to a MiB.
+func partSizeFor(maxBytes, floor int64) int64 {
+	const mib = 1 << 20
+	need := (maxBytes + maxParts - 2) / (maxParts - 1)
+	need = (need + mib - 1) / mib * mib
+	return max(floor, need, minPartSize)
+}

@@ -1,0 +1,213 @@
+// Package s3test runs a real S3 server for tests: versitygw with its posix
+// backend on a temporary directory, on a loopback port.
+package s3test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/vmshelf/vmshelf/imagestore/s3"
+)
+
+// Install is how a developer gets versitygw (.ci/deps says the same).
+const Install = "go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
+
+// Bucket is the bucket Start creates.
+const Bucket = "vmshelf-test"
+
+// startWithin bounds the wait for the server to answer.
+const startWithin = 30 * time.Second
+
+// Path finds versitygw on PATH or where go install puts it. Missing, it
+// fails the test under CI=true and skips it loudly elsewhere.
+func Path(t testing.TB) string {
+	t.Helper()
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p
+	}
+	var dirs []string
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		if len(lines) == 2 {
+			if gobin := strings.TrimSpace(lines[0]); gobin != "" {
+				dirs = append(dirs, gobin)
+			}
+			for _, gp := range filepath.SplitList(strings.TrimSpace(lines[1])) {
+				dirs = append(dirs, filepath.Join(gp, "bin"))
+			}
+		}
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, "versitygw")
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("versitygw (the S3 server of the S3 blob tests) is required in CI (not on PATH nor in %q): %s", dirs, Install)
+	}
+	t.Skipf("SKIPPED: versitygw, the S3 server of the S3 blob tests, is missing (not on PATH nor in %q); install it with: %s", dirs, Install)
+	return ""
+}
+
+// Server is one running versitygw.
+type Server struct {
+	// Config reaches the server's bucket Bucket under the prefix
+	// "vmshelf" with fresh random credentials; the sizes are the
+	// caller's to set.
+	Config s3.Config
+	// Dir is the posix backend's root: Dir/<bucket>/<key>.
+	Dir string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	out  *limitedBuffer
+	once sync.Once
+}
+
+// Start runs a server for the test and returns its Config; it is stopped
+// at the test's end.
+func Start(t testing.TB) s3.Config { return StartServer(t).Config }
+
+// StartServer is Start, with the server to stop early (a test of a server
+// that went away).
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	bin := Path(t)
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	access, secret := "AK"+random(9), random(20)
+	var srv *Server
+	var err error
+	// The port is the kernel's pick, closed and handed over: another
+	// process may take it in between, so a failed bind is tried again.
+	for range 3 {
+		if srv, err = start(bin, root, access, secret); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("starting versitygw: %v", err)
+	}
+	srv.Dir = root
+	t.Cleanup(srv.Stop)
+	if err := makeBucket(srv.Config); err != nil {
+		t.Fatalf("creating bucket %s on versitygw: %v\n%s", Bucket, err, srv.out.String())
+	}
+	return srv
+}
+
+func start(bin, root, access, secret string) (*Server, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	out := &limitedBuffer{max: 64 << 10}
+	// The credentials go in the environment, not on the command line
+	// (which every user of the host can read).
+	cmd := exec.Command(bin, "--port", addr, "--quiet", "posix", root)
+	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+access, "ROOT_SECRET_ACCESS_KEY="+secret)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{cmd: cmd, done: make(chan struct{}), out: out}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	s.Config = s3.Config{
+		Endpoint:        "http://" + addr,
+		Region:          "us-east-1",
+		AccessKeyID:     s3.Secret(access),
+		SecretAccessKey: s3.Secret(secret),
+		Bucket:          Bucket,
+		Prefix:          "vmshelf",
+	}
+	deadline := time.NewTimer(startWithin)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("versitygw ended before it listened on %s:\n%s", addr, out.String())
+		case <-deadline.C:
+			s.Stop()
+			return nil, fmt.Errorf("versitygw did not listen on %s within %v:\n%s", addr, startWithin, out.String())
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop ends the server (and waits for it); safe to call twice.
+func (s *Server) Stop() {
+	s.once.Do(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	})
+}
+
+func makeBucket(cfg s3.Config) error {
+	c, err := minio.New(strings.TrimPrefix(cfg.Endpoint, "http://"), &minio.Options{
+		Creds:        credentials.NewStaticV4(string(cfg.AccessKeyID), string(cfg.SecretAccessKey), ""),
+		Region:       cfg.Region,
+		BucketLookup: minio.BucketLookupPath,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
+	defer cancel()
+	return c.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{Region: cfg.Region})
+}
+
+func random(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return strings.ToUpper(hex.EncodeToString(b))[:n*2]
+}
+
+// limitedBuffer keeps the first max bytes of the server's output, for a
+// failure message; it is written from the process's copier goroutine.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf bytes.Buffer
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (b *limitedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

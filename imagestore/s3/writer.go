@@ -1,0 +1,503 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+type writerState int
+
+const (
+	stateWriting writerState = iota
+	// stateStaged: the upload is completed into images/<id>.qcow2 (for
+	// ReadAt), not yet committed; no byte may follow.
+	stateStaged
+	stateCommitted
+	stateFailed // Commit failed; Abort cleans up
+	stateAborted
+	stateClosed // Close: the unfinished blob stays for Resume
+)
+
+// writer is a blob being written as one multipart upload, from Create or
+// Resume. It holds the part in progress in buf: bytes [base, base+len(buf))
+// of the blob; the parts below base are uploaded. Its methods lock, so a
+// Close or Abort from another goroutine is safe.
+type writer struct {
+	mu       sync.Mutex
+	s        *Store
+	id       string
+	key      string
+	uploadID string // "" for a writer that resumed a staged blob
+	parts    []minio.CompletePart
+	buf      []byte
+	base     int64
+	// synced is how much of buf the tail object holds; durable the offset
+	// the durable object records.
+	synced  int
+	durable int64
+	state   writerState
+	// staged: the multipart upload is completed into key; size and etag
+	// are the staged object's.
+	staged bool
+	size   int64
+	etag   string
+	// tried: a completion was sent whose outcome is unknown (an error
+	// that was not the server's refusal); Abort removes what it may
+	// have staged.
+	tried bool
+	// werr is the first failed Write or Sync: a part or tail may be
+	// missing, so later Writes, Syncs and Commit refuse.
+	werr error
+}
+
+var _ imagestore.BlobWriter = (*writer)(nil)
+
+func reqCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), requestTimeout)
+}
+
+// Create starts a multipart upload for id. It refuses (ErrExists) an id
+// that is committed, staged or already being written: two uploads never
+// share an id, and a committed blob is never written again.
+func (s *Store) Create(ctx context.Context, id string) (imagestore.BlobWriter, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("s3: create %s: %w", id, err)
+	}
+	key := s.imageKey(id)
+	for _, k := range []string{s.markerKey(id), key} {
+		_, found, err := s.stat(ctx, k)
+		if err != nil {
+			return nil, s.errorf(err, "create %s", id)
+		}
+		if found {
+			return nil, fmt.Errorf("s3: create %s: %w", id, imagestore.ErrExists)
+		}
+	}
+	ups, err := s.uploadsFor(ctx, key)
+	if err != nil {
+		return nil, s.errorf(err, "create %s", id)
+	}
+	if len(ups) > 0 {
+		return nil, fmt.Errorf("s3: create %s: an unfinished upload exists: %w", id, imagestore.ErrExists)
+	}
+	// Debris of an earlier write of this id (a cleanup that failed) must
+	// not be mistaken for this write's tails by a later Resume.
+	if err := s.removeAll(ctx, s.partialDir(id)); err != nil {
+		return nil, s.errorf(err, "create %s: old partial objects", id)
+	}
+	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return nil, s.errorf(err, "create %s", id)
+	}
+	return &writer{s: s, id: id, key: key, uploadID: uploadID}, nil
+}
+
+// removeAll deletes every object under prefix.
+func (s *Store) removeAll(ctx context.Context, prefix string) error {
+	objs, err := s.listObjects(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if err := s.remove(ctx, o.Key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Write appends p. Each part is sent as soon as it is full; a failed send
+// is final (a part is missing), so later Writes, Sync and Commit return
+// the same error and only Abort or Close is left.
+func (w *writer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateWriting || w.staged {
+		return 0, fmt.Errorf("s3: write %s: %w", w.id, os.ErrClosed)
+	}
+	if w.werr != nil {
+		return 0, w.werr
+	}
+	n := 0
+	for len(p) > 0 {
+		if w.buf == nil {
+			w.buf = make([]byte, 0, w.s.partSize)
+		}
+		c := min(int(w.s.partSize)-len(w.buf), len(p))
+		w.buf = append(w.buf, p[:c]...)
+		w.s.usage.buffered.Add(int64(c))
+		p, n = p[c:], n+c
+		if int64(len(w.buf)) == w.s.partSize {
+			if err := w.sendPart(); err != nil {
+				w.werr = fmt.Errorf("s3: write %s: %w", w.id, err)
+				return n, w.werr
+			}
+		}
+	}
+	return n, nil
+}
+
+// sendPart uploads buf as the next part and starts the next one.
+func (w *writer) sendPart() error {
+	num := len(w.parts) + 1
+	if num > maxParts {
+		return fmt.Errorf("the blob needs more than %d parts of %d bytes", maxParts, w.s.partSize)
+	}
+	ctx, cancel := reqCtx()
+	defer cancel()
+	// A bytes.Reader: minio-go streams it (and may seek it back to
+	// retry), no copy of the part is made.
+	p, err := w.s.core.PutObjectPart(ctx, w.s.bucket, w.key, w.uploadID, num,
+		bytes.NewReader(w.buf), int64(len(w.buf)), minio.PutObjectPartOptions{})
+	if err != nil {
+		return w.s.errorf(err, "upload part %d", num)
+	}
+	w.parts = append(w.parts, minio.CompletePart{PartNumber: num, ETag: p.ETag})
+	w.base += int64(len(w.buf))
+	w.s.usage.buffered.Add(-int64(len(w.buf)))
+	w.s.usage.uploaded.Add(int64(len(w.buf)))
+	w.buf = w.buf[:0]
+	w.synced = 0
+	return nil
+}
+
+func (w *writer) written() int64 { return w.base + int64(len(w.buf)) }
+
+// Sync makes every byte written so far durable: the full parts are sent
+// already; the bytes short of a part go to the part's tail object, then
+// the durable object records the offset. A pause mid-part loses nothing.
+// A failed Sync is final, as a failed Write is.
+func (w *writer) Sync() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateWriting {
+		return fmt.Errorf("s3: sync %s: %w", w.id, os.ErrClosed)
+	}
+	if w.werr != nil {
+		return w.werr
+	}
+	if w.staged {
+		return nil // the staged object holds every byte
+	}
+	if err := w.sync(); err != nil {
+		w.werr = fmt.Errorf("s3: sync %s: %w", w.id, err)
+		return w.werr
+	}
+	return nil
+}
+
+func (w *writer) sync() error {
+	ctx, cancel := reqCtx()
+	defer cancel()
+	if len(w.buf) > w.synced {
+		if _, err := w.s.putSmall(ctx, w.s.tailKey(w.id, len(w.parts)+1), w.buf, false); err != nil {
+			return w.s.errorf(err, "tail of part %d", len(w.parts)+1)
+		}
+		w.s.usage.uploaded.Add(int64(len(w.buf)))
+		w.synced = len(w.buf)
+	}
+	if off := w.written(); off != w.durable {
+		if err := w.s.putDurable(ctx, w.id, off); err != nil {
+			return err
+		}
+		w.durable = off
+	}
+	return nil
+}
+
+// putDurable records off as the offset up to which the blob's bytes are
+// in S3 (parts and tail).
+func (s *Store) putDurable(ctx context.Context, id string, off int64) error {
+	if _, err := s.putSmall(ctx, s.durableKey(id), []byte(strconv.FormatInt(off, 10)), false); err != nil {
+		return s.errorf(err, "record durable offset")
+	}
+	return nil
+}
+
+// getDurable reads the durable offset; found is false if none was
+// recorded (a write that never synced: 0 bytes are durable).
+func (s *Store) getDurable(ctx context.Context, id string) (off int64, found bool, err error) {
+	body, _, _, err := s.core.GetObject(ctx, s.bucket, s.durableKey(id), minio.GetObjectOptions{})
+	if isNotFound(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, 32))
+	if isNotFound(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	off, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || off < 0 {
+		return 0, false, fmt.Errorf("durable offset object holds %q", b)
+	}
+	return off, true, nil
+}
+
+// Close ends the writer but keeps the unfinished blob for Resume. Bytes
+// since the last Sync are dropped, as a crash would lose them: Resume
+// continues at the offset recorded after a Sync. Idempotent, and a no-op
+// after Commit or Abort.
+func (w *writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateWriting {
+		return nil
+	}
+	w.state = stateClosed
+	w.dropBuffer()
+	return nil
+}
+
+func (w *writer) dropBuffer() {
+	w.s.usage.buffered.Add(-int64(len(w.buf)))
+	w.buf = nil
+}
+
+// finish completes the multipart upload into the image key: the blob is
+// staged, readable, invisible. It refuses (ErrExists) if the id is
+// committed: the completion must never replace a committed blob's bytes
+// (the completion is conditional too, where the server supports it).
+func (w *writer) finish(ctx context.Context) error {
+	if w.werr != nil {
+		return fmt.Errorf("earlier write or sync failed: %w", w.werr)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, found, err := w.s.stat(ctx, w.s.markerKey(w.id))
+	if err != nil {
+		return w.s.errorf(err, "check marker")
+	}
+	if found {
+		return imagestore.ErrExists
+	}
+	size := w.written()
+	var info minio.UploadInfo
+	if len(w.parts) == 0 && len(w.buf) == 0 {
+		// S3 completes no upload without parts: an empty blob is a plain
+		// empty object.
+		w.tried = true
+		if info, err = w.s.putSmall(ctx, w.key, nil, true); err != nil {
+			if isPreconditionFailed(err) {
+				w.tried = false
+				return imagestore.ErrExists
+			}
+			return w.s.errorf(err, "put empty blob")
+		}
+		if err := w.s.core.AbortMultipartUpload(ctx, w.s.bucket, w.key, w.uploadID); err != nil && !isNotFound(err) {
+			_ = w.s.remove(ctx, w.key)
+			return w.s.errorf(err, "abort the empty upload")
+		}
+	} else {
+		if len(w.buf) > 0 {
+			if err := w.sendPart(); err != nil {
+				return err
+			}
+		}
+		opts := minio.PutObjectOptions{}
+		opts.SetMatchETagExcept("*")
+		w.tried = true
+		info, err = w.s.core.CompleteMultipartUpload(ctx, w.s.bucket, w.key, w.uploadID, w.parts, opts)
+		if isPreconditionFailed(err) {
+			w.tried = false
+			return imagestore.ErrExists
+		}
+		if err != nil {
+			return w.s.errorf(err, "complete upload")
+		}
+	}
+	w.dropBuffer()
+	w.staged, w.size, w.etag, w.uploadID = true, size, info.ETag, ""
+	return nil
+}
+
+// ReadAt reads the blob back for the structure check after the last byte.
+// The first call completes the upload (the blob is staged), so no Write
+// may follow; reads are ranged GETs of the staged object. io.EOF is
+// returned as is.
+func (w *writer) ReadAt(p []byte, off int64) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateWriting {
+		return 0, fmt.Errorf("s3: read %s: %w", w.id, os.ErrClosed)
+	}
+	if !w.staged {
+		ctx, cancel := reqCtx()
+		err := w.finish(ctx)
+		cancel()
+		if err != nil {
+			w.werr = fmt.Errorf("s3: read %s: %w", w.id, err)
+			return 0, w.werr
+		}
+	}
+	ctx, cancel := reqCtx()
+	defer cancel()
+	return w.s.readAt(ctx, w.key, w.etag, w.size, p, off)
+}
+
+// readAt is one ranged GET of key (size bytes, with etag) into p.
+func (s *Store) readAt(ctx context.Context, key, etag string, size int64, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("s3: read %s: negative offset", key)
+	}
+	if off >= size {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n := min(int64(len(p)), size-off)
+	body, err := s.rangeGet(ctx, key, etag, off, n)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	got, err := io.ReadFull(body, p[:n])
+	if err != nil {
+		return got, s.errorf(err, "read %s at %d", key, off)
+	}
+	if n < int64(len(p)) {
+		return got, io.EOF
+	}
+	return got, nil
+}
+
+// rangeGet opens bytes [off, off+n) of key (n > 0); etag, if set, must
+// still match, so a replaced object is an error, not other bytes.
+func (s *Store) rangeGet(ctx context.Context, key, etag string, off, n int64) (io.ReadCloser, error) {
+	var opts minio.GetObjectOptions
+	opts.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+	if etag != "" {
+		if err := opts.SetMatchETag(etag); err != nil {
+			return nil, err
+		}
+	}
+	body, _, _, err := s.core.GetObject(ctx, s.bucket, key, opts)
+	if err != nil {
+		return nil, s.errorf(err, "read %s at %d", key, off)
+	}
+	return body, nil
+}
+
+// Commit makes the blob visible: it completes the upload if ReadAt did not
+// (the blob is staged), then writes the marker, conditionally. Nothing is
+// copied: Commit costs the same for any size. Any failure is final: Abort
+// removes what is left. The error wraps ErrExists if the id is committed.
+func (w *writer) Commit(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch w.state {
+	case stateCommitted:
+		return fmt.Errorf("s3: commit %s: already committed", w.id)
+	case stateFailed, stateAborted, stateClosed:
+		return fmt.Errorf("s3: commit %s: %w", w.id, os.ErrClosed)
+	}
+	if err := w.commit(ctx); err != nil {
+		w.state = stateFailed
+		w.dropBuffer()
+		return fmt.Errorf("s3: commit %s: %w", w.id, err)
+	}
+	w.state = stateCommitted
+	return nil
+}
+
+func (w *writer) commit(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !w.staged {
+		if err := w.finish(ctx); err != nil {
+			return err
+		}
+	} else if w.werr != nil {
+		return fmt.Errorf("earlier read failed: %w", w.werr)
+	}
+	if _, err := w.s.putSmall(ctx, w.s.markerKey(w.id), nil, true); err != nil {
+		if isPreconditionFailed(err) {
+			return imagestore.ErrExists
+		}
+		return w.s.errorf(err, "write marker")
+	}
+	defer w.s.usage.invalidate()
+	// The tails and durable offset mean nothing now; should removing them
+	// fail, RemovePartial at the session's end (or RemovePartials) does.
+	_ = w.s.removeAll(ctx, w.s.partialDir(w.id))
+	return nil
+}
+
+// Abort ends the blob without making it visible and removes its upload,
+// its tails and, if staged, its bytes (also after Close). Idempotent, and
+// a no-op after a successful Commit, so `defer w.Abort()` is safe.
+func (w *writer) Abort() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state == stateCommitted || w.state == stateAborted {
+		return nil
+	}
+	w.dropBuffer()
+	ctx, cancel := reqCtx()
+	defer cancel()
+	defer w.s.usage.invalidate()
+	var errs []error
+	if w.uploadID != "" {
+		err := w.s.core.AbortMultipartUpload(ctx, w.s.bucket, w.key, w.uploadID)
+		if err != nil && !isNotFound(err) {
+			errs = append(errs, w.s.errorf(err, "abort upload"))
+		} else {
+			w.uploadID = ""
+		}
+	}
+	if w.staged || w.tried {
+		if err := w.s.removeStaged(ctx, w.id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := w.s.removeAll(ctx, w.s.partialDir(w.id)); err != nil {
+		errs = append(errs, w.s.errorf(err, "remove tails"))
+	}
+	if len(errs) > 0 {
+		// Stay abortable so that a retry can finish the job.
+		if w.state == stateWriting {
+			w.state = stateFailed
+		}
+		return fmt.Errorf("s3: abort %s: %w", w.id, errors.Join(errs...))
+	}
+	w.state = stateAborted
+	return nil
+}
+
+// removeStaged deletes images/<id>.qcow2 unless a marker says it is
+// committed (a marker write whose answer was lost, or another writer's).
+func (s *Store) removeStaged(ctx context.Context, id string) error {
+	_, found, err := s.stat(ctx, s.markerKey(id))
+	if err != nil {
+		return s.errorf(err, "check marker")
+	}
+	if found {
+		return nil
+	}
+	if err := s.remove(ctx, s.imageKey(id)); err != nil {
+		return s.errorf(err, "remove staged bytes")
+	}
+	return nil
+}
