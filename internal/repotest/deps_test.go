@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/billing/stripetest"
+	"github.com/vmshelf/vmshelf/imagestore/s3/s3test"
 )
 
 // debian is .ci/deps's list of Debian packages, in its install order, with
@@ -44,11 +45,15 @@ var debian = []struct {
 
 // missingNames is how .ci/deps names each thing when all are missing.
 var missingNames = []string{"qemu-img", "qemu-io", "qemu-img's http driver", "nbdkit", "curl", "strace",
-	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "initdb", "pg_ctl", "stripe-mock", "tusd"}
+	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "initdb", "pg_ctl", "stripe-mock", "tusd", "versitygw"}
 
 // tusdInstall is how .ci/deps installs the bench's tusd (bench/README.md
 // names the same version).
 const tusdInstall = "go install github.com/tus/tusd/v2/cmd/tusd@v2.9.1"
+
+// versitygwInstall is how .ci/deps installs the S3 tests' server
+// (imagestore/s3/s3test.Install says the same).
+const versitygwInstall = s3test.Install
 
 // npmDirs are the folders .ci/deps runs npm ci in.
 var npmDirs = []string{"cmd/vmshelf/testdata/tusjs", "cmd/vmshelf/testdata/browser"}
@@ -94,7 +99,7 @@ type setup struct {
 	nodejsBringsNpm bool     // the nodejs package brings npm (NodeSource's does)
 	refuse          []string // packages apt-get refuses, exit 100
 	npmDone         bool     // node_modules installed and newer than the lock files
-	goTools         bool     // stripe-mock and tusd on PATH
+	goTools         bool     // stripe-mock, tusd and versitygw on PATH
 }
 
 // stubs writes the commands pkg brings into dir.
@@ -171,6 +176,7 @@ func newMachine(t *testing.T, s setup) *machine {
 	if s.goTools {
 		m.stub(t, m.bin, "stripe-mock", s)
 		m.stub(t, m.bin, "tusd", s)
+		m.stub(t, m.bin, "versitygw", s)
 	}
 
 	// The packages apt-get has, each a folder of the stubs it installs.
@@ -196,6 +202,7 @@ echo "Setting up $pkg ..."
 	stubs := t.TempDir()
 	m.stub(t, stubs, "stripe-mock", s)
 	m.stub(t, stubs, "tusd", s)
+	m.stub(t, stubs, "versitygw", s)
 	writeScript(t, filepath.Join(m.bin, "go"), fmt.Sprintf(`case $1 in
 env) echo; echo %[1]q;;
 install) echo "go $*" >>%[2]q; name=${2%%@*}; %[3]s %[4]q/"${name##*/}" %[5]q/;;
@@ -270,7 +277,7 @@ func TestDepsInstalls(t *testing.T) {
 	}{
 		{
 			name:    "nothing there: everything installed, one package at a time",
-			calls:   slices.Concat(installs(allPkgs...), npmCIs, []string{goInstall, tusdInstall}),
+			calls:   slices.Concat(installs(allPkgs...), npmCIs, []string{goInstall, tusdInstall, versitygwInstall}),
 			ok:      true,
 			says:    []string{"deps: " + sudoRun() + aptInstall("qemu-block-extra") + "\n"},
 			allHere: "deps: everything the tests use is here now\n",
@@ -279,7 +286,7 @@ func TestDepsInstalls(t *testing.T) {
 			name:  "apt-get refuses npm: the others are installed all the same",
 			setup: setup{refuse: []string{"npm"}},
 			// No npm ci without npm; stripe-mock does not need it.
-			calls: slices.Concat(installs(allPkgs...), []string{goInstall, tusdInstall}),
+			calls: slices.Concat(installs(allPkgs...), []string{goInstall, tusdInstall, versitygwInstall}),
 			says: []string{
 				"apt-get install npm failed: " + refusal,
 				"  npm: Debian package npm",
@@ -290,18 +297,18 @@ func TestDepsInstalls(t *testing.T) {
 				"\n  npm ci --prefix cmd/vmshelf/testdata/browser --no-audit --no-fund\n",
 				"Debian's npm is refused beside this node (v20.20.2)",
 			},
-			notSays: []string{"  chromium:", "  nginx:", "  node:", "stripe-mock:", "tusd:", "\n  " + goInstall + "\n"},
+			notSays: []string{"  chromium:", "  nginx:", "  node:", "stripe-mock:", "tusd:", "versitygw:", "\n  " + goInstall + "\n"},
 		},
 		{
 			name:  "Node.js and npm from elsewhere: Debian's nodejs and npm are left alone",
 			setup: setup{nodeElsewhere: true},
-			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall, tusdInstall}),
+			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall, tusdInstall, versitygwInstall}),
 			ok:    true,
 		},
 		{
 			name:  "the nodejs package brings npm: Debian's npm is not installed on top",
 			setup: setup{nodejsBringsNpm: true},
-			calls: slices.Concat(installs(without(allPkgs, "npm")...), npmCIs, []string{goInstall, tusdInstall}),
+			calls: slices.Concat(installs(without(allPkgs, "npm")...), npmCIs, []string{goInstall, tusdInstall, versitygwInstall}),
 			ok:    true,
 		},
 		{
@@ -313,7 +320,7 @@ func TestDepsInstalls(t *testing.T) {
 		{
 			name:  "a node older than playwright-core needs",
 			setup: setup{node: "v18.19.0", nodeElsewhere: true},
-			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall, tusdInstall}),
+			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall, tusdInstall, versitygwInstall}),
 			says:  []string{"node v18.19.0 is older than 20, which playwright-core needs: install Node.js 20 or later"},
 		},
 		{
@@ -332,6 +339,7 @@ func TestDepsInstalls(t *testing.T) {
 				"\n  npm ci --prefix cmd/vmshelf/testdata/browser --no-audit --no-fund\n",
 				"\n  " + goInstall + "\n",
 				"\n  " + tusdInstall + "\n",
+				"\n  " + versitygwInstall + "\n",
 				"deps: VMSHELF_INSTALL=0: nothing was installed",
 			},
 		},
@@ -420,6 +428,7 @@ func TestMakeTestStopsWithoutTools(t *testing.T) {
 		"\n  " + sudo() + aptInstall(strings.Join(allPkgs, " ")) + "\n",
 		"\n  " + stripetest.MockInstall + "\n",
 		"\n  " + tusdInstall + "\n",
+		"\n  " + versitygwInstall + "\n",
 	}
 	// npm ci where this checkout's node_modules is missing or stale (where
 	// make test installed it, it is not).
