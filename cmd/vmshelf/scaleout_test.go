@@ -1,13 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore/postgres/pgtest"
+	"github.com/vmshelf/vmshelf/imagestore/s3/s3test"
 )
 
 // Serve over PostgreSQL (VMSHELF_STORE_URL) instead of the embedded
@@ -80,4 +89,136 @@ func TestE2EPostgresUnreachable(t *testing.T) {
 	if r.code == 0 || strings.Contains(r.stdout+r.stderr, password) || !strings.Contains(r.stderr, storeURLEnv) {
 		t.Errorf("tenant list with a malformed store URL: exit %d, output:\n%s%s", r.code, r.stdout, r.stderr)
 	}
+}
+
+// replicas are serve processes over one PostgreSQL database and one S3
+// bucket, as a Deployment behind a load balancer runs them.
+type replicas struct {
+	env  []string // the store URL and the bucket's endpoint and keys
+	args []string // --blobs and --blob-capacity-gib
+	url  string   // the database
+}
+
+func newReplicas(t *testing.T) *replicas {
+	t.Helper()
+	cluster := pgtest.Start(t)
+	bucket := s3test.StartServer(t)
+	r := &replicas{url: cluster.NewDatabase(t)}
+	r.env = []string{
+		storeURLEnv + "=" + r.url,
+		"AWS_ENDPOINT_URL=" + bucket.Config.Endpoint,
+		"AWS_REGION=us-east-1",
+		"AWS_ACCESS_KEY_ID=" + string(bucket.Config.AccessKeyID),
+		"AWS_SECRET_ACCESS_KEY=" + string(bucket.Config.SecretAccessKey),
+	}
+	r.args = []string{"--blobs", "s3://" + bucket.Config.Bucket + "/edge", "--blob-capacity-gib", "4"}
+	return r
+}
+
+// start starts one more replica with a data dir of its own. The first
+// one creates the dev tenant; the others get its token file, so that
+// --dev keeps the token instead of rotating it.
+func (r *replicas) start(t *testing.T, first *server) *server {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	if first != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, devToken), []byte(first.token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServe(t, dir, r.args, r.env...)
+	s.secret(strings.TrimPrefix(r.env[4], "AWS_SECRET_ACCESS_KEY="))
+	return s
+}
+
+// on rewrites a URL that replica from handed out so that it goes to
+// replica to, as a load balancer may send it.
+func on(u string, from, to *server) string {
+	return strings.Replace(u, from.dataBase, to.dataBase, 1)
+}
+
+// TestE2ETwoReplicas: a ticket issued by A is uploaded through B and
+// fetched, whole and in ranges, from A and from B; one ticket raced on
+// both is accepted once.
+func TestE2ETwoReplicas(t *testing.T) {
+	r := newReplicas(t)
+	a := r.start(t, nil)
+	b := r.start(t, a)
+	if a.token != b.token {
+		t.Fatalf("the replicas disagree on the dev token")
+	}
+	file, data := makeImage(t, t.TempDir(), "two.qcow2")
+
+	tk := a.ticket(t, "two")
+	viaB := tk
+	viaB.UploadURL = on(tk.UploadURL, a, b)
+	img := b.upload(t, viaB, file, data)
+
+	u := a.fetchURL(t, img.UploadID)
+	for _, s := range []*server{a, b} {
+		fu := on(u, a, s)
+		if n, sum := fetchAll(t, fu, 20*time.Second); n != int64(len(data)) || sum != sha256hex(data) {
+			t.Fatalf("whole fetch from %s: %d bytes, sha256 %s; want %d, %s", s.dataAddr, n, sum, len(data), sha256hex(data))
+		}
+		for _, rg := range [][2]int{{0, 511}, {4096, 70000}, {len(data) - 100, len(data) - 1}} {
+			got := fetchRange(t, fu, rg[0], rg[1])
+			if !bytes.Equal(got, data[rg[0]:rg[1]+1]) {
+				t.Errorf("range %d-%d from %s: %d bytes that differ from the file", rg[0], rg[1], s.dataAddr, len(got))
+			}
+		}
+	}
+
+	// One ticket, the same image sent to both at once: one 201.
+	race := a.ticket(t, "race")
+	codes := make([]int, 2)
+	var wg sync.WaitGroup
+	for i, s := range []*server{a, b} {
+		wg.Go(func() {
+			codes[i], _ = curlStatus(t, "-T", file, on(race.UploadURL, a, s))
+		})
+	}
+	wg.Wait()
+	slices.Sort(codes)
+	if codes[0] != http.StatusCreated || codes[1] != http.StatusGone {
+		t.Errorf("one ticket raced on two replicas: %v, want one 201 and one 410", codes)
+	}
+}
+
+// fetchRange GETs bytes first..last of u.
+func fetchRange(t *testing.T, u string, first, last int) []byte {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", first, last))
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %d-%d: %v", first, last, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusPartialContent {
+		t.Fatalf("GET %d-%d: %d, %v", first, last, resp.StatusCode, err)
+	}
+	return body
+}
+
+// curlStatus runs curl and returns its status without failing on one:
+// from a goroutine, so it reports trouble with t.Error.
+func curlStatus(t *testing.T, args ...string) (int, string) {
+	out := filepath.Join(t.TempDir(), "body")
+	cmd := exec.Command("curl", append([]string{"-sS", "--max-time", "30", "-o", out, "-w", "%{http_code}"}, args...)...)
+	cmd.Env = cleanEnv()
+	b, err := cmd.Output()
+	if err != nil {
+		t.Errorf("curl %q: %v", args, err)
+		return 0, ""
+	}
+	code, _ := strconv.Atoi(string(b))
+	body, _ := os.ReadFile(out)
+	return code, string(body)
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/gateway"
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
@@ -50,6 +49,9 @@ type serveFlags struct {
 	checkoutReturnURL, currency               string
 	corsOrigin                                string
 	tusCheckpointMiB, headroomMiB             int
+	// blobs: "" (the images in <data-dir>/vm-images) or s3://bucket/prefix.
+	blobs           string
+	blobCapacityGiB float64
 	// ticketRate and ticketBurst: each tenant's token bucket for tickets.
 	ticketRate  float64
 	ticketBurst int
@@ -78,6 +80,7 @@ var serveHelp = helpDoc{
 		`taking new work and lets the running transfers finish (at most ` + shutdownBound.String() + `).`,
 	env: []envVar{
 		storeURLVar,
+		s3Vars,
 		{"STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", "the Stripe secret key, or a file holding it " +
 			"(a mounted Secret; set one of the two). Without it the market takes no payment: " +
 			"listings and orders answer 503. Never a flag: a command line is visible to every user."},
@@ -131,6 +134,8 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.logLevelName, "log-level", "info", "least severe log lines written: debug, info, warn or error")
 	fs.StringVar(&f.trustedProxiesList, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of reverse proxies whose X-Forwarded-For / Forwarded is believed; none when empty")
 	fs.DurationVar(&f.fetchQueueWait, "fetch-queue-wait", 30*time.Second, "a fetch beyond --max-transfers waits this long for a slot before 503")
+	fs.StringVar(&f.blobs, "blobs", "", "where the images live: s3://bucket/prefix for an S3 bucket shared by every replica (default <data-dir>/vm-images)")
+	fs.Float64Var(&f.blobCapacityGiB, "blob-capacity-gib", 0, "with --blobs s3://…: what the bucket may hold for vmshelf, in GiB, in place of a disk's free space")
 	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -151,6 +156,9 @@ func (f *serveFlags) validate() error {
 		return err
 	}
 	if _, err := gib(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
+		return err
+	}
+	if err := f.validateBlobs(); err != nil {
 		return err
 	}
 	switch {
@@ -392,9 +400,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	blobs, err := blobfs.Open(filepath.Join(f.dataDir, imagesDir))
+	blobs, blobsAt, err := openBlobs(ctx, f, os.Getenv)
 	if err != nil {
-		return fmt.Errorf("open image directory: %w", err)
+		return err
 	}
 	// A damaged db must stop here: reading it as it is could make images
 	// look unrecorded, and every tenant request would fail later anyway.
@@ -410,7 +418,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if errors.As(err, &lost) {
 			return usagef("%s is new or holds no image record, but %s holds %d image files; "+
 				"refusing to start so that none is lost: restore %s from a backup, or move the files out of %s",
-				st.name, imagesDir, lost.Files, st.short, imagesDir)
+				st.name, blobsAt, lost.Files, st.short, blobsAt)
 		}
 		return err
 	}

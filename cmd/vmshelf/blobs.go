@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/blobfs"
+	"github.com/vmshelf/vmshelf/imagestore/s3"
+)
+
+// s3Vars are the environment variables the S3 blobs read, the standard
+// ones of AWS's tools, so that a Secret mounted for one works for vmshelf.
+var s3Vars = envVar{"AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3), AWS_REGION (or AWS_DEFAULT_REGION), " +
+	"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN",
+	"with --blobs s3://…: the S3 endpoint (empty: AWS), its region and the static credentials. " +
+		"Never flags: the keys are secrets."}
+
+// blobsFlagS3 says whether --blobs names a bucket rather than the default
+// image directory.
+func blobsFlagS3(v string) bool { return strings.HasPrefix(v, "s3://") }
+
+// validateBlobs checks --blobs and --blob-capacity-gib before any port is
+// opened: "" (the images in <data-dir>/vm-images) or s3://bucket/prefix,
+// which needs a capacity (an object store has no free space to ask).
+func (f *serveFlags) validateBlobs() error {
+	switch {
+	case f.blobs == "":
+		if f.blobCapacityGiB != 0 {
+			return usagef("--blob-capacity-gib is for --blobs s3://…; the image directory's free space is its disk's")
+		}
+		return nil
+	case !blobsFlagS3(f.blobs):
+		return usagef("--blobs %q: want s3://bucket/prefix (or leave it empty for <data-dir>/%s)", f.blobs, imagesDir)
+	}
+	if _, _, err := s3.ParseURL(f.blobs); err != nil {
+		return usagef("--blobs %q: %v", f.blobs, err)
+	}
+	if _, err := gib(f.blobCapacityGiB, "blob-capacity-gib"); err != nil {
+		return usagef("--blobs s3://… needs --blob-capacity-gib, what the bucket may hold for vmshelf, in GiB")
+	}
+	return nil
+}
+
+// openBlobs opens the image bytes: the directory under the data dir, or
+// the S3 bucket of --blobs with the endpoint and credentials from getenv.
+func openBlobs(ctx context.Context, f *serveFlags, getenv func(string) string) (imagestore.Blobs, string, error) {
+	if !blobsFlagS3(f.blobs) {
+		dir := filepath.Join(f.dataDir, imagesDir)
+		b, err := blobfs.Open(dir)
+		if err != nil {
+			return nil, "", fmt.Errorf("open image directory: %w", err)
+		}
+		return b, dir, nil
+	}
+	cfg, err := s3.ConfigFromEnv(getenv)
+	if err != nil {
+		return nil, "", usagef("--blobs %s: %v", f.blobs, err)
+	}
+	if cfg.Bucket, cfg.Prefix, err = s3.ParseURL(f.blobs); err != nil {
+		return nil, "", usagef("--blobs %q: %v", f.blobs, err)
+	}
+	cfg.MaxImageBytes, _ = gib(f.uploadMaxGiB, "upload-max-gib")
+	cfg.CapacityBytes, _ = gib(f.blobCapacityGiB, "blob-capacity-gib")
+	b, err := s3.Open(ctx, cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("open the image bucket (--blobs %s): %w", f.blobs, err)
+	}
+	return b, f.blobs, nil
+}
