@@ -12,11 +12,15 @@ import (
 )
 
 // s3Vars are the environment variables the S3 blobs read, the standard
-// ones of AWS's tools, so that a Secret mounted for one works for vmshelf.
-var s3Vars = envVar{"AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3), AWS_REGION (or AWS_DEFAULT_REGION), " +
-	"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN",
-	"with --blobs s3://…: the S3 endpoint (empty: AWS), its region and the static credentials. " +
-		"Never flags: the keys are secrets."}
+// ones of AWS's tools, so that a Secret mounted for those works for
+// vmshelf. Never flags: the keys are secrets.
+var s3Vars = []envVar{
+	{"AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3", "with --blobs s3://…: the S3 server " +
+		"(http(s)://host[:port], addressed path-style); unset is AWS itself."},
+	{"AWS_REGION or AWS_DEFAULT_REGION", "with --blobs s3://…: the region requests are signed for (default us-east-1)."},
+	{"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY", "with --blobs s3://…: the static credentials, both required."},
+	{"AWS_SESSION_TOKEN", "with --blobs s3://…: the session token of temporary credentials, if any."},
+}
 
 // blobsFlagS3 says whether --blobs names a bucket rather than the default
 // image directory.

@@ -78,9 +78,7 @@ var serveHelp = helpDoc{
 		`/healthz, /readyz) and, with --vms-enable, the KubeVirt reconciler that runs the paid ` +
 		`orders. Every setting is checked before a port is opened. SIGTERM or SIGINT stops ` +
 		`taking new work and lets the running transfers finish (at most ` + shutdownBound.String() + `).`,
-	env: []envVar{
-		storeURLVar,
-		s3Vars,
+	env: append([]envVar{storeURLVar}, append(s3Vars, []envVar{
 		{"STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", "the Stripe secret key, or a file holding it " +
 			"(a mounted Secret; set one of the two). Without it the market takes no payment: " +
 			"listings and orders answer 503. Never a flag: a command line is visible to every user."},
@@ -90,7 +88,7 @@ var serveHelp = helpDoc{
 			strconv.Itoa(defaultMemoryLimit>>20) + " MiB."},
 		{"KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT", "with --vms-enable and no " +
 			"--kubeconfig: the cluster serve runs in (Kubernetes sets them in every pod)."},
-	},
+	}...)...),
 	exits: []string{
 		"0  stopped by SIGTERM or SIGINT once the running transfers ended",
 		"1  failed while starting or running (a port in use, the store); the message says why",
