@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 )
 
 // StoreLostError is Reconcile's refusal when the store holds no image
@@ -34,6 +35,36 @@ func (e *StoreLostError) Error() string {
 //   - plain uploads still marked running are ended: the crash ended them
 //     and their partials are gone, so they no longer hold a quota place.
 func Reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger) error {
+	return reconcile(ctx, st, blobs, log, nil)
+}
+
+// SharedReconcile is what differs when other replicas use the same
+// records and blobs at this moment (PostgreSQL and S3): what looks left
+// over by a crash may be another replica's work in flight.
+type SharedReconcile struct {
+	// Now is the time the grace is counted back from.
+	Now time.Time
+	// Grace: a committed blob without a record is quarantined only once
+	// it was committed longer ago than this, since another replica may be
+	// between its Commit and its AddImage. It must exceed the longest
+	// such gap (one store write), with room for the replicas' clock skew.
+	Grace time.Duration
+}
+
+// ReconcileShared is Reconcile for one replica among several. As
+// Reconcile, it refuses a store without image records beside committed
+// blobs and never deletes a committed blob; unlike it:
+//   - a committed blob without a record is quarantined only once older
+//     than sh.Grace (see SharedReconcile);
+//   - plain uploads marked running are left alone: they may be running
+//     on another replica;
+//   - unfinished writes are removed only as the blobs' RemovePartials
+//     judges them abandoned (the S3 blobs wait for their own grace).
+func ReconcileShared(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, sh SharedReconcile) error {
+	return reconcile(ctx, st, blobs, log, &sh)
+}
+
+func reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, shared *SharedReconcile) error {
 	ids, err := st.ImageIDs(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: list image records: %w", err)
@@ -57,21 +88,33 @@ func Reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger) err
 	if err != nil {
 		return fmt.Errorf("reconcile: remove partial uploads: %w", err)
 	}
-	// Nothing serves uploads yet, so every upload marked running is one
-	// the crash (or a kill) cut off.
-	ended, err := st.EndRunningUploads(ctx)
-	if err != nil {
-		return fmt.Errorf("reconcile: end running uploads: %w", err)
+	// Nothing of this process serves uploads yet, so alone on the store
+	// every upload marked running is one the crash (or a kill) cut off.
+	ended := 0
+	if shared == nil {
+		if ended, err = st.EndRunningUploads(ctx); err != nil {
+			return fmt.Errorf("reconcile: end running uploads: %w", err)
+		}
 	}
 	recorded := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		recorded[id] = true
 	}
-	quarantined := 0
+	quarantined, young := 0, 0
 	for _, id := range files {
 		if recorded[id] {
 			delete(recorded, id)
 			continue
+		}
+		if shared != nil {
+			fresh, err := committedSince(ctx, blobs, id, shared.Now.Add(-shared.Grace))
+			if err != nil {
+				return fmt.Errorf("reconcile: image file %s: %w", id, err)
+			}
+			if fresh {
+				young++ // perhaps another replica's upload about to be recorded
+				continue
+			}
 		}
 		switch err := blobs.Quarantine(ctx, id); {
 		case err == nil:
@@ -87,9 +130,28 @@ func Reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger) err
 	for id := range recorded {
 		log.Error("image record without its file; fetches of it will fail", "upload_id", id)
 	}
+	if young > 0 {
+		log.Info("image files without a record left for now: committed within the grace, perhaps by another replica",
+			"files", young, "grace", shared.Grace)
+	}
 	if partials > 0 || quarantined > 0 || ended > 0 {
 		log.Info("start-up cleanup", "partial_uploads_removed", partials, "files_quarantined", quarantined,
 			"running_uploads_ended", ended)
 	}
 	return nil
+}
+
+// committedSince reports whether blob id was committed after t. A blob
+// that vanished meanwhile (removed by its owner) counts as fresh: there
+// is nothing to quarantine.
+func committedSince(ctx context.Context, blobs Blobs, id string, t time.Time) (bool, error) {
+	b, err := blobs.Open(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer b.Close()
+	return b.ModTime().After(t), nil
 }

@@ -267,3 +267,68 @@ func TestReconcileRefusesLostStore(t *testing.T) {
 		t.Errorf("Reconcile of a new edge: %v", err)
 	}
 }
+
+// TestReconcileShared: beside other replicas, a committed blob without a
+// record is left alone while it is younger than the grace (another
+// replica may be about to record it) and quarantined once older; a plain
+// upload marked running keeps its mark (it may run elsewhere).
+func TestReconcileShared(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "vmshelf.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	blobs, err := blobfs.Open(filepath.Join(dir, "vm-images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tn, err := st.CreateTenant(ctx, imagestore.Tenant{Name: "alpha"}, imagestore.HashSecret("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, young, old := imagestore.NewUploadID(), imagestore.NewUploadID(), imagestore.NewUploadID()
+	for _, id := range []string{kept, young, old} {
+		commit(t, blobs, id, []byte(id))
+	}
+	if err := st.AddImage(ctx, imagestore.Image{UploadID: kept, TenantID: tn.ID, Name: "kept", CreatedAt: now}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// old was committed an hour ago.
+	hourAgo := now.Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "vm-images", old+".qcow2"), hourAgo, hourAgo); err != nil {
+		t.Fatal(err)
+	}
+	put := imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: tn.ID, Name: "put", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := st.CreateTicket(ctx, put, imagestore.HashSecret("put"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ConsumeTicket(ctx, imagestore.HashSecret("put"), now); err != nil {
+		t.Fatal(err)
+	}
+
+	sh := imagestore.SharedReconcile{Now: now, Grace: 10 * time.Minute}
+	if err := imagestore.ReconcileShared(ctx, st, blobs, slog.New(slog.DiscardHandler), sh); err != nil {
+		t.Fatalf("ReconcileShared: %v", err)
+	}
+	files, err := blobs.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := slices.Sorted(slices.Values([]string{kept, young})); !slices.Equal(files, want) {
+		t.Errorf("blobs after ReconcileShared = %v, want the recorded and the young one %v", files, want)
+	}
+	q, err := blobs.Quarantined(ctx)
+	if err != nil || len(q) != 1 || q[0].ID != old {
+		t.Errorf("quarantine = %+v, %v; want only the hour-old orphan %s", q, err, old)
+	}
+	// The running upload still holds its place: a quota of 2 (one image,
+	// one running upload) is full.
+	err = st.CreateTicket(ctx, imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: tn.ID, Name: "more",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, imagestore.HashSecret("more"), 2)
+	if !errors.Is(err, imagestore.ErrQuota) {
+		t.Errorf("ticket at quota 2 after ReconcileShared: %v, want ErrQuota (the running upload kept)", err)
+	}
+}

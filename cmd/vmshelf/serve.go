@@ -411,7 +411,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return fmt.Errorf("check store: %w", err)
 	}
-	if err := imagestore.Reconcile(ctx, st, blobs, log); err != nil {
+	reconcile := imagestore.Reconcile
+	if st.shared() {
+		if !blobsFlagS3(f.blobs) {
+			log.Warn("the records are shared (" + storeURLEnv + ") but the images are in this replica's data dir: " +
+				"run one replica only, or give every replica the same --blobs s3://…")
+		}
+		reconcile = func(ctx context.Context, st imagestore.Store, blobs imagestore.Blobs, log *slog.Logger) error {
+			return imagestore.ReconcileShared(ctx, st, blobs, log, imagestore.SharedReconcile{Now: time.Now(), Grace: sharedGrace})
+		}
+	}
+	if err := reconcile(ctx, st, blobs, log); err != nil {
 		var lost *imagestore.StoreLostError
 		if errors.As(err, &lost) {
 			return usagef("%s is new or holds no image record, but %s holds %d image files; "+
@@ -609,6 +619,12 @@ func keepReserve(ctx context.Context, st *sqlite.Store, every time.Duration, log
 		}
 	}
 }
+
+// sharedGrace is how long another replica may take from committing an
+// image's bytes to recording it, as the start-up of a replica over a
+// shared store assumes: a blob without a record younger than this is
+// left alone (imagestore.SharedReconcile).
+const sharedGrace = 10 * time.Minute
 
 // shutdownBound is how long SIGTERM waits for running transfers.
 const shutdownBound = 30 * time.Second
