@@ -262,6 +262,7 @@ type Store interface {
 	Stats(ctx context.Context) (Stats, error)
 
 	MarketStore
+	Leases
 }
 
 // Blobs holds image bytes by upload id.

@@ -125,6 +125,21 @@ func child() int {
 				}
 			})
 		}
+	case "lease":
+		// n rounds on one lease, every worker of every process in each:
+		// round r asks at leaseBase + r*leaseTTL, when the lease of round
+		// r-1 has just expired, so the rounds need no clock in common.
+		pid := os.Getpid()
+		for w := range workers {
+			wg.Go(func() {
+				holder := fmt.Sprintf("replica-%d-%d", pid, w)
+				for r := range n {
+					now := leaseBase.Add(time.Duration(r) * leaseTTL)
+					l, err := s.AcquireLease(ctx, "leader", holder, leaseTTL, now)
+					record(fmt.Sprintf("%d:%d", r, l.Token), err, imagestore.ErrLeaseHeld)
+				}
+			})
+		}
 	default:
 		fmt.Fprintln(os.Stderr, "unknown child job", job)
 		return 1
@@ -135,6 +150,12 @@ func child() int {
 	}
 	return 0
 }
+
+// The "lease" race's clock: the rounds' now values, far from the real
+// clock so that a store consulting it is caught.
+var leaseBase = time.Date(2031, 3, 4, 5, 6, 7, 123456789, time.UTC)
+
+const leaseTTL = 15 * time.Second
 
 const (
 	quota           = 10 // the "tickets" race's quota

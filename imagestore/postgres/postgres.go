@@ -101,7 +101,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // tables are the records' tables, which Verify reads through.
-var tables = []string{"tenants", "tickets", "images", "fetch_tokens", "upload_sessions", "listings", "orders", "webhook_events", "replica_states"}
+var tables = []string{"tenants", "tickets", "images", "fetch_tokens", "upload_sessions", "listings", "orders", "webhook_events", "replica_states", "leases"}
 
 // Verify checks that the schema is the one this binary knows and reads
 // every table through: a damaged page is refused by PostgreSQL with

@@ -109,3 +109,38 @@ func TestCapacityAcrossProcesses(t *testing.T) {
 		t.Errorf("%d orders placed, listing reserves %d; want both %d", booked, got.Reserved, capacity)
 	}
 }
+
+// TestLeaseAcrossProcesses: processes racing AcquireLease on one name
+// with holders of their own: exactly one holder wins each round, and the
+// tokens strictly increase over the rounds (round r's is r+1).
+func TestLeaseAcrossProcesses(t *testing.T) {
+	const rounds = 20
+	url := cluster.NewDatabase(t)
+	outs := race(t, url, "lease", fmt.Sprint(rounds), procs)
+	tokens := make(map[int][]int64)
+	refused := 0
+	for _, o := range outs {
+		for _, w := range o.Won {
+			var r int
+			var tok int64
+			if _, err := fmt.Sscanf(w, "%d:%d", &r, &tok); err != nil {
+				t.Fatalf("outcome %q: %v", w, err)
+			}
+			tokens[r] = append(tokens[r], tok)
+		}
+		refused += o.Refused
+	}
+	last := int64(0)
+	for r := range rounds {
+		if len(tokens[r]) != 1 {
+			t.Fatalf("round %d: %d winners (tokens %v), want 1", r, len(tokens[r]), tokens[r])
+		}
+		if tok := tokens[r][0]; tok <= last || tok != int64(r+1) {
+			t.Errorf("round %d: token %d after %d, want %d", r, tok, last, r+1)
+		}
+		last = tokens[r][0]
+	}
+	if want := rounds * (procs*workers - 1); refused != want {
+		t.Errorf("%d attempts refused as held, want %d", refused, want)
+	}
+}

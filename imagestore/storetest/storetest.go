@@ -77,6 +77,10 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"ReplicaStates", testReplicaStates},
 		{"ReplicaStatesRefused", testReplicaStatesRefused},
 		{"RevokeOrderTokens", testRevokeOrderTokens},
+		{"LeaseRules", testLeaseRules},
+		{"LeaseRefused", testLeaseRefused},
+		{"LeaseNames", testLeaseNames},
+		{"LeaseConcurrent", testLeaseConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
