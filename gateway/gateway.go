@@ -65,6 +65,12 @@ type Config struct {
 	// can cost a resumable upload, against an fsync and a store write.
 	CheckpointBytes    int64
 	CheckpointInterval time.Duration
+	// Replica names this process among the replicas that share the store
+	// and the blobs; non-empty makes every resumable write take the
+	// upload's lease first (uploadlease.go), so that of all replicas one
+	// writes a session at a time. Empty: one replica, whose own locks
+	// suffice.
+	Replica string
 	// FetchQueueWait is how long a fetch GET beyond MaxTransfers waits for
 	// a slot before 503 busy (default DefaultFetchQueueWait, 30 s): CDI's
 	// importer does not retry in-process, so it queues instead.

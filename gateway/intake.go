@@ -129,8 +129,11 @@ func (g *Gateway) read(ctx *fasthttp.RequestCtx, in *intake, wb *writeBehind, ch
 			wb.filled(m)
 			received.Add(float64(m))
 			// Never at the last byte: "all bytes durable" must not be
-			// recorded before the image is committed.
-			if checkpoint != nil && in.n < in.limit && (in.n-lastN >= g.cfg.CheckpointBytes || g.cfg.Now().Sub(lastT) >= g.cfg.CheckpointInterval) {
+			// recorded before the image is committed. At each multiple of
+			// CheckpointBytes, counted from the image's first byte, not
+			// from this request's: over S3 a checkpoint at a part's end
+			// leaves no tail object to write.
+			if checkpoint != nil && in.n < in.limit && (in.n/g.cfg.CheckpointBytes != lastN/g.cfg.CheckpointBytes || g.cfg.Now().Sub(lastT) >= g.cfg.CheckpointInterval) {
 				if err := wb.flush(); err != nil {
 					return nil // pump reports it
 				}

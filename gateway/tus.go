@@ -144,8 +144,17 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	}
 	holder, _ := g.locks.acquire(sess.UploadID, ctx.Conn(), takeoverWait) // new: nobody else knows the id yet
 	defer g.locks.release(sess.UploadID, holder)
+	lease, aerr := g.takeUploadLease(ctx, sess.UploadID, holder.takeOver)
+	if aerr != nil {
+		// The session stays; the client resumes it with HEAD and PATCH.
+		_ = w.Close()
+		g.refuseUpload(ctx, aerr, start, "")
+		return
+	}
+	defer lease.release()
+	lease.fenceWriter(w)
 	in := g.newIntake(length, exceedsLength(length))
-	g.continueSession(ctx, sess, w, in, holder, start, fasthttp.StatusCreated)
+	g.continueSession(ctx, sess, w, in, holder, lease, start, fasthttp.StatusCreated)
 }
 
 // handleHead is HEAD on a session: how far the upload got.
@@ -228,6 +237,23 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 		g.tusProgress(ctx, sess, sess.Offset, fasthttp.StatusNoContent)
 		return
 	}
+	lease, aerr := g.takeUploadLease(ctx, sess.UploadID, holder.takeOver)
+	if aerr != nil {
+		g.refuseUpload(ctx, aerr, start, "")
+		return
+	}
+	defer lease.release()
+	// Read the session once more under the lease: another replica may
+	// have saved more before it let go.
+	if lease != nil {
+		if sess, aerr = g.lookupSession(ctx, id); aerr == nil && off != sess.Offset {
+			aerr = offsetMismatch(ctx, sess.Offset)
+		}
+		if aerr != nil {
+			g.refuseUpload(ctx, aerr, start, "")
+			return
+		}
+	}
 	octx, cancel := op()
 	defer cancel()
 	w, err := g.blobs.Resume(octx, sess.UploadID, sess.Offset)
@@ -241,14 +267,15 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 		g.refuseUpload(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not resume the upload"), start, "")
 		return
 	}
-	g.continueSession(ctx, sess, w, in, holder, start, fasthttp.StatusNoContent)
+	lease.fenceWriter(w)
+	g.continueSession(ctx, sess, w, in, holder, lease, start, fasthttp.StatusNoContent)
 }
 
 // continueSession streams the body into the session's blob and then, as
 // the bytes decide: finishes the image, saves the progress for a later
 // PATCH, or ends the session when the image is refused.
 func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.UploadSession, w imagestore.BlobWriter,
-	in *intake, holder *patchHolder, start time.Time, okStatus int) {
+	in *intake, holder *patchHolder, lease *uploadLease, start time.Time, okStatus int) {
 	inFlight := g.metrics.inFlight.WithLabelValues(dirUpload)
 	inFlight.Inc()
 	defer inFlight.Dec()
@@ -260,6 +287,9 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 		}
 		octx, cancel := op()
 		defer cancel()
+		if err := lease.fence(octx); err != nil {
+			return err
+		}
 		if err := g.store.SaveProgress(octx, sess.UploadID, in.n, in.hashState(), g.cfg.Now().Add(sessionTTL).UTC()); err != nil {
 			return err
 		}
@@ -268,10 +298,14 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 	}
 	aerr := g.pump(ctx, in, w, save, &holder.stop)
 	if aerr == nil && in.n == sess.Length {
+		if err := lease.fence(ctx); err != nil {
+			aerr = writeFailure(err)
+		}
+	}
+	if aerr == nil && in.n == sess.Length {
 		img, ferr := g.finish(w, in, imagestore.Image{UploadID: sess.UploadID, TenantID: sess.TenantID, Name: sess.Name, EFI: sess.EFI})
 		if ferr != nil {
-			g.abort(w, sess.UploadID)
-			g.endSession(sess.UploadID)
+			g.endRefused(ctx, w, sess.UploadID, lease)
 			g.logUpload(ctx, sess.UploadID, ferr, in.n-from, start)
 			g.refuseUpload(ctx, ferr, start, sess.UploadID)
 			return
@@ -292,8 +326,7 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 		return
 	}
 	if aerr != nil && endsSession(aerr) {
-		g.abort(w, sess.UploadID)
-		g.endSession(sess.UploadID)
+		g.endRefused(ctx, w, sess.UploadID, lease)
 		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start)
 		g.refuseUpload(ctx, aerr, start, sess.UploadID)
 		return
@@ -307,7 +340,9 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 	if err := w.Close(); err != nil {
 		g.log.Error("close upload", "upload_id", sess.UploadID, "err", err)
 	}
-	if saveErr != nil {
+	// Over shared blobs the next writer's Resume cuts back itself, and
+	// this one may no longer hold the upload: only a local blob is cut.
+	if saveErr != nil && lease == nil {
 		g.cutBack(sess.UploadID, durable)
 	}
 	offset := durable
@@ -320,6 +355,20 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 	}
 	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
 	g.tusProgress(ctx, sess, offset, okStatus)
+}
+
+// endRefused ends a refused upload: its bytes and its session go. Over
+// shared blobs only while this request still holds the upload: one whose
+// lease lapsed must leave both to the writer that took it over.
+func (g *Gateway) endRefused(ctx context.Context, w imagestore.BlobWriter, uploadID string, lease *uploadLease) {
+	if err := lease.fence(ctx); err != nil {
+		if cerr := w.Close(); cerr != nil {
+			g.log.Error("close upload", "upload_id", uploadID, "err", cerr)
+		}
+		return
+	}
+	g.abort(w, uploadID)
+	g.endSession(uploadID)
 }
 
 // cutBack drops what a PATCH wrote past the durable offset when it could
@@ -486,9 +535,7 @@ func (l *patchLocks) acquire(id string, conn net.Conn, wait time.Duration) (*pat
 			return me, true
 		}
 		l.mu.Unlock()
-		// Flag first, then the deadline: see idleReader.Read.
-		h.stop.Store(true)
-		_ = h.conn.SetReadDeadline(time.Now())
+		h.takeOver()
 		select {
 		case <-h.done:
 		case <-deadline.C:
@@ -502,9 +549,15 @@ func (l *patchLocks) stopAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, h := range l.held {
-		h.stop.Store(true)
-		_ = h.conn.SetReadDeadline(time.Now())
+		h.takeOver()
 	}
+}
+
+// takeOver stops the holder's read: the flag first, then the deadline
+// that wakes a read waiting for bytes (see idleReader.Read).
+func (h *patchHolder) takeOver() {
+	h.stop.Store(true)
+	_ = h.conn.SetReadDeadline(time.Now())
 }
 
 func (l *patchLocks) release(id string, h *patchHolder) {

@@ -329,6 +329,16 @@ type BlobWriter interface {
 	Abort() error
 }
 
+// Fenceable is a BlobWriter that other processes can write too (S3): it
+// asks fence before each write it makes durable or visible (a part, a
+// tail, the completion, the commit), and a fence error fails that write,
+// for good. A writer whose right to write has lapsed (its lease taken by
+// another replica) is thus stopped before it overwrites a newer writer's
+// bytes. A local file needs none: its process's own locks order writers.
+type Fenceable interface {
+	SetFence(fence func(ctx context.Context) error)
+}
+
 // Blob is a committed blob, open for reading.
 type Blob interface {
 	io.ReaderAt

@@ -48,29 +48,39 @@ func (f *serveFlags) validateBlobs() error {
 	return nil
 }
 
+// openedBlobs are the image bytes serve opened.
+type openedBlobs struct {
+	imagestore.Blobs
+	where string // for messages: the directory or the --blobs URL
+	// part is the S3 part size (0 for the directory): a resumable upload
+	// makes its progress durable at each part's end, so a replica killed
+	// mid-PATCH loses at most the part in flight.
+	part int64
+}
+
 // openBlobs opens the image bytes: the directory under the data dir, or
 // the S3 bucket of --blobs with the endpoint and credentials from getenv.
-func openBlobs(ctx context.Context, f *serveFlags, getenv func(string) string) (imagestore.Blobs, string, error) {
+func openBlobs(ctx context.Context, f *serveFlags, getenv func(string) string) (*openedBlobs, error) {
 	if !blobsFlagS3(f.blobs) {
 		dir := filepath.Join(f.dataDir, imagesDir)
 		b, err := blobfs.Open(dir)
 		if err != nil {
-			return nil, "", fmt.Errorf("open image directory: %w", err)
+			return nil, fmt.Errorf("open image directory: %w", err)
 		}
-		return b, dir, nil
+		return &openedBlobs{Blobs: b, where: dir}, nil
 	}
 	cfg, err := s3.ConfigFromEnv(getenv)
 	if err != nil {
-		return nil, "", usagef("--blobs %s: %v", f.blobs, err)
+		return nil, usagef("--blobs %s: %v", f.blobs, err)
 	}
 	if cfg.Bucket, cfg.Prefix, err = s3.ParseURL(f.blobs); err != nil {
-		return nil, "", usagef("--blobs %q: %v", f.blobs, err)
+		return nil, usagef("--blobs %q: %v", f.blobs, err)
 	}
 	cfg.MaxImageBytes, _ = gib(f.uploadMaxGiB, "upload-max-gib")
 	cfg.CapacityBytes, _ = gib(f.blobCapacityGiB, "blob-capacity-gib")
 	b, err := s3.Open(ctx, cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("open the image bucket (--blobs %s): %w", f.blobs, err)
+		return nil, fmt.Errorf("open the image bucket (--blobs %s): %w", f.blobs, err)
 	}
-	return b, f.blobs, nil
+	return &openedBlobs{Blobs: b, where: f.blobs, part: b.PartSize()}, nil
 }

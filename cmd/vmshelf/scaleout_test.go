@@ -222,3 +222,155 @@ func curlStatus(t *testing.T, args ...string) (int, string) {
 	body, _ := os.ReadFile(out)
 	return code, string(body)
 }
+
+// tusDo sends one tus request and returns its answer, the body read.
+func tusDo(t *testing.T, method, url string, body io.Reader, length int64, hdr ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = length
+	req.Header.Set("Tus-Resumable", "1.0.0")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// tusCreate opens a resumable upload of length bytes with the ticket and
+// returns the session's URL.
+func tusCreate(t *testing.T, s *server, tk ticketAnswer, length int) string {
+	t.Helper()
+	resp := tusDo(t, http.MethodPost, tk.UploadURL, nil, 0, "Upload-Length", strconv.Itoa(length))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("tus create: %d", resp.StatusCode)
+	}
+	sess := resp.Header.Get("Location")
+	s.secret(sess[strings.LastIndexByte(sess, '/')+1:])
+	return sess
+}
+
+// tusOffset is HEAD's Upload-Offset.
+func tusOffset(t *testing.T, sess string) int {
+	t.Helper()
+	r := tusDo(t, http.MethodHead, sess, nil, 0)
+	off, err := strconv.Atoi(r.Header.Get("Upload-Offset"))
+	if r.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("HEAD %s: %d, Upload-Offset %q", sess, r.StatusCode, r.Header.Get("Upload-Offset"))
+	}
+	return off
+}
+
+// tusPatch sends data as the bytes at off.
+func tusPatch(t *testing.T, sess string, off int, data []byte) *http.Response {
+	t.Helper()
+	return tusDo(t, http.MethodPatch, sess, bytes.NewReader(data), int64(len(data)),
+		"Content-Type", "application/offset+octet-stream", "Upload-Offset", strconv.Itoa(off))
+}
+
+// TestE2ETusAcrossReplicas: a resumable upload created on A continues on
+// B with the right SHA-256; then one whose replica is killed (-9) in the
+// middle of a PATCH is finished on the other, which takes it over once
+// the dead replica's lease has lapsed, having lost at most the part in
+// flight.
+func TestE2ETusAcrossReplicas(t *testing.T) {
+	r := newReplicas(t)
+	a := r.start(t, nil)
+	b := r.start(t, a)
+
+	t.Run("continued on another replica", func(t *testing.T) {
+		_, img := makeImageData(t, t.TempDir(), "half.qcow2", 12)
+		tk := a.ticket(t, "half")
+		sess := tusCreate(t, a, tk, len(img))
+		half := len(img) / 2
+		if resp := tusPatch(t, sess, 0, img[:half]); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("first PATCH on A: %d", resp.StatusCode)
+		}
+		onB := on(sess, a, b)
+		if off := tusOffset(t, onB); off != half {
+			t.Fatalf("HEAD on B: offset %d, want %d", off, half)
+		}
+		if resp := tusPatch(t, onB, half, img[half:]); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("second PATCH on B: %d; B said:\n%s", resp.StatusCode, b.logs())
+		}
+		checkImage(t, a, b, tk.UploadID, img)
+	})
+
+	t.Run("replica killed mid-PATCH", func(t *testing.T) {
+		// 20 MiB of data: the PATCH on A is stopped after 20 MiB, past
+		// two part ends (8 MiB parts), so its progress is durable at
+		// 16 MiB when it dies.
+		_, img := makeImageData(t, t.TempDir(), "killed.qcow2", 40)
+		tk := a.ticket(t, "killed")
+		sess := tusCreate(t, a, tk, len(img))
+		pr, pw := io.Pipe()
+		go func() {
+			req, _ := http.NewRequest(http.MethodPatch, sess, pr)
+			req.ContentLength = int64(len(img))
+			req.Header.Set("Tus-Resumable", "1.0.0")
+			req.Header.Set("Content-Type", "application/offset+octet-stream")
+			req.Header.Set("Upload-Offset", "0")
+			if resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 60 * time.Second}).Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		defer pw.Close()
+		const sent = 20 << 20
+		if _, err := pw.Write(img[:sent]); err != nil {
+			t.Fatal(err)
+		}
+		onB := on(sess, a, b)
+		durable := 0
+		for range 400 { // the checkpoint at 16 MiB, seen from B
+			if durable = tusOffset(t, onB); durable >= 16<<20 {
+				break
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		if durable != 16<<20 {
+			t.Fatalf("offset seen from B while A holds 20 MiB: %d, want 16 MiB (the last part end)", durable)
+		}
+		// While A writes, B refuses to: one writer per upload.
+		if resp := tusPatch(t, onB, durable, img[durable:]); resp.StatusCode != http.StatusLocked || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("PATCH on B while A writes: %d (Retry-After %q), want 423 with Retry-After",
+				resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		a.kill()
+
+		// B refuses (423, Retry-After) while A's lease runs, then takes
+		// the upload over.
+		var resp *http.Response
+		for range 60 {
+			off := tusOffset(t, onB)
+			resp = tusPatch(t, onB, off, img[off:])
+			if resp.StatusCode != http.StatusLocked {
+				break
+			}
+			if resp.Header.Get("Retry-After") == "" {
+				t.Fatal("423 without Retry-After")
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("PATCH on B after A was killed: %d", resp.StatusCode)
+		}
+		checkImage(t, b, b, tk.UploadID, img)
+	})
+}
+
+// checkImage fetches image uploadID with a URL minter mints, through via,
+// and compares it with img.
+func checkImage(t *testing.T, minter, via *server, uploadID string, img []byte) {
+	t.Helper()
+	u := on(minter.fetchURL(t, uploadID), minter, via)
+	if n, sum := fetchAll(t, u, 30*time.Second); n != int64(len(img)) || sum != sha256hex(img) {
+		t.Fatalf("fetched %d bytes, sha256 %s; want %d, %s", n, sum, len(img), sha256hex(img))
+	}
+}

@@ -124,7 +124,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.checkoutReturnURL, "checkout-return-url", "", "where Stripe Checkout returns the buyer (default http://<control-addr>/machines)")
 	fs.StringVar(&f.currency, "currency", "eur", "currency of listings")
 	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser (default: the Machines page's own origin, that of --checkout-return-url)")
-	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB")
+	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB (with --blobs s3://…: at the end of every part)")
 	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
 	fs.IntVar(&f.controlMaxConns, "control-max-conns", defaultControlMaxConns, "control-plane connections held at once; more wait in the accept backlog")
 	fs.DurationVar(&f.controlIdleTimeout, "control-idle-timeout", defaultControlIdleTimeout, "a control-plane keep-alive connection with no request for this long is closed")
@@ -398,7 +398,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	blobs, blobsAt, err := openBlobs(ctx, f, os.Getenv)
+	blobs, err := openBlobs(ctx, f, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -421,12 +421,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return imagestore.ReconcileShared(ctx, st, blobs, log, imagestore.SharedReconcile{Now: time.Now(), Grace: sharedGrace})
 		}
 	}
-	if err := reconcile(ctx, st, blobs, log); err != nil {
+	if err := reconcile(ctx, st, blobs.Blobs, log); err != nil {
 		var lost *imagestore.StoreLostError
 		if errors.As(err, &lost) {
 			return usagef("%s is new or holds no image record, but %s holds %d image files; "+
 				"refusing to start so that none is lost: restore %s from a backup, or move the files out of %s",
-				st.name, blobsAt, lost.Files, st.short, blobsAt)
+				st.name, blobs.where, lost.Files, st.short, blobs.where)
 		}
 		return err
 	}
@@ -436,6 +436,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	checkpoint := int64(f.tusCheckpointMiB) << 20
+	if blobs.part > 0 {
+		checkpoint = blobs.part
+	}
+	// Over a shared store, each replica writes resumable uploads under
+	// their leases in the store, as a holder of this name.
+	replica := ""
+	if st.shared() {
+		replica = replicaName()
+	}
 	// Every plane shares one token cache: a revocation or removal made by
 	// the market or the provisioner empties it for the data plane at once.
 	shared := imagestore.CacheTokens(st, imagestore.TokenCacheTTL)
@@ -451,12 +461,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ImagesPerTenant: f.imagesPerTenant,
 		PublicURL:       base,
 		CORSOrigin:      f.pageOrigin(),
-		CheckpointBytes: int64(f.tusCheckpointMiB) << 20,
+		CheckpointBytes: checkpoint,
+		Replica:         replica,
 		Headroom:        int64(f.headroomMiB) << 20,
 		TrustedProxies:  f.trustedProxies,
 		FetchQueueWait:  f.fetchQueueWait,
 		Log:             log.With("plane", "data"),
-	}, shared, blobs, reg)
+	}, shared, blobs.Blobs, reg)
 	if err != nil {
 		return err
 	}
@@ -508,7 +519,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		OnPaid:            onPaid,
 		ClusterReady:      clusterReady,
 		Log:               log.With("plane", "control"),
-	}, shared, blobs, reg, reg)
+	}, shared, blobs.Blobs, reg, reg)
 	if err != nil {
 		return err
 	}
@@ -528,7 +539,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(evicted)
 	ctlLim := connlimit.New(ctlLn, f.controlMaxConns, connlimit.OnEvict(evicted.Inc))
 	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLim.Addr().String(),
-		"public_url", base, "data_dir", f.dataDir)
+		"public_url", base, "data_dir", f.dataDir, "images", blobs.where, "store", st.short, "replica", replica)
 
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
@@ -618,6 +629,17 @@ func keepReserve(ctx context.Context, st *sqlite.Store, every time.Duration, log
 			}
 		}
 	}
+}
+
+// replicaName names this process among the replicas: the host's name (a
+// pod's) and a random suffix, so that a restarted process is a new
+// holder of the leases and two processes never share a name.
+func replicaName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "replica"
+	}
+	return host + "-" + imagestore.NewSecret()[:8]
 }
 
 // sharedGrace is how long another replica may take from committing an

@@ -15,6 +15,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -59,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) Target) {
 		{"List", testList},
 		{"Section", testSection},
 		{"SyncCloseResume", testSyncCloseResume},
+		{"ResumeReadsHead", testResumeReadsHead},
 		{"ResumeCuts", testResumeCuts},
 		{"ResumeErrors", testResumeErrors},
 		{"FailedWriteIsFinal", testFailedWriteIsFinal},
@@ -540,6 +542,54 @@ func testSyncCloseResume(t *testing.T, tg Target) {
 	}
 	if _, err := f.Resume(ctx, id, 0); !errors.Is(err, imagestore.ErrExists) {
 		t.Errorf("Resume of a committed blob: %v, want ErrExists", err)
+	}
+}
+
+// testResumeReadsHead: a resumed writer (another process) reads back the
+// head of the blob, its first 64 KiB, as the gateway does to re-inspect
+// the QCOW2 header, and writing then goes on: reading the head must not
+// end the write. Before the first part's end and after it.
+func testResumeReadsHead(t *testing.T, tg Target) {
+	ctx := context.Background()
+	for _, size := range []int{tg.Unit / 2, tg.Unit + 4321} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			id := imagestore.NewUploadID()
+			first, second := Pattern(3, size), Pattern(4, 3000)
+			w, err := tg.Blobs.Create(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Write(first); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			g := tg.Blobs
+			if tg.Reopen != nil {
+				g = tg.Reopen(t)
+			}
+			w2, err := g.Resume(ctx, id, int64(len(first)))
+			if err != nil {
+				t.Fatalf("Resume: %v", err)
+			}
+			head := make([]byte, 64<<10)
+			if n, err := w2.ReadAt(head, 0); err != nil || n != len(head) || !bytes.Equal(head, first[:len(head)]) {
+				t.Fatalf("ReadAt of the head after Resume = %d, %v", n, err)
+			}
+			if _, err := w2.Write(second); err != nil {
+				t.Fatalf("Write after reading the head: %v", err)
+			}
+			if err := w2.Commit(ctx); err != nil {
+				t.Fatalf("Commit: %v", err)
+			}
+			if got := sha256.Sum256(Committed(t, tg.Blobs, id)); got != sum(first, second) {
+				t.Errorf("committed sha256 %x, want %x", got, sum(first, second))
+			}
+		})
 	}
 }
 

@@ -183,6 +183,7 @@ func (s *Store) imageKey(id string) string      { return s.prefix + "images/" + 
 func (s *Store) markerKey(id string) string     { return s.prefix + "committed/" + id }
 func (s *Store) partialDir(id string) string    { return s.prefix + "partial/" + id + "/" }
 func (s *Store) durableKey(id string) string    { return s.partialDir(id) + "durable" }
+func (s *Store) headKey(id string) string       { return s.partialDir(id) + "head" }
 func (s *Store) quarantineKey(id string) string { return s.prefix + "quarantine/" + id + ".qcow2" }
 func (s *Store) tailKey(id string, part int) string {
 	return fmt.Sprintf("%stail.%05d", s.partialDir(id), part)

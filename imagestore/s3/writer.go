@@ -59,9 +59,34 @@ type writer struct {
 	// werr is the first failed Write or Sync: a part or tail may be
 	// missing, so later Writes, Syncs and Commit refuse.
 	werr error
+	// fence, if set, is asked before every write that makes bytes
+	// durable or visible (SetFence).
+	fence func(ctx context.Context) error
 }
 
-var _ imagestore.BlobWriter = (*writer)(nil)
+var (
+	_ imagestore.BlobWriter = (*writer)(nil)
+	_ imagestore.Fenceable  = (*writer)(nil)
+)
+
+// SetFence makes every later part, tail, completion and commit ask fence
+// first; its error fails that step, for good, as a failed send does.
+func (w *writer) SetFence(fence func(ctx context.Context) error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fence = fence
+}
+
+// fenced asks the fence, if any.
+func (w *writer) fenced(ctx context.Context) error {
+	if w.fence == nil {
+		return nil
+	}
+	if err := w.fence(ctx); err != nil {
+		return fmt.Errorf("fenced off: %w", err)
+	}
+	return nil
+}
 
 func reqCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), requestTimeout)
@@ -159,6 +184,17 @@ func (w *writer) sendPart() error {
 	}
 	ctx, cancel := reqCtx()
 	defer cancel()
+	if err := w.fenced(ctx); err != nil {
+		return err
+	}
+	if num == 1 {
+		// The head, readable before the upload completes: a resumed
+		// upload re-reads its QCOW2 header (see ReadAt), and S3 serves no
+		// byte of a part until the upload is completed.
+		if _, err := w.s.putSmall(ctx, w.s.headKey(w.id), w.buf[:min(len(w.buf), headSize)], false); err != nil {
+			return w.s.errorf(err, "head of the upload")
+		}
+	}
 	// A bytes.Reader: minio-go streams it (and may seek it back to
 	// retry), no copy of the part is made.
 	p, err := w.s.core.PutObjectPart(ctx, w.s.bucket, w.key, w.uploadID, num,
@@ -203,6 +239,9 @@ func (w *writer) Sync() error {
 func (w *writer) sync() error {
 	ctx, cancel := reqCtx()
 	defer cancel()
+	if err := w.fenced(ctx); err != nil {
+		return err
+	}
 	if len(w.buf) > w.synced {
 		if _, err := w.s.putSmall(ctx, w.s.tailKey(w.id, len(w.parts)+1), w.buf, false); err != nil {
 			return w.s.errorf(err, "tail of part %d", len(w.parts)+1)
@@ -291,6 +330,9 @@ func (w *writer) finish(ctx context.Context) error {
 	if found {
 		return imagestore.ErrExists
 	}
+	if err := w.fenced(ctx); err != nil {
+		return err
+	}
 	size := w.written()
 	var info minio.UploadInfo
 	if len(w.parts) == 0 && len(w.buf) == 0 {
@@ -331,15 +373,30 @@ func (w *writer) finish(ctx context.Context) error {
 	return nil
 }
 
-// ReadAt reads the blob back for the structure check after the last byte.
-// The first call completes the upload (the blob is staged), so no Write
-// may follow; reads are ranged GETs of the staged object. io.EOF is
+// headSize is how much of a blob's start stays readable while it is
+// written: the largest QCOW2 cluster, the first of which holds the header
+// and its extensions.
+const headSize = 2 << 20
+
+// ReadAt reads the blob back. Bytes within the head (headSize, and
+// written) are read without ending the write: a resumed upload re-reads
+// its header. Any other read is the structure check after the last byte:
+// the first such call completes the upload (the blob is staged), so no
+// Write may follow; reads are ranged GETs of the staged object. io.EOF is
 // returned as is.
 func (w *writer) ReadAt(p []byte, off int64) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.state != stateWriting {
 		return 0, fmt.Errorf("s3: read %s: %w", w.id, os.ErrClosed)
+	}
+	if !w.staged && off >= 0 && off+int64(len(p)) <= min(headSize, w.written()) {
+		if w.base == 0 { // still in the first part: the bytes are in buf
+			return copy(p, w.buf[off:]), nil
+		}
+		ctx, cancel := reqCtx()
+		defer cancel()
+		return w.s.readAt(ctx, w.s.headKey(w.id), "", min(headSize, w.written()), p, off)
 	}
 	if !w.staged {
 		ctx, cancel := reqCtx()
@@ -431,6 +488,9 @@ func (w *writer) commit(ctx context.Context) error {
 		}
 	} else if w.werr != nil {
 		return fmt.Errorf("earlier read failed: %w", w.werr)
+	}
+	if err := w.fenced(ctx); err != nil {
+		return err
 	}
 	if _, err := w.s.putSmall(ctx, w.s.markerKey(w.id), nil, true); err != nil {
 		if isPreconditionFailed(err) {
