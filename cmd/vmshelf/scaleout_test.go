@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmshelf/vmshelf/billing/stripetest"
 	"github.com/vmshelf/vmshelf/imagestore/postgres/pgtest"
 	"github.com/vmshelf/vmshelf/imagestore/s3/s3test"
 )
@@ -372,5 +374,140 @@ func checkImage(t *testing.T, minter, via *server, uploadID string, img []byte) 
 	u := on(minter.fetchURL(t, uploadID), minter, via)
 	if n, sum := fetchAll(t, u, 30*time.Second); n != int64(len(img)) || sum != sha256hex(img) {
 		t.Fatalf("fetched %d bytes, sha256 %s; want %d, %s", n, sum, len(img), sha256hex(img))
+	}
+}
+
+// TestE2EQuotaAcrossReplicas: ticket requests for one box sent to both
+// replicas at once never take it past its image quota, and reach it.
+func TestE2EQuotaAcrossReplicas(t *testing.T) {
+	const quota, requests = 3, 16
+	r := newReplicas(t)
+	r.args = append(r.args, "--images-per-tenant", strconv.Itoa(quota), "--ticket-burst", "100")
+	a := r.start(t, nil)
+	b := r.start(t, a)
+	codes := make([]int, requests)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range requests {
+		s := []*server{a, b}[i%2]
+		wg.Go(func() {
+			<-start
+			req, err := http.NewRequest(http.MethodPost, s.ctlBase+"/market/vm-images/ticket", strings.NewReader(`{"name":"q"}`))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+s.token)
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var tk ticketAnswer
+			_ = json.NewDecoder(resp.Body).Decode(&tk)
+			resp.Body.Close()
+			if tk.Ticket != "" {
+				s.secret(tk.Ticket)
+			}
+			codes[i] = resp.StatusCode
+		})
+	}
+	close(start)
+	wg.Wait()
+	issued, refused := 0, 0
+	for _, c := range codes {
+		switch c {
+		case http.StatusCreated:
+			issued++
+		case http.StatusConflict:
+			refused++
+		default:
+			t.Errorf("ticket: %d, want 201 or 409 imageQuota", c)
+		}
+	}
+	if issued != quota || refused != requests-quota {
+		t.Errorf("%d tickets issued, %d refused by the quota of %d; want %d and %d", issued, refused, quota, quota, requests-quota)
+	}
+}
+
+// TestE2ECapacityAcrossReplicas: orders for one listing sent to both
+// replicas at once never book it past its capacity, and fill it.
+func TestE2ECapacityAcrossReplicas(t *testing.T) {
+	const capacity, orders = 5, 14
+	key, whsec := stripeTestSecrets()
+	const account = "acct_e2eScaleHost"
+	fake, err := stripetest.New(key, map[string]string{account: "active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	r := newReplicas(t)
+	r.env = append(append(r.env, noStripeEnv...), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+secretFile(t, whsec))
+	r.args = append(r.args, "--vms-enable", "--stripe-api-base", fake.URL)
+	a := r.start(t, nil)
+	b := r.start(t, a)
+	for _, s := range []*server{a, b} {
+		s.secret(key)
+		s.secret(whsec)
+	}
+	res := runCmd(t, r.env, binPath, "tenant", "add", "host", "--in-mesh", "--sharing", "--hosts-vms", "--appliance", "node1",
+		"--stripe-account", account, "--data-dir", a.dataDir)
+	if res.code != 0 {
+		t.Fatalf("tenant add host: exit %d: %s", res.code, res.stderr)
+	}
+	host := strings.TrimSpace(res.stdout)
+	a.secret(host)
+	b.secret(host)
+	code, body := a.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":`+strconv.Itoa(capacity)+`}`)
+	if code != http.StatusCreated {
+		t.Fatalf("listing: %d %s", code, body)
+	}
+	var l listingAnswer
+	decode(t, body, &l)
+
+	codes := make([]int, orders)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	order := `{"listing_id":"` + l.ListingID + `","quantity":1,"image":"debian-13","name":"web"}`
+	for i := range orders {
+		s := []*server{a, b}[i%2]
+		wg.Go(func() {
+			<-start
+			req, err := http.NewRequest(http.MethodPost, s.ctlBase+"/market/vms/orders", strings.NewReader(order))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+s.token)
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		})
+	}
+	close(start)
+	wg.Wait()
+	booked, refused := 0, 0
+	for _, c := range codes {
+		switch c {
+		case http.StatusCreated:
+			booked++
+		case http.StatusConflict:
+			refused++
+		default:
+			t.Errorf("order: %d, want 201 or 409 noCapacity", c)
+		}
+	}
+	if booked != capacity || refused != orders-capacity {
+		t.Errorf("%d orders placed, %d refused on a listing of %d; want %d and %d", booked, refused, capacity, capacity, orders-capacity)
+	}
+	if n := len(fake.Sessions()); n != booked {
+		t.Errorf("Stripe has %d checkouts for %d orders placed", n, booked)
 	}
 }
