@@ -41,7 +41,7 @@ type options struct {
 	perfDir    string
 }
 
-var allPhases = []string{"control", "refusal", "upload", "fetch", "range", "importer", "concurrency"}
+var allPhases = []string{"control", "refusal", "upload", "fetch", "range", "importer", "concurrency", "s3"}
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "discard" {
@@ -186,6 +186,8 @@ func run(o options) (err error) {
 			perr = b.phaseImporter()
 		case "concurrency":
 			perr = b.phaseConcurrency()
+		case "s3":
+			perr = b.phaseS3()
 		}
 		if perr != nil {
 			b.fail("phase %s: %v", p, perr)

@@ -29,6 +29,11 @@ type proc struct {
 }
 
 func startProc(name, logPath string, tree bool, argv ...string) (*proc, error) {
+	return startProcEnv(nil, name, logPath, tree, argv...)
+}
+
+// startProcEnv is startProc with env added to the bench's environment.
+func startProcEnv(env []string, name, logPath string, tree bool, argv ...string) (*proc, error) {
 	lf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -36,7 +41,7 @@ func startProc(name, logPath string, tree bool, argv ...string) (*proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), env...)
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -129,10 +134,17 @@ type vmshelf struct {
 	ctlAddr  string
 	token    string
 	args     []string
+	env      []string // added to the environment of serve and the CLI
 	boxes    []string // tokens of the box tenants made by addBoxes
 }
 
 func startVmshelf(bin, dir string, uploadMaxGiB int) (*vmshelf, error) {
+	return startVmshelfWith(bin, dir, "vmshelf-data", uploadMaxGiB, nil, nil)
+}
+
+// startVmshelfWith is startVmshelf in the data dir dir/sub, with extra
+// serve flags and environment (the S3 phase's --blobs and AWS_*).
+func startVmshelfWith(bin, dir, sub string, uploadMaxGiB int, extra, env []string) (*vmshelf, error) {
 	dp, err := freePort()
 	if err != nil {
 		return nil, err
@@ -141,7 +153,7 @@ func startVmshelf(bin, dir string, uploadMaxGiB int) (*vmshelf, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &vmshelf{bin: bin, dataDir: filepath.Join(dir, "vmshelf-data"),
+	v := &vmshelf{bin: bin, dataDir: filepath.Join(dir, sub), env: env,
 		dataAddr: fmt.Sprintf("127.0.0.1:%d", dp), ctlAddr: fmt.Sprintf("127.0.0.1:%d", cp)}
 	v.args = []string{"serve", "--dev", "--data-dir", v.dataDir, "--data-addr", v.dataAddr, "--control-addr", v.ctlAddr,
 		"--upload-max-gib", strconv.Itoa(uploadMaxGiB), "--max-transfers", strconv.Itoa(maxTransfers),
@@ -159,7 +171,8 @@ func startVmshelf(bin, dir string, uploadMaxGiB int) (*vmshelf, error) {
 		// minute covers the longest wait between a ticket and its use in
 		// the other phases (the concurrency probes).
 		"--ticket-ttl", "1m"}
-	v.proc, err = startProc("vmshelf", filepath.Join(dir, "vmshelf.log"), false, append([]string{bin}, v.args...)...)
+	v.args = append(v.args, extra...)
+	v.proc, err = startProcEnv(env, "vmshelf", filepath.Join(dir, sub+".log"), false, append([]string{bin}, v.args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +194,7 @@ func startVmshelf(bin, dir string, uploadMaxGiB int) (*vmshelf, error) {
 // what earlier phases left in the heap.
 func (v *vmshelf) restart() error {
 	v.stop()
-	p, err := startProc("vmshelf", v.log, false, append([]string{v.bin}, v.args...)...)
+	p, err := startProcEnv(v.env, "vmshelf", v.log, false, append([]string{v.bin}, v.args...)...)
 	if err != nil {
 		return err
 	}
@@ -309,7 +322,7 @@ func (v *vmshelf) cli(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, v.bin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), v.env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// The S3 phase: vmshelf over an S3 bucket (--blobs s3://…, what a
+// scaled-out edge runs) against the S3 server's own PUT and GET of the
+// same bytes from a Go client (minio-go), in one run on the same disk.
+// The server is versitygw with its posix backend.
+const (
+	s3Vmshelf    = "vmshelf PUT → S3"
+	s3Direct     = "S3 PUT (minio-go PutObject)"
+	s3VmshelfGet = "vmshelf GET ← S3"
+	s3DirectGet  = "S3 GET (minio-go GetObject)"
+	s3Bucket     = "vmshelf-bench"
+)
+
+// s3Server is the versitygw the phase runs.
+type s3Server struct {
+	*proc
+	endpoint, access, secret string
+	client                   *minio.Client
+}
+
+// findVersitygw is where `go install` puts it (the tests find it alike).
+func findVersitygw() string {
+	if p, err := exec.LookPath("versitygw"); err == nil {
+		return p
+	}
+	if gp := strings.TrimSpace(cmdOut("go", "env", "GOPATH")); gp != "" {
+		p := filepath.Join(filepath.SplitList(gp)[0], "bin", "versitygw")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "versitygw"
+}
+
+func startS3(dir string) (*s3Server, error) {
+	root := filepath.Join(dir, "s3-root")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	key := make([]byte, 20)
+	_, _ = rand.Read(key)
+	s := &s3Server{endpoint: "http://" + addr, access: "AKBENCH" + hex.EncodeToString(key[:4]), secret: hex.EncodeToString(key)}
+	// The keys go in the environment, never on a command line.
+	s.proc, err = startProcEnv([]string{"ROOT_ACCESS_KEY_ID=" + s.access, "ROOT_SECRET_ACCESS_KEY=" + s.secret},
+		"versitygw", filepath.Join(dir, "versitygw.log"), false, findVersitygw(), "--port", addr, "--quiet", "posix", root)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("versitygw did not listen on %s: %s", addr, s.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.client, err = minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(s.access, s.secret, ""),
+		Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.client.MakeBucket(ctx, s3Bucket, minio.MakeBucketOptions{Region: "us-east-1"}); err != nil {
+		s.stop()
+		return nil, fmt.Errorf("make bucket: %w", err)
+	}
+	return s, nil
+}
+
+func (b *bench) phaseS3() error {
+	srv, err := startS3(b.dir)
+	if err != nil {
+		return fmt.Errorf("versitygw (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0): %w", err)
+	}
+	defer srv.stop()
+	vm, err := startVmshelfWith(b.vmBin, b.dir, "vmshelf-s3-data", 8,
+		[]string{"--blobs", "s3://" + s3Bucket + "/edge", "--blob-capacity-gib", "64"},
+		[]string{"AWS_ENDPOINT_URL=" + srv.endpoint, "AWS_REGION=us-east-1",
+			"AWS_ACCESS_KEY_ID=" + srv.access, "AWS_SECRET_ACCESS_KEY=" + srv.secret})
+	if err != nil {
+		return err
+	}
+	defer vm.stop()
+	b.rep.setSetup("S3", "versitygw v1.8.0, posix backend under "+b.dir+"/s3-root (the same disk), on loopback; vmshelf `--blobs s3://"+s3Bucket+"/edge` with the records in SQLite")
+
+	t := b.rep.table("s3", fmt.Sprintf("The %d MiB test file through S3", b.size>>20),
+		"vmshelf over an S3 bucket (`--blobs s3://…`, as every replica of a scaled-out edge runs) against the S3 server's own PUT and GET of the same bytes "+
+			"from a Go client (minio-go, default options: its own part size, 4 parallel part uploads), one server (versitygw, posix backend, the same disk). "+
+			"*vmshelf PUT → S3*: `curl -T file <upload URL>`, all checks + SHA-256, 8 MiB parts sent as they fill, the structure check reading the completed upload back with ranged GETs, commit marker; "+
+			"201 with the image JSON. *vmshelf GET ← S3*: `curl` of the fetch URL into nothing (one ranged GET streamed from S3). "+
+			"Neither S3 path fsyncs (versitygw's posix backend writes through the page cache), so all four are answer times.",
+		Metric{Key: "mbps", Label: "MB/s", Unit: "MB/s", Better: "higher", digits: 0},
+	)
+	for _, s := range []string{s3Vmshelf, s3Direct, s3VmshelfGet, s3DirectGet} {
+		t.row(s, map[bool]string{true: "vmshelf", false: "peer"}[strings.HasPrefix(s, "vmshelf")])
+	}
+	var last string // the last image vmshelf stored, for its fetch
+	for r := range b.opt.reps {
+		for _, s := range rotate([]string{s3Vmshelf, s3Direct}, r) {
+			logf("  s3 rep %d: %s", r+1, s)
+			if err := warm(b.file); err != nil {
+				return err
+			}
+			settle()
+			secs, id, err := b.s3Put(s, vm, srv, r)
+			if err != nil {
+				b.fail("s3 %s rep %d: %v", s, r+1, err)
+				secs = nan
+			}
+			if id != "" {
+				last = id
+			}
+			t.add(s, map[bool]string{true: "vmshelf", false: "peer"}[s == s3Vmshelf], "mbps", float64(b.size)/secs/mb)
+		}
+		for _, s := range rotate([]string{s3VmshelfGet, s3DirectGet}, r) {
+			logf("  s3 rep %d: %s", r+1, s)
+			settle()
+			secs, err := b.s3Get(s, vm, srv, last, r)
+			if err != nil {
+				b.fail("s3 %s rep %d: %v", s, r+1, err)
+				secs = nan
+			}
+			t.add(s, map[bool]string{true: "vmshelf", false: "peer"}[s == s3VmshelfGet], "mbps", float64(b.size)/secs/mb)
+		}
+	}
+	t.ratio("mbps", s3Vmshelf, s3Direct, "mbps")
+	t.ratio("mbps", s3VmshelfGet, s3DirectGet, "mbps")
+	return nil
+}
+
+// s3Put stores the test file once as subject and returns the seconds it
+// took (and vmshelf's upload id).
+func (b *bench) s3Put(subject string, vm *vmshelf, srv *s3Server, r int) (float64, string, error) {
+	if subject == s3Vmshelf {
+		tk, err := vm.ticket(fmt.Sprintf("s3 rep %d", r))
+		if err != nil {
+			return 0, "", err
+		}
+		res, err := curlPut(b.file, tk.UploadURL)
+		if err != nil {
+			return 0, "", err
+		}
+		if res.Code != 201 || !strings.Contains(res.Body, b.sha) {
+			return 0, "", fmt.Errorf("upload answered %d %s", res.Code, res.Body)
+		}
+		return res.Total, tk.UploadID, nil
+	}
+	f, err := os.Open(b.file)
+	if err != nil {
+		return 0, "", err
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = srv.client.PutObject(ctx, s3Bucket, fmt.Sprintf("direct/%d", r), f, b.size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	return time.Since(start).Seconds(), "", err
+}
+
+// s3Get reads the stored file whole once as subject.
+func (b *bench) s3Get(subject string, vm *vmshelf, srv *s3Server, id string, r int) (float64, error) {
+	if subject == s3VmshelfGet {
+		if id == "" {
+			return 0, fmt.Errorf("no image stored by vmshelf to fetch")
+		}
+		u, err := vm.fetchURL(id)
+		if err != nil {
+			return 0, err
+		}
+		res, err := curlGet(u, nil)
+		if err != nil {
+			return 0, err
+		}
+		if res.Code != 200 || res.Download != b.size {
+			return 0, fmt.Errorf("fetch answered %d with %d bytes", res.Code, res.Download)
+		}
+		return res.Total, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	start := time.Now()
+	obj, err := srv.client.GetObject(ctx, s3Bucket, fmt.Sprintf("direct/%d", r), minio.GetObjectOptions{})
+	if err != nil {
+		return 0, err
+	}
+	defer obj.Close()
+	n, err := io.Copy(io.Discard, obj)
+	if err == nil && n != b.size {
+		err = fmt.Errorf("read %d bytes, want %d", n, b.size)
+	}
+	return time.Since(start).Seconds(), err
+}
