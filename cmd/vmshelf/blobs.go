@@ -58,8 +58,9 @@ type openedBlobs struct {
 	part int64
 }
 
-// openBlobs opens the image bytes: the directory under the data dir, or
-// the S3 bucket of --blobs with the endpoint and credentials from getenv.
+// openBlobs opens the image bytes of serve: the directory under the data
+// dir, or the S3 bucket of --blobs with the endpoint and credentials from
+// getenv.
 func openBlobs(ctx context.Context, f *serveFlags, getenv func(string) string) (*openedBlobs, error) {
 	if !blobsFlagS3(f.blobs) {
 		dir := filepath.Join(f.dataDir, imagesDir)
@@ -69,18 +70,28 @@ func openBlobs(ctx context.Context, f *serveFlags, getenv func(string) string) (
 		}
 		return &openedBlobs{Blobs: b, where: dir}, nil
 	}
-	cfg, err := s3.ConfigFromEnv(getenv)
+	maxImage, _ := gib(f.uploadMaxGiB, "upload-max-gib")
+	capacity, _ := gib(f.blobCapacityGiB, "blob-capacity-gib")
+	b, err := openBucket(ctx, f.blobs, maxImage, capacity, getenv)
 	if err != nil {
-		return nil, usagef("--blobs %s: %v", f.blobs, err)
-	}
-	if cfg.Bucket, cfg.Prefix, err = s3.ParseURL(f.blobs); err != nil {
-		return nil, usagef("--blobs %q: %v", f.blobs, err)
-	}
-	cfg.MaxImageBytes, _ = gib(f.uploadMaxGiB, "upload-max-gib")
-	cfg.CapacityBytes, _ = gib(f.blobCapacityGiB, "blob-capacity-gib")
-	b, err := s3.Open(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open the image bucket (--blobs %s): %w", f.blobs, err)
+		return nil, err
 	}
 	return &openedBlobs{Blobs: b, where: f.blobs, part: b.PartSize()}, nil
+}
+
+// openBucket opens the S3 blobs of blobsURL (s3://bucket/prefix).
+func openBucket(ctx context.Context, blobsURL string, maxImage, capacity int64, getenv func(string) string) (*s3.Store, error) {
+	cfg, err := s3.ConfigFromEnv(getenv)
+	if err != nil {
+		return nil, usagef("--blobs %s: %v", blobsURL, err)
+	}
+	if cfg.Bucket, cfg.Prefix, err = s3.ParseURL(blobsURL); err != nil {
+		return nil, usagef("--blobs %q: %v", blobsURL, err)
+	}
+	cfg.MaxImageBytes, cfg.CapacityBytes = maxImage, capacity
+	b, err := s3.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open the image bucket (--blobs %s): %w", blobsURL, err)
+	}
+	return b, nil
 }

@@ -32,6 +32,7 @@ var quarantineCommands = []command{
 		about: `Prints the quarantined image files of --data-dir on stdout, one a line: the ` +
 			`UPLOAD_ID, the size in bytes and when it was set aside (RFC 3339, UTC), separated by ` +
 			`tabs. With none, it says so on stderr and prints nothing.`,
+		env: s3Vars,
 	}),
 	subCommand("rm", quarantine, helpDoc{
 		args:    "UPLOAD_ID... [flags]",
@@ -39,6 +40,7 @@ var quarantineCommands = []command{
 		about: `Deletes the quarantined image files UPLOAD_ID... of --data-dir, in turn, and ` +
 			`prints "removed UPLOAD_ID" for each. An UPLOAD_ID not in quarantine stops the command ` +
 			`(the files before it are gone); nothing else is ever deleted.`,
+		env: s3Vars,
 		exits: []string{"0  all removed", "1  an UPLOAD_ID is not in quarantine, or removing failed",
 			"2  a usage error (no or a malformed UPLOAD_ID, a bad flag, a data dir that is not one)"},
 	}),
@@ -51,6 +53,7 @@ var quarantineCommands = []command{
 func quarantine(ctx context.Context, sub string, doc helpDoc, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("quarantine "+sub, doc)
 	dataDir := fs.String("data-dir", defaultData, "directory of the store")
+	blobsURL := fs.String("blobs", "", "the images' S3 bucket, s3://bucket/prefix, as serve's --blobs (default <data-dir>/vm-images)")
 	var ids []string
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") { // ids may come before the flags
 		ids, args = append(ids, args[0]), args[1:]
@@ -59,7 +62,20 @@ func quarantine(ctx context.Context, sub string, doc helpDoc, args []string, std
 		return err
 	}
 	ids = append(ids, fs.Args()...)
-	blobs, err := openImages(*dataDir)
+	var (
+		blobs imagestore.Blobs
+		where = filepath.Join(*dataDir, imagesDir, ".quarantine")
+		err   error
+	)
+	switch {
+	case *blobsURL == "":
+		blobs, err = openImages(*dataDir)
+	case blobsFlagS3(*blobsURL):
+		where = *blobsURL + " (quarantine/)"
+		blobs, err = openBucket(ctx, *blobsURL, 0, 0, os.Getenv)
+	default:
+		err = usagef("--blobs %q: want s3://bucket/prefix (or leave it empty for <data-dir>/%s)", *blobsURL, imagesDir)
+	}
 	if err != nil {
 		return err
 	}
@@ -73,11 +89,10 @@ func quarantine(ctx context.Context, sub string, doc helpDoc, args []string, std
 			return err
 		}
 		if len(q) == 0 {
-			fmt.Fprintf(stderr, "no quarantined image files in %s\n", *dataDir)
+			fmt.Fprintf(stderr, "no quarantined image files in %s\n", where)
 			return nil
 		}
-		fmt.Fprintf(stderr, "image files no record named, in %s (kept until removed with 'vmshelf quarantine rm'):\n",
-			filepath.Join(*dataDir, imagesDir, ".quarantine"))
+		fmt.Fprintf(stderr, "image files no record named, in %s (kept until removed with 'vmshelf quarantine rm'):\n", where)
 		for _, b := range q {
 			fmt.Fprintf(stdout, "%s\t%d\t%s\n", b.ID, b.Size, b.QuarantinedAt.UTC().Format(time.RFC3339))
 		}
@@ -94,7 +109,7 @@ func quarantine(ctx context.Context, sub string, doc helpDoc, args []string, std
 		for _, id := range ids {
 			if err := blobs.RemoveQuarantined(ctx, id); err != nil {
 				if errors.Is(err, imagestore.ErrNotFound) {
-					return fmt.Errorf("no quarantined image file %s in %s", id, *dataDir)
+					return fmt.Errorf("no quarantined image file %s in %s", id, where)
 				}
 				return err
 			}
