@@ -32,6 +32,10 @@ var t0 = time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)
 // any step takes, so only a wedged Run reaches it.
 const waitLimit = 20 * time.Second
 
+// maxParks bounds the parks of one step: a step takes one or two, and a
+// Run that parks more is spinning.
+const maxParks = 100
+
 type fakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -210,7 +214,12 @@ func (w *world) start(t *testing.T, name string, opts ...func(*replica)) *replic
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.parked = func(wake time.Time) { r.parks <- wake }
+	l.parked = func(wake time.Time) {
+		select {
+		case r.parks <- wake:
+		default: // a Run that spins; settle fails it
+		}
+	}
 	r.l = l
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -236,7 +245,10 @@ func (w *world) settle(t *testing.T) {
 	now := w.clock.Now()
 	for _, r := range w.reps {
 	wait:
-		for r.wake.Compare(now) <= 0 {
+		for n := 0; r.wake.Compare(now) <= 0; n++ {
+			if n == maxParks {
+				t.Fatalf("%s parked %d times at %v without waiting for a later instant", r.name, n, now)
+			}
 			select {
 			case r.wake = <-r.parks:
 			case <-r.done:
