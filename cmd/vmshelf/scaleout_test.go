@@ -511,3 +511,47 @@ func TestE2ECapacityAcrossReplicas(t *testing.T) {
 		t.Errorf("Stripe has %d checkouts for %d orders placed", n, booked)
 	}
 }
+
+// TestE2EOneLeader: of two replicas the provisioner and the sweepers run
+// on exactly one; killed (-9), it is replaced by the other within the
+// leader lease's bound (TTL + TTL/3 = 20 s).
+func TestE2EOneLeader(t *testing.T) {
+	r := newReplicas(t)
+	r.args = append(r.args, "--vms-enable")
+	a := r.start(t, nil)
+	b := r.start(t, a)
+	gauge := func(s *server, name string) float64 {
+		t.Helper()
+		mf := s.scrape(t)[name]
+		if mf == nil || len(mf.Metric) != 1 {
+			t.Fatalf("%s: no single %s", s.ctlAddr, name)
+		}
+		if g := mf.Metric[0].GetGauge(); g != nil {
+			return g.GetValue()
+		}
+		return mf.Metric[0].GetCounter().GetValue()
+	}
+	// A started first and leads at once; B asks every 5 s and is refused.
+	if la, lb := gauge(a, "vmshelf_leader"), gauge(b, "vmshelf_leader"); la != 1 || lb != 0 {
+		t.Fatalf("vmshelf_leader: A %v, B %v; want 1 and 0", la, lb)
+	}
+	if ra, rb := gauge(a, "vmshelf_reconcile_runs_total"), gauge(b, "vmshelf_reconcile_runs_total"); ra < 1 || rb != 0 {
+		t.Fatalf("reconcile passes: A %v, B %v; want some on A and none on B", ra, rb)
+	}
+	a.kill()
+	killed := time.Now()
+	for gauge(b, "vmshelf_leader") != 1 {
+		if time.Since(killed) > 25*time.Second {
+			t.Fatalf("B does not lead %v after the leader was killed (bound 20 s)", time.Since(killed))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	took := time.Since(killed)
+	for gauge(b, "vmshelf_reconcile_runs_total") < 1 {
+		if time.Since(killed) > 30*time.Second {
+			t.Fatal("B leads but ran no reconcile pass")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("B took over %v after A was killed", took.Round(100*time.Millisecond))
+}

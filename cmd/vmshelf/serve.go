@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
+	"github.com/vmshelf/vmshelf/internal/leader"
 	"github.com/vmshelf/vmshelf/market"
 	"github.com/vmshelf/vmshelf/market/catalogue"
 	"github.com/vmshelf/vmshelf/provisioner"
@@ -498,6 +500,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		onPaid, clusterReady = prov.Kick, prov.Ready
 	}
+	// Over a shared store the provisioner and the sweepers run on one
+	// replica, the holder of the leader lease (ldr, made below); another
+	// replica's /readyz speaks only for its own part.
+	var ldr *leader.Leader
+	if clusterReady != nil && st.shared() {
+		ready := clusterReady
+		clusterReady = func() error {
+			if ldr != nil && !ldr.Leading() {
+				return nil
+			}
+			return ready()
+		}
+	}
 	mk, err := market.New(market.Config{
 		PublicURL:         base,
 		TicketTTL:         f.ticketTTL,
@@ -543,17 +558,38 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
-	go mk.RunSweeper(sweepCtx, time.Minute)
 	if st.local != nil {
 		go keepReserve(sweepCtx, st.local, time.Minute, log)
 	}
-	go gw.RunSweeper(sweepCtx, time.Minute)
-	provDone := make(chan struct{})
-	if prov != nil {
-		go func() { defer close(provDone); prov.Run(sweepCtx) }()
-	} else {
-		close(provDone)
+	// The work that acts on every record runs once: on the only replica,
+	// or over a shared store on the one that holds the leader lease.
+	lead := func(ctx context.Context) {
+		var wg sync.WaitGroup
+		wg.Go(func() { mk.RunSweeper(ctx, time.Minute) })
+		wg.Go(func() { gw.RunSweeper(ctx, time.Minute) })
+		if prov != nil {
+			wg.Go(func() { prov.Run(ctx) })
+		}
+		wg.Wait()
 	}
+	leadDone := make(chan struct{})
+	if st.shared() {
+		if ldr, err = leader.New(leader.Config{Leases: st, Name: leaderLease, Holder: replica, Lead: lead,
+			Log: log.With("component", "leader")}); err != nil {
+			return err
+		}
+		go func() { defer close(leadDone); ldr.Run(sweepCtx) }()
+	} else {
+		go func() { defer close(leadDone); lead(sweepCtx) }()
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vmshelf_leader",
+		Help: "1 while this replica runs the provisioner and the sweepers: always alone on its store, over a shared store while it holds the leader lease."},
+		func() float64 {
+			if ldr == nil || ldr.Leading() {
+				return 1
+			}
+			return 0
+		}))
 
 	errs := make(chan error, 2)
 	go func() { errs <- gw.Serve(dataLn) }()
@@ -566,8 +602,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	stopSweep()
 	// The store closes after serve returns: the provisioner's pass must
-	// have ended (it ends at once when its context does).
-	<-provDone
+	// have ended (it ends at once when its context does), and the leader
+	// lease is handed on.
+	<-leadDone
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
 	defer cancel()
 	if err := gw.Shutdown(sctx); err != nil {
@@ -641,6 +678,10 @@ func replicaName() string {
 	}
 	return host + "-" + imagestore.NewSecret()[:8]
 }
+
+// leaderLease is the lease the replicas of a shared store compete for;
+// its holder runs the provisioner and the sweepers (internal/leader).
+const leaderLease = "leader"
 
 // sharedGrace is how long another replica may take from committing an
 // image's bytes to recording it, as the start-up of a replica over a
