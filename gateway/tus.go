@@ -576,6 +576,7 @@ func (g *Gateway) RunSweeper(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	for {
 		g.sweepSessions()
+		g.sweepLeases()
 		select {
 		case <-ctx.Done():
 			return

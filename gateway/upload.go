@@ -261,6 +261,15 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim 
 		return imagestore.Image{}, 0, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not start storing the image")
 	}
 	defer g.abort(w, tk.UploadID) // a no-op once committed
+	// Over a shared store the upload's lease says this replica is alive
+	// and writing it (the leader ends the running mark of one whose lease
+	// lapsed: uploadSweep), and fences its S3 writes.
+	lease, aerr := g.takeUploadLease(ctx, tk.UploadID, func() { _ = ctx.Conn().SetReadDeadline(time.Now()) })
+	if aerr != nil {
+		return imagestore.Image{}, 0, aerr
+	}
+	defer lease.release()
+	lease.fenceWriter(w)
 	in := g.newIntake(g.cfg.UploadMax, g.tooLarge())
 	in.claim = claim
 	if aerr := g.pump(ctx, in, w, nil, nil); aerr != nil {

@@ -173,3 +173,36 @@ func (l *uploadLease) release() {
 		l.g.log.Warn("release upload lease", "lease", l.lease.Name, "err", err)
 	}
 }
+
+const (
+	// leaseStartGrace is how long a plain upload may run before its
+	// lease is judged: it takes it just after consuming its ticket.
+	leaseStartGrace = time.Minute
+	// leaseForgetAfter is how long an ended upload lease is kept before
+	// its row goes; a later writer of the same upload (none: ids are
+	// random and used once) would start at token 1 again.
+	leaseForgetAfter = time.Hour
+)
+
+// sweepLeases, over a shared store, ends the quota reservations of plain
+// uploads whose replica died mid-upload (their lease lapsed: nobody else
+// ends them, the dead process never restarts as itself) and forgets
+// upload leases long ended. Alone on a store, start-up's
+// EndRunningUploads does the first, and no upload takes a lease.
+func (g *Gateway) sweepLeases() {
+	if g.cfg.Replica == "" {
+		return
+	}
+	octx, cancel := op()
+	defer cancel()
+	now := g.cfg.Now()
+	n, err := g.store.EndUnleasedUploads(octx, uploadLeaseName(""), now, now.Add(-leaseStartGrace))
+	if err != nil {
+		g.log.Error("end uploads whose replica died", "err", err)
+	} else if n > 0 {
+		g.log.Info("uploads whose replica died ended", "uploads", n)
+	}
+	if _, err := g.store.ForgetLeases(octx, uploadLeaseName(""), now.Add(-leaseForgetAfter)); err != nil {
+		g.log.Error("forget ended upload leases", "err", err)
+	}
+}

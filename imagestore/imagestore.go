@@ -197,6 +197,15 @@ type Store interface {
 	// marked running and returns how many there were. Only start-up calls
 	// it: a crash ended those uploads, and their partial files are gone.
 	EndRunningUploads(ctx context.Context) (int, error)
+	// EndUnleasedUploads ends, over a store several replicas share, the
+	// reservations of plain uploads marked running that started before
+	// startedBefore and whose lease (leasePrefix + upload id) nobody
+	// holds at now: their replica died with them, and its restart (a new
+	// process, perhaps on another host) will not end them. It returns how
+	// many there were. The replica that runs a plain upload holds its
+	// lease from just after consuming the ticket; startedBefore leaves it
+	// the time to take it.
+	EndUnleasedUploads(ctx context.Context, leasePrefix string, now, startedBefore time.Time) (int, error)
 	// SweepTickets counts unused tickets that expired since the last sweep
 	// and forgets tickets that ended more than retain before now.
 	SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (newlyExpired int, err error)

@@ -73,4 +73,9 @@ type Leases interface {
 	// it commits. The answer holds at now; a writer commits only while
 	// its ExpiresAt leaves room for the commit.
 	CheckLease(ctx context.Context, name string, token int64, now time.Time) error
+	// ForgetLeases deletes the leases named prefix+… that ended (expired
+	// or released) before endedBefore and returns how many. Only for names
+	// never used again (an upload's: its id is random): a forgotten name
+	// would start over at token 1. An empty prefix is an error.
+	ForgetLeases(ctx context.Context, prefix string, endedBefore time.Time) (int, error)
 }

@@ -141,3 +141,30 @@ SELECT EXISTS (SELECT 1 FROM leases WHERE name = ? AND token = ? AND expires_at 
 	}
 	return nil
 }
+
+// ForgetLeases deletes ended leases under prefix in one statement. The
+// prefix is matched with substr, not LIKE: an upload id's characters are
+// no wildcards, but a prefix's might be.
+func (s *Store) ForgetLeases(ctx context.Context, prefix string, endedBefore time.Time) (int, error) {
+	if prefix == "" {
+		return 0, errors.New("forget leases: an empty prefix would name every lease")
+	}
+	before, err := nanos("endedBefore", endedBefore)
+	if err != nil {
+		return 0, fmt.Errorf("forget leases: %w", err)
+	}
+	var n int64
+	err = s.write(ctx, "forget leases", func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM leases WHERE substr(name, 1, ?1) = ?2 AND expires_at < ?3`,
+			len(prefix), prefix, before)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}

@@ -391,6 +391,37 @@ func (s *Store) EndRunningUploads(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
+// EndUnleasedUploads clears, in one statement, the running marks of plain
+// uploads that started before startedBefore and whose lease is not held
+// at now (no row, or expired, or released).
+func (s *Store) EndUnleasedUploads(ctx context.Context, leasePrefix string, now, startedBefore time.Time) (int, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return 0, fmt.Errorf("end unleased uploads: %w", err)
+	}
+	before, err := nanos("startedBefore", startedBefore)
+	if err != nil {
+		return 0, fmt.Errorf("end unleased uploads: %w", err)
+	}
+	var n int64
+	err = s.write(ctx, "end unleased uploads", func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE tickets SET put_running = 0
+WHERE put_running = 1 AND used_at < ?2
+  AND NOT EXISTS (SELECT 1 FROM leases WHERE leases.name = ?3 || tickets.upload_id AND leases.expires_at > ?1)`,
+			at, before, leasePrefix)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
 // SweepTickets first counts unused tickets that expired at or before now
 // and were not counted by an earlier sweep, then deletes tickets, used or
 // not, that expired more than retain before now. Counting comes first so

@@ -271,3 +271,90 @@ func testLeaseConcurrent(t *testing.T, s imagestore.Store) {
 		must(t, "CheckLease", s.CheckLease(t.Context(), "leader", w.Token, now))
 	}
 }
+
+// testForgetLeases: ended leases under the prefix go, held ones and
+// others' stay; an empty prefix is refused.
+func testForgetLeases(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	acquire := func(name string) imagestore.Lease {
+		t.Helper()
+		l, err := s.AcquireLease(ctx, name, "r1", leaseTTL, t0)
+		must(t, "AcquireLease "+name, err)
+		return l
+	}
+	acquire("upload/expired")
+	released := acquire("upload/released")
+	must(t, "ReleaseLease", s.ReleaseLease(ctx, released.Name, "r1", released.Token))
+	acquire("leader")
+	// Held until t0+2*TTL: taken later.
+	if _, err := s.AcquireLease(ctx, "upload/held", "r1", leaseTTL, t0.Add(leaseTTL)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.ForgetLeases(ctx, "", t0.Add(time.Hour))
+	if err == nil {
+		t.Error("ForgetLeases with an empty prefix succeeded")
+	}
+	n, err := s.ForgetLeases(ctx, "upload/", t0.Add(leaseTTL+time.Second))
+	must(t, "ForgetLeases", err)
+	if n != 2 {
+		t.Errorf("ForgetLeases = %d, want 2 (the expired and the released upload leases)", n)
+	}
+	// A forgotten name starts over; the others are as they were.
+	if l := acquire("upload/expired"); l.Token != 1 {
+		t.Errorf("a forgotten lease comes back with token %d, want 1", l.Token)
+	}
+	if _, err := s.AcquireLease(ctx, "upload/held", "r2", leaseTTL, t0.Add(leaseTTL+time.Second)); !errors.Is(err, imagestore.ErrLeaseHeld) {
+		t.Errorf("the held upload lease after ForgetLeases: %v, want ErrLeaseHeld", err)
+	}
+	if _, err := s.AcquireLease(ctx, "leader", "r2", leaseTTL, t0.Add(leaseTTL+time.Second)); err != nil {
+		t.Errorf("leader lease (expired, another prefix) kept: %v", err)
+	} else if l, _ := s.AcquireLease(ctx, "leader", "r2", leaseTTL, t0.Add(leaseTTL+2*time.Second)); l.Token != 2 {
+		t.Errorf("leader lease token %d after ForgetLeases of upload/, want 2 (not forgotten)", l.Token)
+	}
+}
+
+// testEndUnleasedUploads: of the plain uploads marked running, only those
+// started before the bound whose lease nobody holds are ended.
+func testEndUnleasedUploads(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	const prefix = "upload/"
+	start := func(i int, at time.Time) string {
+		t.Helper()
+		secret := fmt.Sprintf("put-%d", i)
+		id := uploadID(i)
+		newTicket(t, s, a.ID, secret, id, t0.Add(time.Hour))
+		_, err := s.ConsumeTicket(ctx, hash(secret), at)
+		must(t, "ConsumeTicket "+secret, err)
+		return id
+	}
+	dead := start(1, t0)                      // its replica died: lease expired
+	alive := start(2, t0)                     // lease held
+	young := start(3, t0.Add(50*time.Second)) // too young to judge, no lease yet
+	neverLeased := start(4, t0)               // no lease row at all
+	for _, id := range []string{dead, alive} {
+		if _, err := s.AcquireLease(ctx, prefix+id, "r1", leaseTTL, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := t0.Add(time.Minute)
+	if _, err := s.RenewLease(ctx, prefix+alive, "r1", 1, leaseTTL, t0.Add(leaseTTL-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireLease(ctx, prefix+alive, "r1", 2*time.Minute, t0.Add(leaseTTL-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.EndUnleasedUploads(ctx, prefix, now, now.Add(-30*time.Second))
+	must(t, "EndUnleasedUploads", err)
+	if n != 2 {
+		t.Errorf("EndUnleasedUploads = %d, want 2 (the dead one and the never leased one)", n)
+	}
+	_, _ = neverLeased, young // judged through the quota below
+	// alive and young still hold their places: a quota of 2 is full.
+	err = s.CreateTicket(ctx, imagestore.Ticket{UploadID: uploadID(9), TenantID: a.ID, Name: "more",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, hash("more"), 2)
+	wantErr(t, "ticket beside the two still running at quota 2", err, imagestore.ErrQuota)
+	if n, err := s.EndUnleasedUploads(ctx, prefix, now, now.Add(-30*time.Second)); err != nil || n != 0 {
+		t.Errorf("second EndUnleasedUploads = %d, %v; want 0", n, err)
+	}
+}

@@ -81,6 +81,8 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"LeaseRefused", testLeaseRefused},
 		{"LeaseNames", testLeaseNames},
 		{"LeaseConcurrent", testLeaseConcurrent},
+		{"ForgetLeases", testForgetLeases},
+		{"EndUnleasedUploads", testEndUnleasedUploads},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
