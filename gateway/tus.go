@@ -427,6 +427,14 @@ func (g *Gateway) handleTerminate(ctx *fasthttp.RequestCtx, id string) {
 		return
 	}
 	defer g.locks.release(sess.UploadID, holder)
+	// Among replicas, only the upload's writer may end it: one that
+	// writes it elsewhere keeps it until its lease ends.
+	lease, aerr := g.takeUploadLease(ctx, sess.UploadID, holder.takeOver)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	defer lease.release()
 	g.endSession(sess.UploadID)
 	if sess.Offset < sess.Length {
 		octx, cancel := op()

@@ -344,6 +344,9 @@ func TestE2ETusAcrossReplicas(t *testing.T) {
 			t.Fatalf("PATCH on B while A writes: %d (Retry-After %q), want 423 with Retry-After",
 				resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
+		if resp := tusDo(t, http.MethodDelete, onB, nil, 0); resp.StatusCode != http.StatusLocked {
+			t.Fatalf("DELETE on B while A writes: %d, want 423", resp.StatusCode)
+		}
 		a.kill()
 
 		// B refuses (423, Retry-After) while A's lease runs, then takes
