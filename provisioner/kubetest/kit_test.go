@@ -39,7 +39,7 @@ const kitDir = "../../docs/deploy"
 
 // kitFiles are the kit's manifests in the order the guide applies them.
 // TestKitFilesListed keeps it complete.
-var kitFiles = []string{"rbac.yaml", "storageclass.yaml", "kubevirt-cr.yaml", "cdi-cr.yaml", "vmshelf.yaml"}
+var kitFiles = []string{"rbac.yaml", "storageclass.yaml", "kubevirt-cr.yaml", "cdi-cr.yaml", "vmshelf.yaml", "vmshelf-scale-out.yaml"}
 
 // kitScheme knows every type a manifest of the kit may hold: Kubernetes'
 // own, KubeVirt's and CDI's, and CRDs.

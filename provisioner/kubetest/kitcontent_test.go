@@ -393,3 +393,48 @@ func TestKitVmshelf(t *testing.T) {
 		}
 	}
 }
+
+// TestKitScaleOut: the scaled-out Deployment runs several replicas over
+// PostgreSQL and S3, every secret of it from a Secret, and keeps nothing
+// in the pod.
+func TestKitScaleOut(t *testing.T) {
+	objs := loadKit(t)
+	dep := kitFind[*appsv1.Deployment](t, objs, "vmshelf-replicas")
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas < 2 {
+		t.Errorf("replicas %v, want several", dep.Spec.Replicas)
+	}
+	spec := dep.Spec.Template.Spec
+	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
+		t.Error("service links on: they put VMSHELF_* variables into the environment vmshelf reads flags from")
+	}
+	c := spec.Containers[0]
+	if v, _ := argValue(c.Args, "--blobs"); !strings.HasPrefix(v, "s3://") {
+		t.Errorf("--blobs %q, want s3://bucket/prefix", v)
+	}
+	if v, ok := argValue(c.Args, "--blob-capacity-gib"); !ok || v == "" {
+		t.Error("--blobs s3://… without --blob-capacity-gib: serve refuses it")
+	}
+	secret := map[string]bool{"VMSHELF_STORE_URL": true, "AWS_ACCESS_KEY_ID": true, "AWS_SECRET_ACCESS_KEY": true,
+		"STRIPE_SECRET_KEY": true, "STRIPE_WEBHOOK_SECRET": true}
+	for _, e := range c.Env {
+		if secret[e.Name] {
+			delete(secret, e.Name)
+			if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				t.Errorf("%s is not from a secretKeyRef (value %q)", e.Name, e.Value)
+			}
+		}
+	}
+	for name := range secret {
+		t.Errorf("%s not in the environment", name)
+	}
+	for _, a := range c.Args {
+		if strings.Contains(a, "postgres://") || strings.Contains(strings.ToLower(a), "secret") {
+			t.Errorf("argument %q: the store URL and the keys never come from a flag", a)
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			t.Errorf("volume %s is a PersistentVolumeClaim: a replica keeps nothing of its own", v.Name)
+		}
+	}
+}
