@@ -155,26 +155,7 @@ func testTusDiskFull(t *testing.T, mnt string) {
 	s := startServe(t, data, []string{"--headroom-mib", "1", "--tus-checkpoint-mib", "3"})
 	_, img := makeImageData(t, t.TempDir(), "disk.qcow2", 16)
 	tk := s.ticket(t, "resumable")
-	tus := func(method, url string, body io.Reader, length int64, hdr ...string) *http.Response {
-		t.Helper()
-		req, err := http.NewRequest(method, url, body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.ContentLength = length
-		req.Header.Set("Tus-Resumable", "1.0.0")
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}, Timeout: 60 * time.Second}).Do(req)
-		if err != nil {
-			t.Fatalf("%s: %v", method, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
-	resp := tus(http.MethodPost, tk.UploadURL, nil, 0, "Upload-Length", strconv.Itoa(len(img)))
+	resp := tusDo(t, http.MethodPost, tk.UploadURL, nil, 0, "Upload-Length", strconv.Itoa(len(img)))
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("create: %d", resp.StatusCode)
 	}
@@ -182,7 +163,7 @@ func testTusDiskFull(t *testing.T, mnt string) {
 	s.secret(sess[strings.LastIndexByte(sess, '/')+1:])
 	head := func() int {
 		t.Helper()
-		r := tus(http.MethodHead, sess, nil, 0)
+		r := tusDo(t, http.MethodHead, sess, nil, 0)
 		off, err := strconv.Atoi(r.Header.Get("Upload-Offset"))
 		if r.StatusCode != http.StatusOK || err != nil {
 			t.Fatalf("HEAD: %d, Upload-Offset %q", r.StatusCode, r.Header.Get("Upload-Offset"))
@@ -248,7 +229,7 @@ func testTusDiskFull(t *testing.T, mnt string) {
 	if err := os.Remove(filepath.Join(mnt, "filler")); err != nil {
 		t.Fatal(err)
 	}
-	resp = tus(http.MethodPatch, sess, bytes.NewReader(img[durable:]), int64(len(img)-durable),
+	resp = tusDo(t, http.MethodPatch, sess, bytes.NewReader(img[durable:]), int64(len(img)-durable),
 		"Content-Type", "application/offset+octet-stream", "Upload-Offset", strconv.Itoa(durable))
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("the resumed PATCH: %d", resp.StatusCode)

@@ -388,36 +388,7 @@ func TestE2EQuotaAcrossReplicas(t *testing.T) {
 	r.args = append(r.args, "--images-per-tenant", strconv.Itoa(quota), "--ticket-burst", "100")
 	a := r.start(t, nil)
 	b := r.start(t, a)
-	codes := make([]int, requests)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range requests {
-		s := []*server{a, b}[i%2]
-		wg.Go(func() {
-			<-start
-			req, err := http.NewRequest(http.MethodPost, s.ctlBase+"/market/vm-images/ticket", strings.NewReader(`{"name":"q"}`))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+s.token)
-			resp, err := httpClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			var tk ticketAnswer
-			_ = json.NewDecoder(resp.Body).Decode(&tk)
-			resp.Body.Close()
-			if tk.Ticket != "" {
-				s.secret(tk.Ticket)
-			}
-			codes[i] = resp.StatusCode
-		})
-	}
-	close(start)
-	wg.Wait()
+	codes := postTogether(t, []*server{a, b}, "/market/vm-images/ticket", `{"name":"q"}`, requests)
 	issued, refused := 0, 0
 	for _, c := range codes {
 		switch c {
@@ -469,33 +440,8 @@ func TestE2ECapacityAcrossReplicas(t *testing.T) {
 	var l listingAnswer
 	decode(t, body, &l)
 
-	codes := make([]int, orders)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
 	order := `{"listing_id":"` + l.ListingID + `","quantity":1,"image":"debian-13","name":"web"}`
-	for i := range orders {
-		s := []*server{a, b}[i%2]
-		wg.Go(func() {
-			<-start
-			req, err := http.NewRequest(http.MethodPost, s.ctlBase+"/market/vms/orders", strings.NewReader(order))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+s.token)
-			resp, err := httpClient.Do(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			codes[i] = resp.StatusCode
-		})
-	}
-	close(start)
-	wg.Wait()
+	codes := postTogether(t, []*server{a, b}, "/market/vms/orders", order, orders)
 	booked, refused := 0, 0
 	for _, c := range codes {
 		switch c {
@@ -557,4 +503,42 @@ func TestE2EOneLeader(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("B took over %v after A was killed", took.Round(100*time.Millisecond))
+}
+
+// postTogether sends n POSTs of body to path at once, in turn to each of
+// the servers, as their dev tenant, and returns the statuses. Tickets in
+// the answers are noted as secrets.
+func postTogether(t *testing.T, servers []*server, path, body string, n int) []int {
+	t.Helper()
+	codes := make([]int, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		s := servers[i%len(servers)]
+		wg.Go(func() {
+			<-start
+			req, err := http.NewRequest(http.MethodPost, s.ctlBase+path, strings.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+s.token)
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var tk ticketAnswer
+			_ = json.NewDecoder(resp.Body).Decode(&tk)
+			resp.Body.Close()
+			if tk.Ticket != "" {
+				s.secret(tk.Ticket)
+			}
+			codes[i] = resp.StatusCode
+		})
+	}
+	close(start)
+	wg.Wait()
+	return codes
 }

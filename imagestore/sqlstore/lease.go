@@ -153,18 +153,6 @@ func (s *Store) ForgetLeases(ctx context.Context, prefix string, endedBefore tim
 	if err != nil {
 		return 0, fmt.Errorf("forget leases: %w", err)
 	}
-	var n int64
-	err = s.write(ctx, "forget leases", func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM leases WHERE substr(name, 1, ?1) = ?2 AND expires_at < ?3`,
-			len(prefix), prefix, before)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return int(n), nil
+	return s.execCount(ctx, "forget leases", `DELETE FROM leases WHERE substr(name, 1, ?1) = ?2 AND expires_at < ?3`,
+		len(prefix), prefix, before)
 }

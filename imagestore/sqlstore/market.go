@@ -49,20 +49,7 @@ func listing(ctx context.Context, tx *Tx, id string) (imagestore.Listing, error)
 }
 
 func queryListings(ctx context.Context, tx *Tx, query string, args ...any) ([]imagestore.Listing, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ls []imagestore.Listing
-	for rows.Next() {
-		l, err := scanListing(rows)
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-	}
-	return ls, rows.Err()
+	return queryAll(ctx, tx, scanListing, query, args...)
 }
 
 // CreateListing stores l open; see imagestore.MarketStore.
@@ -187,20 +174,7 @@ func scanOrder(r scanner) (imagestore.Order, error) {
 }
 
 func queryOrders(ctx context.Context, tx *Tx, query string, args ...any) ([]imagestore.Order, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var orders []imagestore.Order
-	for rows.Next() {
-		o, err := scanOrder(rows)
-		if err != nil {
-			return nil, err
-		}
-		orders = append(orders, o)
-	}
-	return orders, rows.Err()
+	return queryAll(ctx, tx, scanOrder, query, args...)
 }
 
 // checkOrder refuses an order that no caller should build: the store

@@ -151,20 +151,9 @@ func (s *Store) TenantByID(ctx context.Context, id int64) (imagestore.Tenant, er
 // Tenants returns all tenants ordered by name.
 func (s *Store) Tenants(ctx context.Context) ([]imagestore.Tenant, error) {
 	var ts []imagestore.Tenant
-	err := s.read(ctx, "tenants", func(tx *Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY name`)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			t, err := scanTenant(rows)
-			if err != nil {
-				return err
-			}
-			ts = append(ts, t)
-		}
-		return rows.Err()
+	err := s.read(ctx, "tenants", func(tx *Tx) (err error) {
+		ts, err = queryAll(ctx, tx, scanTenant, `SELECT `+tenantCols+` FROM tenants ORDER BY name`)
+		return err
 	})
 	return ts, err
 }
@@ -376,19 +365,7 @@ func (s *Store) EndUpload(ctx context.Context, uploadID string) error {
 // EndRunningUploads clears every running mark in one statement and returns
 // how many there were.
 func (s *Store) EndRunningUploads(ctx context.Context) (int, error) {
-	var n int64
-	err := s.write(ctx, "end running uploads", func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE tickets SET put_running = 0 WHERE put_running = 1`)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return int(n), nil
+	return s.execCount(ctx, "end running uploads", `UPDATE tickets SET put_running = 0 WHERE put_running = 1`)
 }
 
 // EndUnleasedUploads clears, in one statement, the running marks of plain
@@ -403,23 +380,11 @@ func (s *Store) EndUnleasedUploads(ctx context.Context, leasePrefix string, now,
 	if err != nil {
 		return 0, fmt.Errorf("end unleased uploads: %w", err)
 	}
-	var n int64
-	err = s.write(ctx, "end unleased uploads", func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `
+	return s.execCount(ctx, "end unleased uploads", `
 UPDATE tickets SET put_running = 0
 WHERE put_running = 1 AND used_at < ?2
   AND NOT EXISTS (SELECT 1 FROM leases WHERE leases.name = ?3 || tickets.upload_id AND leases.expires_at > ?1)`,
-			at, before, leasePrefix)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return int(n), nil
+		at, before, leasePrefix)
 }
 
 // SweepTickets first counts unused tickets that expired at or before now
@@ -513,21 +478,10 @@ func (s *Store) Image(ctx context.Context, uploadID string) (imagestore.Image, e
 // upload id so the order is stable.
 func (s *Store) Images(ctx context.Context, tenantID int64) ([]imagestore.Image, error) {
 	var imgs []imagestore.Image
-	err := s.read(ctx, "images", func(tx *Tx) error {
-		rows, err := tx.QueryContext(ctx, `
+	err := s.read(ctx, "images", func(tx *Tx) (err error) {
+		imgs, err = queryAll(ctx, tx, func(r scanner) (imagestore.Image, error) { return scanImage(r) }, `
 SELECT `+imageCols+` FROM images WHERE tenant_id = ? ORDER BY created_at, upload_id`, tenantID)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			img, err := scanImage(rows)
-			if err != nil {
-				return err
-			}
-			imgs = append(imgs, img)
-		}
-		return rows.Err()
+		return err
 	})
 	return imgs, err
 }
@@ -829,20 +783,7 @@ func (s *Store) SessionUploadIDs(ctx context.Context) ([]string, error) {
 
 // queryIDs runs a query yielding one text column and collects it.
 func queryIDs(ctx context.Context, tx *Tx, query string, args ...any) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return queryAll(ctx, tx, func(r scanner) (id string, err error) { return id, r.Scan(&id) }, query, args...)
 }
 
 // Stats returns the number of images and their total size.

@@ -181,6 +181,42 @@ func (s *Store) read(ctx context.Context, op string, fn func(tx *Tx) error) erro
 	return s.e.Read(ctx, op, fn)
 }
 
+// queryAll runs a query and scans every row with scan.
+func queryAll[T any](ctx context.Context, tx *Tx, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var all []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, v)
+	}
+	return all, rows.Err()
+}
+
+// execCount runs one statement in a write transaction and returns how
+// many rows it changed.
+func (s *Store) execCount(ctx context.Context, op, query string, args ...any) (int, error) {
+	var n int64
+	err := s.write(ctx, op, func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
 // Pieces of the records' statements, for an engine's tests of its query
 // plans.
 const (
