@@ -388,7 +388,7 @@ func TestE2EQuotaAcrossReplicas(t *testing.T) {
 	r.args = append(r.args, "--images-per-tenant", strconv.Itoa(quota), "--ticket-burst", "100")
 	a := r.start(t, nil)
 	b := r.start(t, a)
-	codes := postTogether(t, []*server{a, b}, "/market/vm-images/ticket", `{"name":"q"}`, requests)
+	codes := postTogether(t, []*server{a, b}, nil, "/market/vm-images/ticket", `{"name":"q"}`, requests)
 	issued, refused := 0, 0
 	for _, c := range codes {
 		switch c {
@@ -440,8 +440,21 @@ func TestE2ECapacityAcrossReplicas(t *testing.T) {
 	var l listingAnswer
 	decode(t, body, &l)
 
+	// Seven buyers, two orders each: a buyer may have at most 3 orders
+	// awaiting payment, a limit of its own this test is not about.
+	var buyers []string
+	for i := range 7 {
+		res := runCmd(t, r.env, binPath, "tenant", "add", fmt.Sprintf("buyer%d", i), "--in-mesh", "--sharing", "--data-dir", a.dataDir)
+		if res.code != 0 {
+			t.Fatalf("tenant add buyer%d: exit %d: %s", i, res.code, res.stderr)
+		}
+		buyer := strings.TrimSpace(res.stdout)
+		a.secret(buyer)
+		b.secret(buyer)
+		buyers = append(buyers, buyer)
+	}
 	order := `{"listing_id":"` + l.ListingID + `","quantity":1,"image":"debian-13","name":"web"}`
-	codes := postTogether(t, []*server{a, b}, "/market/vms/orders", order, orders)
+	codes := postTogether(t, []*server{a, b}, buyers, "/market/vms/orders", order, orders)
 	booked, refused := 0, 0
 	for _, c := range codes {
 		switch c {
@@ -506,15 +519,19 @@ func TestE2EOneLeader(t *testing.T) {
 }
 
 // postTogether sends n POSTs of body to path at once, in turn to each of
-// the servers, as their dev tenant, and returns the statuses. Tickets in
-// the answers are noted as secrets.
-func postTogether(t *testing.T, servers []*server, path, body string, n int) []int {
+// the servers and as each of tokens (the dev tenant's if none), and
+// returns the statuses. Tickets in the answers are noted as secrets.
+func postTogether(t *testing.T, servers []*server, tokens []string, path, body string, n int) []int {
 	t.Helper()
 	codes := make([]int, n)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
 		s := servers[i%len(servers)]
+		token := s.token
+		if len(tokens) > 0 {
+			token = tokens[i%len(tokens)]
+		}
 		wg.Go(func() {
 			<-start
 			req, err := http.NewRequest(http.MethodPost, s.ctlBase+path, strings.NewReader(body))
@@ -523,7 +540,7 @@ func postTogether(t *testing.T, servers []*server, path, body string, n int) []i
 				return
 			}
 			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+s.token)
+			req.Header.Set("Authorization", "Bearer "+token)
 			resp, err := httpClient.Do(req)
 			if err != nil {
 				t.Error(err)
