@@ -33,6 +33,7 @@ type Cluster struct {
 	dir    string // data directory and socket directory
 	bin    string // directory of initdb, pg_ctl, postgres
 	owner  *user.User
+	opts   string // the server's options (pg_ctl -o)
 	stopMu sync.Mutex
 	seq    int
 }
@@ -125,13 +126,37 @@ func start() (*Cluster, error) {
 	// fsync off: a throw-away cluster; crash safety is PostgreSQL's and
 	// not what these tests measure. max_connections: the suite runs many
 	// stores at once, each with a pool.
-	opts := fmt.Sprintf("-c listen_addresses='' -c unix_socket_directories=%s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", dir)
-	if out, err := c.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
+	c.opts = fmt.Sprintf("-c listen_addresses='' -c unix_socket_directories=%s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", dir)
+	if out, err := c.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-o", c.opts, "-w", "-t", "60", "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pg_ctl start: %v: %s %s", err, out, log)
 	}
 	return c, nil
+}
+
+// Down stops the server but keeps the cluster, as a database that went
+// away does; Up starts it again on the same socket. The stop is a clean
+// one (-m fast): the cluster runs with synchronous_commit off, so an
+// immediate stop could lose commits it had acknowledged, which a real
+// server (synchronous_commit on) never does.
+func (c *Cluster) Down(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "fast", "-w", "stop"); err != nil {
+		tb.Fatalf("pg_ctl stop: %v: %s", err, out)
+	}
+}
+
+// Up starts a server Down stopped.
+func (c *Cluster) Up(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-l", filepath.Join(c.dir, "log"), "-o", c.opts, "-w", "-t", "60", "start"); err != nil {
+		tb.Fatalf("pg_ctl start: %v: %s", err, out)
+	}
 }
 
 func (c *Cluster) run(ctx context.Context, prog string, args ...string) ([]byte, error) {
