@@ -222,6 +222,42 @@ func TestE2ETwoReplicas(t *testing.T) {
 		}
 	}
 
+	// The same validators from both: an ETag from one replica is good
+	// for a conditional request to the other (CDI's importer may meet
+	// either).
+	etags := map[string]bool{}
+	for _, s := range []*server{a, b} {
+		resp, err := httpClient.Head(on(u, a, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		etags[resp.Header.Get("ETag")] = true
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Length") != strconv.Itoa(len(data)) {
+			t.Errorf("HEAD on %s: %d, Content-Length %q", s.dataAddr, resp.StatusCode, resp.Header.Get("Content-Length"))
+		}
+	}
+	if len(etags) != 1 || etags[""] {
+		t.Fatalf("the replicas answer the ETags %v for one image, want one", etags)
+	}
+	var etag string
+	for e := range etags {
+		etag = e
+	}
+	req, err := http.NewRequest(http.MethodGet, on(u, a, b), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("If-None-Match", etag)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotModified {
+		t.Errorf("GET on B with A's ETag in If-None-Match: %d, want 304", resp.StatusCode)
+	}
+
 	// One ticket, the same image sent to both at once: one 201.
 	race := a.ticket(t, "race")
 	codes := make([]int, 2)
