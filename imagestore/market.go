@@ -20,6 +20,9 @@ var (
 	ErrOrderState = errors.New("the order is not in a state that allows this")
 	// ErrInUse is a remove of an image that an order still needs.
 	ErrInUse = errors.New("in use by an order")
+	// ErrTooManyUnpaid is an order of a buyer who has as many orders
+	// awaiting payment as CreateOrder allows.
+	ErrTooManyUnpaid = errors.New("too many orders awaiting payment")
 )
 
 // OrderState is where an order stands (SPEC "Order states").
@@ -247,8 +250,10 @@ type MarketStore interface {
 	// immutable once created, so a mismatch is the caller's bug (an
 	// error). A zero CreatedAt means now; ReserveUntil is required. The
 	// fields a state change sets (State, Reason, CheckoutID, CheckoutURL,
-	// PaidAt, ExpiresAt, EndedAt) and Note are ignored.
-	CreateOrder(ctx context.Context, o Order, userData string) error
+	// PaidAt, ExpiresAt, EndedAt) and Note are ignored. ErrTooManyUnpaid
+	// if the buyer already has maxUnpaid orders awaiting payment (counted
+	// in the same transaction; maxUnpaid <= 0 means no limit).
+	CreateOrder(ctx context.Context, o Order, userData string, maxUnpaid int) error
 	// SetCheckout records the Stripe Checkout Session of an order
 	// awaiting payment (again: the last call wins); ErrOrderState in any
 	// other state, ErrNotFound if there is no such order.

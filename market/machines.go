@@ -294,22 +294,6 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		s.fail(w, r, errHostGone)
 		return
 	}
-	unpaid := 0
-	mine, err := s.st.Orders(ctx, t.ID)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	for _, o := range mine {
-		if o.State == imagestore.OrderAwaitingPayment {
-			unpaid++
-		}
-	}
-	if unpaid >= maxUnpaidOrders {
-		s.fail(w, r, errTooManyUnpaid)
-		return
-	}
-
 	now := s.cfg.Now().UTC()
 	total := l.UnitPrice * int64(req.Quantity)
 	fee, _ := billing.Split(total)
@@ -320,7 +304,10 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		UnitPrice: l.UnitPrice, Total: total, Fee: fee, Currency: l.Currency, Destination: host.StripeAccount,
 		State: imagestore.OrderAwaitingPayment, ReserveUntil: expires.Add(s.cfg.CheckoutGrace), CreatedAt: now,
 	}
-	switch err := s.st.CreateOrder(ctx, o, req.UserData); {
+	switch err := s.st.CreateOrder(ctx, o, req.UserData, maxUnpaidOrders); {
+	case errors.Is(err, imagestore.ErrTooManyUnpaid):
+		s.fail(w, r, errTooManyUnpaid)
+		return
 	case errors.Is(err, imagestore.ErrNoCapacity):
 		s.fail(w, r, apierr.Wrap(err, http.StatusConflict, "noCapacity",
 			fmt.Sprintf("the listing has fewer than %d replicas free (or is closed)", req.Quantity)))

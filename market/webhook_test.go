@@ -351,7 +351,7 @@ func TestCheckoutSweeper(t *testing.T) {
 			Quantity: 1, ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: 600,
 			Fee: 300, Currency: "eur", Destination: m.hostAcct, State: imagestore.OrderAwaitingPayment,
 			ReserveUntil: e.clock.Now().Add(overdue), CreatedAt: e.clock.Now()}
-		if err := e.st.CreateOrder(t.Context(), o, ""); err != nil { // as if serve died before Stripe answered
+		if err := e.st.CreateOrder(t.Context(), o, "", 0); err != nil { // as if serve died before Stripe answered
 			t.Fatal(err)
 		}
 		e.clock.Advance(overdue)

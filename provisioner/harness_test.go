@@ -224,7 +224,7 @@ func (h *harness) order(quantity int, kind imagestore.ImageKind, image, userData
 		Fee: 300 * int64(quantity), Currency: "eur", Destination: h.host.StripeAccount, ReserveUntil: now.Add(time.Hour),
 		CreatedAt: now.Add(time.Duration(h.n))} // distinct, so the store's order is the placing order
 	ctx := h.t.Context()
-	if err := h.st.CreateOrder(ctx, o, userData); err != nil {
+	if err := h.st.CreateOrder(ctx, o, userData, 0); err != nil {
 		h.t.Fatalf("CreateOrder: %v", err)
 	}
 	if err := h.st.MarkOrderPaid(ctx, o.ID, now, now.Add(month)); err != nil {

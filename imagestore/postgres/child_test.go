@@ -121,7 +121,7 @@ func child() int {
 			wg.Go(func() {
 				for range ordersPerWorker {
 					o := orderOn(l, buyer)
-					record(o.ID, s.CreateOrder(ctx, o, ""), imagestore.ErrNoCapacity)
+					record(o.ID, s.CreateOrder(ctx, o, "", 0), imagestore.ErrNoCapacity)
 				}
 			})
 		}

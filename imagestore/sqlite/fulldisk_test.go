@@ -173,7 +173,7 @@ func TestFullDiskMarketWrites(t *testing.T) {
 			ReserveUntil: now.Add(time.Hour), CreatedAt: now}
 	}
 	for _, id := range []string{"awaiting", "paid", "active"} {
-		if err := s.CreateOrder(ctx, order(id), ""); err != nil {
+		if err := s.CreateOrder(ctx, order(id), "", 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,7 +201,7 @@ func TestFullDiskMarketWrites(t *testing.T) {
 			return err
 		}},
 		{"CloseListing", func() error { return s.CloseListing(ctx, host.ID, "l1", now) }},
-		{"CreateOrder", func() error { return s.CreateOrder(ctx, order("new"), "#cloud-config\n") }},
+		{"CreateOrder", func() error { return s.CreateOrder(ctx, order("new"), "#cloud-config\n", 0) }},
 		{"SetCheckout", func() error { return s.SetCheckout(ctx, "awaiting", "cs_1", "https://checkout.example/1") }},
 		{"MarkOrderPaid", func() error { return s.MarkOrderPaid(ctx, "awaiting", now, now) }},
 		{"CancelOrder", func() error { return s.CancelOrder(ctx, "awaiting", "checkoutExpired", now) }},

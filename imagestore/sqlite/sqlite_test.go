@@ -615,7 +615,7 @@ func TestMarketTables(t *testing.T) {
 	o := imagestore.Order{ID: "o1", ListingID: "l1", BuyerID: b.ID, HostID: h.ID, Quantity: 2, ImageKind: imagestore.ImageCatalogue,
 		Image: "debian-13", Name: "web", UnitPrice: 600, Total: 1200, Fee: 600, Currency: "eur", Destination: "acct_h",
 		ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-	if err := s.CreateOrder(ctx, o, ""); err != nil {
+	if err := s.CreateOrder(ctx, o, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	// A state change that forgot its time is refused by the schema.
@@ -665,7 +665,7 @@ func TestMarketErrorsCarryNoUserData(t *testing.T) {
 		{ID: "o1", ListingID: "unknown", Quantity: 1, ImageKind: imagestore.ImageCatalogue, Image: "x", UnitPrice: 1, Total: 1, Destination: "a", ReserveUntil: time.Now()},
 		{ID: "o2", ListingID: "unknown", Quantity: 1, ImageKind: imagestore.ImageCatalogue, Image: "x", UnitPrice: 1, Total: 2, Destination: "a", ReserveUntil: time.Now()},
 	} {
-		err := s.CreateOrder(ctx, o, ud)
+		err := s.CreateOrder(ctx, o, ud, 0)
 		if err == nil {
 			t.Fatalf("CreateOrder(%+v) succeeded", o)
 		}
@@ -703,7 +703,7 @@ func TestMigrateOrdersToNotes(t *testing.T) {
 	o := imagestore.Order{ID: "o1", ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: 2,
 		ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: 1200, Fee: 600,
 		Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-	if err := old.CreateOrder(ctx, o, ""); err != nil {
+	if err := old.CreateOrder(ctx, o, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {

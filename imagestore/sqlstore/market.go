@@ -202,14 +202,14 @@ func checkOrder(o imagestore.Order) error {
 // CreateOrder reserves o.Quantity replicas of the listing and stores the
 // order; see imagestore.MarketStore for the errors.
 //
-// The free capacity is read and the order inserted in one write
-// transaction, and SQLite's BEGIN IMMEDIATE holds the database's write
-// lock from the first statement on: no other CreateOrder, in this process
-// or another, can insert between the count and the insert. A store
-// without a database-wide write lock (PostgreSQL) must lock the listing
-// row first (SELECT ... FOR UPDATE); storetest's CreateOrderConcurrent
-// overbooks a store that does not.
-func (s *Store) CreateOrder(ctx context.Context, o imagestore.Order, userData string) error {
+// The free capacity and the buyer's unpaid orders are counted and the
+// order inserted in one write transaction, which the engine makes serial
+// with every other (SQLite: BEGIN IMMEDIATE on one writer; PostgreSQL:
+// SERIALIZABLE): no other CreateOrder, in this process or another, can
+// insert between the counts and the insert. storetest's
+// CreateOrderConcurrent and CreateOrderUnpaidLimit overbook a store that
+// does not.
+func (s *Store) CreateOrder(ctx context.Context, o imagestore.Order, userData string, maxUnpaid int) error {
 	fail := func(err error) error { return fmt.Errorf("create order: %w", err) }
 	if err := checkOrder(o); err != nil {
 		return fail(err)
@@ -232,6 +232,18 @@ func (s *Store) CreateOrder(ctx context.Context, o imagestore.Order, userData st
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
+		}
+		if maxUnpaid > 0 {
+			var unpaid int
+			err := tx.QueryRowContext(ctx, `
+SELECT count(*) FROM (SELECT 1 FROM orders WHERE buyer_id = ? AND state = 'awaitingPayment' LIMIT ?) AS u`,
+				o.BuyerID, maxUnpaid).Scan(&unpaid)
+			if err != nil {
+				return err
+			}
+			if unpaid >= maxUnpaid {
+				return imagestore.ErrTooManyUnpaid
+			}
 		}
 		l, err := listing(ctx, tx, o.ListingID)
 		if err != nil {

@@ -66,7 +66,7 @@ func stored(o imagestore.Order) imagestore.Order {
 
 func placeOrder(t *testing.T, s imagestore.Store, o imagestore.Order, userData string) imagestore.Order {
 	t.Helper()
-	must(t, "CreateOrder "+o.ID, s.CreateOrder(t.Context(), o, userData))
+	must(t, "CreateOrder "+o.ID, s.CreateOrder(t.Context(), o, userData, 0))
 	return stored(o)
 }
 
@@ -283,7 +283,7 @@ func testCloseListing(t *testing.T, s imagestore.Store) {
 	checkListing(t, "Listing after a second close", getListing(t, s, "l1"), want)
 
 	// A closed listing takes no more orders; those placed go on.
-	err := s.CreateOrder(ctx, orderOf(l, h, buyer, "o2", 1, t0), "")
+	err := s.CreateOrder(ctx, orderOf(l, h, buyer, "o2", 1, t0), "", 0)
 	wantErr(t, "CreateOrder on a closed listing", err, imagestore.ErrNoCapacity)
 	_, err = s.Order(ctx, "o2")
 	wantErr(t, "Order refused on a closed listing", err, imagestore.ErrNotFound)
@@ -306,7 +306,7 @@ func testCreateOrder(t *testing.T, s imagestore.Store) {
 	// What only state changes set is ignored when the order is placed.
 	in.State, in.Reason, in.CheckoutID, in.CheckoutURL = imagestore.OrderPaid, "why", "cs_1", "https://checkout.example/1"
 	in.PaidAt, in.ExpiresAt, in.EndedAt = t0, t0.Add(time.Hour), t0.Add(2*time.Hour)
-	must(t, "CreateOrder", s.CreateOrder(ctx, in, "#cloud-config\n"))
+	must(t, "CreateOrder", s.CreateOrder(ctx, in, "#cloud-config\n", 0))
 	want := stored(in)
 	checkOrder(t, "Order", getOrder(t, s, "o1"), want)
 
@@ -317,7 +317,7 @@ func testCreateOrder(t *testing.T, s imagestore.Store) {
 	// A zero CreatedAt means now; a catalogue image needs no upload.
 	now := orderOf(l, h, buyer, "o2", 1, time.Time{})
 	now.ReserveUntil = t0
-	must(t, "CreateOrder without CreatedAt", s.CreateOrder(ctx, now, ""))
+	must(t, "CreateOrder without CreatedAt", s.CreateOrder(ctx, now, "", 0))
 	if got := getOrder(t, s, "o2"); got.CreatedAt.IsZero() {
 		t.Error("a zero CreatedAt was stored as the zero time, want now")
 	}
@@ -327,9 +327,9 @@ func testCreateOrder(t *testing.T, s imagestore.Store) {
 	wantL.Reserved = 10
 	checkListing(t, "Listing full", getListing(t, s, "l1"), wantL)
 	checkOrder(t, "Order o3", getOrder(t, s, "o3"), full)
-	wantErr(t, "CreateOrder on a full listing", s.CreateOrder(ctx, orderOf(l, h, buyer, "o4", 1, t0), ""), imagestore.ErrNoCapacity)
+	wantErr(t, "CreateOrder on a full listing", s.CreateOrder(ctx, orderOf(l, h, buyer, "o4", 1, t0), "", 0), imagestore.ErrNoCapacity)
 	// A retry of a placed order hears that it exists, even on a full listing.
-	wantErr(t, "CreateOrder retried", s.CreateOrder(ctx, in, "#cloud-config\n"), imagestore.ErrExists)
+	wantErr(t, "CreateOrder retried", s.CreateOrder(ctx, in, "#cloud-config\n", 0), imagestore.ErrExists)
 	checkOrder(t, "Order after the retry", getOrder(t, s, "o1"), want)
 }
 
@@ -376,7 +376,7 @@ func testCreateOrderRefused(t *testing.T, s imagestore.Store) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid()
 			tc.change(&o)
-			err := s.CreateOrder(t.Context(), o, "#!/bin/sh\n")
+			err := s.CreateOrder(t.Context(), o, "#!/bin/sh\n", 0)
 			if tc.want != nil {
 				wantErr(t, "CreateOrder", err, tc.want)
 				return
@@ -435,7 +435,7 @@ func testCreateOrderConcurrent(t *testing.T, s imagestore.Store) {
 			o := orderOf(l, h, buyers[i%len(buyers)], fmt.Sprintf("o%d-%02d", r, i), qty[i], t0.Add(time.Duration(i)))
 			wg.Go(func() {
 				<-start
-				errs[i] = s.CreateOrder(t.Context(), o, "")
+				errs[i] = s.CreateOrder(t.Context(), o, "", 0)
 			})
 		}
 		close(start)
@@ -510,7 +510,7 @@ func testListingCounts(t *testing.T, s imagestore.Store) {
 		placeOrder(t, s, orderOf(l, h, buyer, fmt.Sprintf("o%d", i+1), q, t0), "")
 	}
 	check("four orders awaiting payment", 10, 0)
-	wantErr(t, "CreateOrder on a full listing", s.CreateOrder(ctx, orderOf(l, h, buyer, "o9", 1, t0), ""), imagestore.ErrNoCapacity)
+	wantErr(t, "CreateOrder on a full listing", s.CreateOrder(ctx, orderOf(l, h, buyer, "o9", 1, t0), "", 0), imagestore.ErrNoCapacity)
 
 	must(t, "MarkOrderPaid o2", s.MarkOrderPaid(ctx, "o2", t0, month))
 	check("o2 paid", 8, 2)
@@ -532,7 +532,7 @@ func testListingCounts(t *testing.T, s imagestore.Store) {
 	// The freed replica can be ordered, and no more.
 	placeOrder(t, s, orderOf(l, h, buyer, "o5", 1, t0), "")
 	check("o5 took the freed replica", 5, 5)
-	wantErr(t, "CreateOrder beyond", s.CreateOrder(ctx, orderOf(l, h, buyer, "o6", 1, t0), ""), imagestore.ErrNoCapacity)
+	wantErr(t, "CreateOrder beyond", s.CreateOrder(ctx, orderOf(l, h, buyer, "o6", 1, t0), "", 0), imagestore.ErrNoCapacity)
 
 	must(t, "ExpireOrder o2", s.ExpireOrder(ctx, "o2", month))
 	check("o2 expired", 5, 3)
@@ -987,7 +987,7 @@ func testRemoveImageInUse(t *testing.T, s imagestore.Store) {
 		// And a removed image cannot be ordered.
 		o2 := orderOf(l, h, buyer, "after-remove", 1, t0)
 		o2.ImageKind, o2.Image = imagestore.ImageUpload, img.UploadID
-		wantErr(t, "CreateOrder of a removed image", s.CreateOrder(ctx, o2, ""), imagestore.ErrNotFound)
+		wantErr(t, "CreateOrder of a removed image", s.CreateOrder(ctx, o2, "", 0), imagestore.ErrNotFound)
 	})
 	t.Run("a catalogue order does not hold an upload", func(t *testing.T) {
 		n++
@@ -1021,4 +1021,50 @@ func testWebhookEvents(t *testing.T, s imagestore.Store) {
 	if err := s.RecordWebhookEvent(ctx, imagestore.WebhookEvent{Type: "x", Result: "y", At: t0}); err == nil {
 		t.Error("RecordWebhookEvent without an id succeeded")
 	}
+}
+
+// testCreateOrderUnpaidLimit: a buyer's orders awaiting payment never
+// pass CreateOrder's limit, even when they are placed at once; a paid or
+// cancelled order no longer counts, and another buyer has a limit of its
+// own.
+func testCreateOrderUnpaidLimit(t *testing.T, s imagestore.Store) {
+	const limit, n = 2, 12
+	ctx := t.Context()
+	h := newHost(t, s, "host")
+	buyer, other := newTenant(t, s, "b0"), newTenant(t, s, "b1")
+	l := newListing(t, s, h, "l1", 100, t0)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		o := orderOf(l, h, buyer, fmt.Sprintf("u%02d", i), 1, t0.Add(time.Duration(i)))
+		wg.Go(func() {
+			<-start
+			errs[i] = s.CreateOrder(t.Context(), o, "", limit)
+		})
+	}
+	close(start)
+	wg.Wait()
+	placed := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			placed++
+		case !errors.Is(err, imagestore.ErrTooManyUnpaid):
+			t.Errorf("order %d: %v, want nil or ErrTooManyUnpaid", i, err)
+		}
+	}
+	if placed != limit {
+		t.Fatalf("%d orders awaiting payment placed at once at a limit of %d", placed, limit)
+	}
+	must(t, "CreateOrder of another buyer", s.CreateOrder(ctx, orderOf(l, h, other, "v1", 1, t0), "", limit))
+	wantErr(t, "CreateOrder beyond the limit", s.CreateOrder(ctx, orderOf(l, h, buyer, "u99", 1, t0), "", limit), imagestore.ErrTooManyUnpaid)
+	must(t, "CreateOrder without a limit", s.CreateOrder(ctx, orderOf(l, h, buyer, "u98", 1, t0), "", 0))
+	// Cancelling two of the three brings the buyer under the limit again.
+	orders, err := s.Orders(ctx, buyer.ID)
+	must(t, "Orders", err)
+	for _, o := range orders[:2] {
+		must(t, "CancelOrder", s.CancelOrder(ctx, o.ID, "checkoutExpired", t0.Add(time.Minute)))
+	}
+	must(t, "CreateOrder after cancelling", s.CreateOrder(ctx, orderOf(l, h, buyer, "u97", 1, t0), "", limit))
 }

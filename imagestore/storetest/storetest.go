@@ -64,6 +64,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"CreateOrder", testCreateOrder},
 		{"CreateOrderRefused", testCreateOrderRefused},
 		{"CreateOrderConcurrent", testCreateOrderConcurrent},
+		{"CreateOrderUnpaidLimit", testCreateOrderUnpaidLimit},
 		{"ListingCounts", testListingCounts},
 		{"OrderStates", testOrderStates},
 		{"OrderTimeRoundTrip", testOrderTimeRoundTrip},

@@ -97,7 +97,7 @@ func newMarket(t *testing.T, ctx context.Context, now time.Time) *marketFixture 
 		o := imagestore.Order{ID: imagestore.NewOrderID(), ListingID: l.ID, BuyerID: f.buyer.ID, HostID: f.host.ID,
 			Quantity: quantity, ImageKind: kind, Image: image, Name: "web", UnitPrice: l.UnitPrice, Total: total,
 			Fee: total / 2, Currency: "eur", Destination: f.host.StripeAccount, ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-		if err := st.CreateOrder(ctx, o, userData); err != nil {
+		if err := st.CreateOrder(ctx, o, userData, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.MarkOrderPaid(ctx, o.ID, f.paidAt, f.expires); err != nil {
