@@ -20,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/gobin"
 )
 
 type options struct {
@@ -220,24 +222,7 @@ func findTusd() string {
 	if p := os.Getenv("TUSD"); p != "" {
 		return p
 	}
-	for _, p := range []string{"/root/go/bin/tusd", filepath.Join(os.Getenv("GOPATH"), "bin", "tusd")} {
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p
-		}
-	}
-	// Where `go install` puts it: GOBIN, else the first GOPATH's bin.
-	if gb := strings.TrimSpace(cmdOut("go", "env", "GOBIN")); gb != "" {
-		if _, err := os.Stat(filepath.Join(gb, "tusd")); err == nil {
-			return filepath.Join(gb, "tusd")
-		}
-	}
-	if gp := strings.TrimSpace(cmdOut("go", "env", "GOPATH")); gp != "" {
-		gp = filepath.SplitList(gp)[0]
-		if _, err := os.Stat(filepath.Join(gp, "bin", "tusd")); err == nil {
-			return filepath.Join(gp, "bin", "tusd")
-		}
-	}
-	if p, err := exec.LookPath("tusd"); err == nil {
+	if p, _, err := gobin.Find("tusd"); err == nil {
 		return p
 	}
 	return "tusd"

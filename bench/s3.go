@@ -8,13 +8,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/vmshelf/vmshelf/internal/gobin"
 )
 
 // The S3 phase: vmshelf over an S3 bucket (--blobs s3://…, what a
@@ -36,16 +36,10 @@ type s3Server struct {
 	client                   *minio.Client
 }
 
-// findVersitygw is where `go install` puts it (the tests find it alike).
+// findVersitygw finds it as the tests do.
 func findVersitygw() string {
-	if p, err := exec.LookPath("versitygw"); err == nil {
+	if p, _, err := gobin.Find("versitygw"); err == nil {
 		return p
-	}
-	if gp := strings.TrimSpace(cmdOut("go", "env", "GOPATH")); gp != "" {
-		p := filepath.Join(filepath.SplitList(gp)[0], "bin", "versitygw")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
 	}
 	return "versitygw"
 }

@@ -2,7 +2,6 @@ package imagestore_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
+	"github.com/vmshelf/vmshelf/imagestore/blobtest"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 )
 
@@ -25,21 +25,8 @@ import (
 // no longer holds its quota place.
 func TestReconcile(t *testing.T) {
 	ctx := t.Context()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "vmshelf.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	blobs, err := blobfs.Open(filepath.Join(dir, "vm-images"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, st, blobs, tn := openStores(t)
 	now := time.Now()
-	tn, err := st.CreateTenant(ctx, imagestore.Tenant{Name: "alpha"}, imagestore.HashSecret("tok"))
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// A live session with its synced partial.
 	live := imagestore.NewUploadID()
@@ -52,18 +39,18 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	liveBytes := []byte("first half of an image")
-	writePartial(t, blobs, live, liveBytes)
+	blobtest.Partial(t, blobs, live, liveBytes)
 
 	// A partial no session owns: an upload whose session ended (or a
 	// one-shot upload) when the process died.
 	stray := imagestore.NewUploadID()
-	writePartial(t, blobs, stray, []byte("abandoned"))
+	blobtest.Partial(t, blobs, stray, []byte("abandoned"))
 
 	// A recorded image, a committed blob without a record, and a record
 	// without a blob.
 	kept, orphan, lost := imagestore.NewUploadID(), imagestore.NewUploadID(), imagestore.NewUploadID()
-	commit(t, blobs, kept, []byte("kept image"))
-	commit(t, blobs, orphan, []byte("orphan"))
+	blobtest.Put(t, blobs, kept, []byte("kept image"))
+	blobtest.Put(t, blobs, orphan, []byte("orphan"))
 	for _, id := range []string{kept, lost} {
 		if err := st.AddImage(ctx, imagestore.Image{UploadID: id, TenantID: tn.ID, Name: id, CreatedAt: now}, 0); err != nil {
 			t.Fatal(err)
@@ -168,39 +155,6 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
-// writePartial leaves an unfinished, synced blob behind, as a process that
-// dies mid-upload does.
-func writePartial(t *testing.T, blobs imagestore.Blobs, id string, data []byte) {
-	t.Helper()
-	w, err := blobs.Create(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func commit(t *testing.T, blobs imagestore.Blobs, id string, data []byte) {
-	t.Helper()
-	w, err := blobs.Create(context.Background(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Commit(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestReconcileRefusesLostStore: a store with no image record beside
 // committed image files (vmshelf.db deleted, emptied or replaced) is a
 // refusal, and Reconcile touches nothing: not the images, not the
@@ -214,10 +168,10 @@ func TestReconcileRefusesLostStore(t *testing.T) {
 	}
 	ids := []string{imagestore.NewUploadID(), imagestore.NewUploadID(), imagestore.NewUploadID()}
 	for _, id := range ids {
-		commit(t, blobs, id, []byte("disk "+id))
+		blobtest.Put(t, blobs, id, []byte("disk "+id))
 	}
 	partial := imagestore.NewUploadID()
-	writePartial(t, blobs, partial, []byte("half"))
+	blobtest.Partial(t, blobs, partial, []byte("half"))
 
 	// A store created anew: it has tenants (the dev tenant, say) but no image.
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "vmshelf.db"))
@@ -274,24 +228,11 @@ func TestReconcileRefusesLostStore(t *testing.T) {
 // upload marked running keeps its mark (it may run elsewhere).
 func TestReconcileShared(t *testing.T) {
 	ctx := t.Context()
-	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "vmshelf.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	blobs, err := blobfs.Open(filepath.Join(dir, "vm-images"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, st, blobs, tn := openStores(t)
 	now := time.Now()
-	tn, err := st.CreateTenant(ctx, imagestore.Tenant{Name: "alpha"}, imagestore.HashSecret("tok"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	kept, young, old := imagestore.NewUploadID(), imagestore.NewUploadID(), imagestore.NewUploadID()
 	for _, id := range []string{kept, young, old} {
-		commit(t, blobs, id, []byte(id))
+		blobtest.Put(t, blobs, id, []byte(id))
 	}
 	if err := st.AddImage(ctx, imagestore.Image{UploadID: kept, TenantID: tn.ID, Name: "kept", CreatedAt: now}, 0); err != nil {
 		t.Fatal(err)
@@ -331,4 +272,25 @@ func TestReconcileShared(t *testing.T) {
 	if !errors.Is(err, imagestore.ErrQuota) {
 		t.Errorf("ticket at quota 2 after ReconcileShared: %v, want ErrQuota (the running upload kept)", err)
 	}
+}
+
+// openStores opens a SQLite store and a blob directory in a fresh dir
+// and adds the tenant alpha.
+func openStores(t *testing.T) (string, *sqlite.Store, *blobfs.FS, imagestore.Tenant) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "vmshelf.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	blobs, err := blobfs.Open(filepath.Join(dir, "vm-images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, err := st.CreateTenant(t.Context(), imagestore.Tenant{Name: "alpha"}, imagestore.HashSecret("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, st, blobs, tn
 }

@@ -9,13 +9,13 @@ import (
 	"bufio"
 	"bytes"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/gobin"
 )
 
 // MockInstall is how a developer gets stripe-mock (README and .ci/run
@@ -26,33 +26,7 @@ const MockInstall = "go install github.com/stripe/stripe-mock@v0.203.0"
 // Missing, it fails the test in CI and skips it loudly elsewhere.
 func MockPath(t testing.TB) string {
 	t.Helper()
-	if p, err := exec.LookPath("stripe-mock"); err == nil {
-		return p
-	}
-	var dirs []string
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		// One line each; an unset GOBIN is an empty first line.
-		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-		if len(lines) == 2 {
-			if gobin := strings.TrimSpace(lines[0]); gobin != "" {
-				dirs = append(dirs, gobin)
-			}
-			for _, gp := range filepath.SplitList(strings.TrimSpace(lines[1])) {
-				dirs = append(dirs, filepath.Join(gp, "bin"))
-			}
-		}
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, "stripe-mock")
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("stripe-mock is required in CI (not on PATH nor in %q): %s", dirs, MockInstall)
-	}
-	t.Skipf("SKIPPED: stripe-mock missing (not on PATH nor in %q); install it with: %s", dirs, MockInstall)
-	return ""
+	return gobin.Need(t, "stripe-mock", "Stripe's API mock", MockInstall)
 }
 
 // StartMock runs the stripe-mock at bin (MockPath's) on loopback ports of the kernel's

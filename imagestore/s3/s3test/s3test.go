@@ -21,6 +21,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/vmshelf/vmshelf/imagestore/s3"
+	"github.com/vmshelf/vmshelf/internal/gobin"
 )
 
 // Install is how a developer gets versitygw (.ci/deps says the same).
@@ -36,32 +37,7 @@ const startWithin = 30 * time.Second
 // fails the test under CI=true and skips it loudly elsewhere.
 func Path(t testing.TB) string {
 	t.Helper()
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
-	}
-	var dirs []string
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-		if len(lines) == 2 {
-			if gobin := strings.TrimSpace(lines[0]); gobin != "" {
-				dirs = append(dirs, gobin)
-			}
-			for _, gp := range filepath.SplitList(strings.TrimSpace(lines[1])) {
-				dirs = append(dirs, filepath.Join(gp, "bin"))
-			}
-		}
-	}
-	for _, d := range dirs {
-		p := filepath.Join(d, "versitygw")
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("versitygw (the S3 server of the S3 blob tests) is required in CI (not on PATH nor in %q): %s", dirs, Install)
-	}
-	t.Skipf("SKIPPED: versitygw, the S3 server of the S3 blob tests, is missing (not on PATH nor in %q); install it with: %s", dirs, Install)
-	return ""
+	return gobin.Need(t, "versitygw", "the S3 server of the S3 blob tests", Install)
 }
 
 // Server is one running versitygw.
