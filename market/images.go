@@ -9,6 +9,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/crashpoint"
 )
 
 var errImageUnknown = apierr.New(http.StatusNotFound, "imageUnknown",
@@ -28,9 +29,11 @@ type removeAnswer struct {
 }
 
 // remove deletes one of the tenant's images: POST /market/vm-images/remove.
-// The record goes first (revoking its fetch tokens in the same
-// transaction), the file second: a crash in between leaves an orphan file,
-// which start-up cleanup removes, and never a record without its file.
+// The record goes first (revoking its fetch tokens and writing the remove
+// intent in the same transaction), the file second, the intent last: a
+// crash or a failed delete in between leaves a file its intent explains,
+// which start-up or the sweep deletes (imagestore.FinishRemovals), and
+// never a record without its file.
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
 	var req removeRequest
 	if err := s.decodeBody(w, r, &req, false); err != nil {
@@ -61,10 +64,17 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	}
 	// The image is gone for the tenant now. The file is deleted even if the
 	// client hangs up meanwhile; if that fails the answer is still 200
-	// (a retry would only meet imageUnknown) and the log says so.
+	// (a retry would only meet imageUnknown), the log says so and the
+	// intent keeps the removal to finish.
+	crashpoint.At(crashpoint.RemoveAfterRecord)
 	if err := s.blobs.Delete(context.WithoutCancel(r.Context()), req.UploadID); err != nil {
-		s.log.Error("image record removed but its file was not; start-up cleanup will remove it",
+		s.log.Error("image record removed but its file was not; the sweep or the next start-up will delete it",
 			"upload_id", req.UploadID, "err", err.Error())
+	} else {
+		crashpoint.At(crashpoint.RemoveAfterUnlink)
+		if err := s.st.EndIntent(context.WithoutCancel(r.Context()), req.UploadID, imagestore.IntentRemove); err != nil {
+			s.log.Warn("image file removed, its removal not marked done; the sweep will", "upload_id", req.UploadID, "err", err.Error())
+		}
 	}
 	s.writeJSON(w, r, http.StatusOK, removeAnswer{Removed: req.UploadID})
 }

@@ -251,8 +251,8 @@ func TestE2EOrphanQuarantined(t *testing.T) {
 	}
 	es := dirEntries(t, filepath.Join(dir, imagesDir))
 	slices.Sort(es)
-	if len(es) != 5 { // .partial, .quarantine and the three images
-		t.Errorf("vm-images holds %v, want .partial, .quarantine and the 3 images", es)
+	if len(es) != 6 { // .partial, .quarantine, .store-id and the three images
+		t.Errorf("vm-images holds %v, want .partial, .quarantine, .store-id and the 3 images", es)
 	}
 }
 
