@@ -632,7 +632,8 @@ func storeLost(st *records, blobs *openedBlobs, lost *imagestore.StoreLostError)
 	var found string
 	switch lost.Reason {
 	case imagestore.LostNoIdentity:
-		found = fmt.Sprintf("%s is new or was emptied (it has no store id), but %s holds %d image files of a store", st.name, blobs.where, lost.Files)
+		found = fmt.Sprintf("%s is new or was emptied (it has no store id), but %s holds %d image files that a database with a store id recorded",
+			st.name, blobs.where, lost.Files)
 	case imagestore.LostOtherStore:
 		found = fmt.Sprintf("%s is another store's (its store id is not the one of the %d image files in %s)", st.name, lost.Files, blobs.where)
 	default:
