@@ -62,7 +62,23 @@ func (e *s3Edge) object(prefix, key string) string {
 // start starts serve (bin) on a data dir of its own.
 func (e *s3Edge) start(t *testing.T, bin, db, prefix string, extra ...string) *server {
 	t.Helper()
-	s := startServeWith(t, bin, filepath.Join(t.TempDir(), "data"), e.args(prefix), append(e.env(db), extra...))
+	return e.startBeside(t, nil, bin, db, prefix, extra...)
+}
+
+// startBeside starts one more replica beside first (nil: the first),
+// with first's dev token so that --dev keeps it.
+func (e *s3Edge) startBeside(t *testing.T, first *server, bin, db, prefix string, extra ...string) *server {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	if first != nil {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, devToken), []byte(first.token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServeWith(t, bin, dir, e.args(prefix), append(e.env(db), extra...))
 	s.secret(string(e.bucket.Config.SecretAccessKey))
 	return s
 }
@@ -196,6 +212,37 @@ func TestE2ERemovalWhileS3Down(t *testing.T) {
 	s.terminate(t)
 	if line := e.refused(t, e.cluster.NewDatabase(t), prefix); !strings.Contains(line, "restore the PostgreSQL database from a backup") {
 		t.Errorf("the refusal of a replaced database does not say to restore it: %q", line)
+	}
+}
+
+// TestE2ERemovalWhileS3DownSwept: the removal S3 was down for is
+// finished without restarting the replica that serves on: the leader's
+// sweep deletes the object once S3 answers (here: the replica that takes
+// the lead when the first one stops, and sweeps at once).
+func TestE2ERemovalWhileS3DownSwept(t *testing.T) {
+	e := newS3Edge(t)
+	db, prefix := e.cluster.NewDatabase(t), "swept"
+	file, data := makeImage(t, t.TempDir(), "disk.qcow2")
+	a := e.start(t, binPath, db, prefix)
+	b := e.startBeside(t, a, binPath, db, prefix)
+	id := a.upload(t, a.ticket(t, "disk"), file, data).UploadID
+	e.proxy.cut(true)
+	b.remove(t, id)
+	e.proxy.cut(false)
+	marker := e.object(prefix, "committed/"+id)
+	if !exists(t, marker) {
+		t.Fatalf("the object of the removal made while S3 was down is gone already: the test did not cut S3 off")
+	}
+	a.terminate(t) // B leads within the lease's retry (5 s) and sweeps
+	deadline := time.Now().Add(30 * time.Second)
+	for exists(t, marker) || exists(t, e.object(prefix, "images/"+id+".qcow2")) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the object is still there 30 s after S3 came back and the lead changed; B's log:\n%s", b.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(b.logs(), "image removals finished") {
+		t.Errorf("the sweep does not report the removal it finished:\n%s", b.logs())
 	}
 }
 
