@@ -73,7 +73,7 @@ func (s *Store) copyCall(ctx context.Context, n int64) (context.Context, context
 // noAnswer says that err is ctx's deadline (or stall) if it is: minio-go
 // reports a cancelled request as "context canceled", which names nothing.
 func noAnswer(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() == nil {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ErrNoAnswer) {
 		return err
 	}
 	if cause := context.Cause(ctx); errors.Is(cause, ErrNoAnswer) {

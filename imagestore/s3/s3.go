@@ -190,7 +190,7 @@ func (s *Store) bucketExists(ctx context.Context) error {
 	defer cancel()
 	ok, err := s.core.BucketExists(cctx, s.bucket)
 	if err != nil {
-		return s.errorf(noAnswer(cctx, err), "open bucket %s", s.bucket)
+		return s.errorf(noAnswer(cctx, err), "bucket %s", s.bucket)
 	}
 	if !ok {
 		return fmt.Errorf("s3: bucket %q does not exist", s.bucket)
@@ -203,7 +203,14 @@ func (s *Store) bucketExists(ctx context.Context) error {
 // TTL, so that a flood of probes asks S3 at most once per TTL.
 func (s *Store) Ping(ctx context.Context) error { return s.health.Ping(ctx) }
 
-func (s *Store) ping(ctx context.Context) error { return s.bucketExists(ctx) }
+// ping is Ping's check; ctx carries the ping timeout.
+func (s *Store) ping(ctx context.Context) error {
+	err := s.bucketExists(ctx)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrNoAnswer, err)
+	}
+	return err
+}
 
 // PartSize is the size of every part but the last: the memory a running
 // upload holds.
