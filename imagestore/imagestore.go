@@ -298,6 +298,10 @@ type Blobs interface {
 	RemovePartials(ctx context.Context, keep func(id string) bool) (int, error)
 	// Available returns the bytes free for new blobs.
 	Available(ctx context.Context) (int64, error)
+	// Ping says whether the blob store answers, for a readiness probe:
+	// cheaply, within ctx, and at most one check at a time however many
+	// probes ask (see HealthProbe).
+	Ping(ctx context.Context) error
 
 	// Quarantine takes committed blob id out of service (Open and List no
 	// longer see it) without deleting a byte: a blob no record names may

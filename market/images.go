@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
@@ -18,6 +19,10 @@ var errImageUnknown = apierr.New(http.StatusNotFound, "imageUnknown",
 // replica whose import fails starts it again, until the order ends.
 var errImageInUse = apierr.New(http.StatusConflict, "imageInUse",
 	"an order that is awaiting payment, paid or running uses this image; it can be removed once the order has ended")
+
+// blobDeleteBound is how long a removal waits for the blob store to
+// delete the image's bytes before it answers all the same.
+const blobDeleteBound = 10 * time.Second
 
 type removeRequest struct {
 	UploadID string `json:"upload_id"`
@@ -60,9 +65,13 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 		return
 	}
 	// The image is gone for the tenant now. The file is deleted even if the
-	// client hangs up meanwhile; if that fails the answer is still 200
-	// (a retry would only meet imageUnknown) and the log says so.
-	if err := s.blobs.Delete(context.WithoutCancel(r.Context()), req.UploadID); err != nil {
+	// client hangs up meanwhile, but within blobDeleteBound: a blob store
+	// that hangs must not hold the answer. If the delete fails or runs out
+	// of time the answer is still 200 (a retry would only meet
+	// imageUnknown) and the log says so.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), blobDeleteBound)
+	defer cancel()
+	if err := s.blobs.Delete(dctx, req.UploadID); err != nil {
 		s.log.Error("image record removed but its file was not; start-up cleanup will remove it",
 			"upload_id", req.UploadID, "err", err.Error())
 	}
