@@ -48,6 +48,7 @@
     ownListing: 'A box cannot order machines from its own listing.',
     tooManyListings: 'This box already has the most open listings allowed; close one first.',
     tooManyUnpaidOrders: 'This box already has the most orders awaiting payment; pay or let one expire first.',
+    belowMinimumCharge: 'The price is below the smallest charge Stripe accepts in this currency.',
     paymentRefused: 'The payment provider refused to open the checkout; the order was cancelled.',
     checkoutFailed: 'The checkout could not be opened; the order was cancelled.',
     checkoutExpired: 'The checkout expired before it was paid.',
@@ -228,7 +229,14 @@
     return out
   }
 
+  // DETAILED are the reasons whose message from the edge says more than
+  // the table's sentence (the amounts): the page shows both.
+  const DETAILED = new Set(['belowMinimumCharge'])
+
   function refusal (ans) {
+    if (DETAILED.has(ans.reason) && ans.error) {
+      return `${words(ans.reason)} ${ans.error.charAt(0).toUpperCase()}${ans.error.slice(1)}.`
+    }
     return words(ans.reason, ans.error)
   }
 
