@@ -374,12 +374,12 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		s.cancel(cctx, o.ID, "checkoutFailed", err)
 		switch {
 		case errors.Is(err, billing.ErrUnavailable):
-			s.fail(w, r, stripeUnavailable(w, err))
+			s.fail(w, r, aboutOrder(o.ID, stripeUnavailable(w, err)))
 		case errors.Is(err, billing.ErrGate):
-			s.fail(w, r, gateRefusal(o, err))
+			s.fail(w, r, aboutOrder(o.ID, gateRefusal(o, err)))
 		default:
-			s.fail(w, r, apierr.Wrap(err, http.StatusBadGateway, "paymentRefused",
-				"the payment provider refused to open the checkout; the order is cancelled"))
+			s.fail(w, r, aboutOrder(o.ID, apierr.Wrap(err, http.StatusBadGateway, "paymentRefused",
+				"the payment provider refused to open the checkout; the order is cancelled")))
 		}
 		return
 	}
@@ -387,7 +387,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		// The session exists but the order does not know it: the webhook
 		// still finds the order by its metadata, and the sweeper releases
 		// it if it is never paid.
-		s.fail(w, r, fmt.Errorf("order %s: record its checkout: %w", o.ID, err))
+		s.fail(w, r, aboutOrder(o.ID, fmt.Errorf("order %s: record its checkout: %w", o.ID, err)))
 		return
 	}
 	s.log.Info("order placed", "order_id", o.ID, "buyer", t.Name, "listing_id", l.ID,

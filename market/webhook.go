@@ -98,13 +98,16 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 			if errors.Is(err, billing.ErrUnavailable) {
 				err = stripeUnavailable(w, err)
 			}
+			if imagestore.ValidOrderID(ev.OrderID) {
+				err = aboutOrder(ev.OrderID, err)
+			}
 			s.fail(w, r, err) // 5xx: Stripe retries
 			return
 		}
 		if err := s.st.RecordWebhookEvent(ctx, imagestore.WebhookEvent{ID: ev.ID, Type: ev.Type, Result: result, At: s.cfg.Now().UTC()}); err != nil {
 			// Handled but not remembered: a replay is handled again,
 			// which the state changes allow (each is idempotent).
-			s.log.Error("webhook event handled but not recorded", "event", ev.ID, "err", err.Error())
+			s.log.Error("webhook event handled but not recorded", "event", ev.ID, "order_id", orderForLog(ev.OrderID), "err", err.Error())
 		}
 	}
 	s.metrics.webhook(ev.Type, result)
