@@ -82,3 +82,26 @@ func TestOrderBelowMinimumCharge(t *testing.T) {
 		t.Errorf("order of 6 at 0.50 NOK: total %d, want 300", a.Total)
 	}
 }
+
+// TestOrderHostAccountMalformed: a host whose Stripe account was changed
+// to something that is no account id after it listed fails the payment
+// gate's destination check: that is the listing's host no longer able to
+// take payouts (409 notHosting), not a server fault; the order is
+// cancelled and Stripe never asked to open a checkout.
+func TestOrderHostAccountMalformed(t *testing.T) {
+	e := newEnv(t)
+	hostT, host := e.host("host", "acct_1HostActive000001")
+	_, buyer := e.host("buyer", "acct_1HostActive000002")
+	id := e.listing(host, 600, 2)
+	hostT.StripeAccount = "paypal:me"
+	if err := e.st.UpdateTenant(t.Context(), hostT); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, e.order(buyer, id, 1, "debian-13", "web", ""), http.StatusConflict, "notHosting")
+	if l := e.storedListing(id); l.Reserved != 0 {
+		t.Errorf("the refused order still holds %d replicas", l.Reserved)
+	}
+	if len(e.stripe.Sessions()) != 0 {
+		t.Errorf("Stripe opened %d checkouts for a malformed destination", len(e.stripe.Sessions()))
+	}
+}
