@@ -404,6 +404,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if st.local != nil {
+		blobs.Blobs = refillAfterDelete{Blobs: blobs.Blobs, st: st.local, log: log}
+	}
 	// A damaged db must stop here: reading it as it is could make images
 	// look unrecorded, and every tenant request would fail later anyway.
 	if err := st.Verify(ctx); err != nil {
@@ -666,6 +669,40 @@ func keepReserve(ctx context.Context, st *sqlite.Store, every time.Duration, log
 			}
 		}
 	}
+}
+
+// refillAfterDelete takes the store's emergency space back as soon as a
+// deletion freed room: on a disk that something else fills again (another
+// program, an upload), the next remove must find the reserve held, not
+// wait for keepReserve's next tick. Taking it is a no-op while it is held.
+type refillAfterDelete struct {
+	imagestore.Blobs
+	st  *sqlite.Store
+	log *slog.Logger
+}
+
+func (b refillAfterDelete) refill() {
+	if err := b.st.RefillReserve(); err != nil && !errors.Is(err, imagestore.ErrNoSpace) {
+		b.log.Warn("store reserve", "err", err)
+	}
+}
+
+func (b refillAfterDelete) Delete(ctx context.Context, id string) error {
+	err := b.Blobs.Delete(ctx, id)
+	b.refill()
+	return err
+}
+
+func (b refillAfterDelete) RemovePartial(ctx context.Context, id string) error {
+	err := b.Blobs.RemovePartial(ctx, id)
+	b.refill()
+	return err
+}
+
+func (b refillAfterDelete) RemoveQuarantined(ctx context.Context, id string) error {
+	err := b.Blobs.RemoveQuarantined(ctx, id)
+	b.refill()
+	return err
 }
 
 // replicaName names this process among the replicas: the host's name (a
