@@ -342,7 +342,7 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 			if length, aerr = uploadLength(ctx); aerr == nil {
 				var tk imagestore.Ticket
 				if tk, aerr = g.admit(ctx, capability, length); aerr == nil {
-					_, aerr = g.claimSession(tk.TenantID, length, false)
+					_, aerr = g.claimSession(tk.TenantID, requestBytes(ctx, length), false)
 				}
 			}
 		}

@@ -304,3 +304,22 @@ func TestTusDiskFull(t *testing.T) {
 		t.Errorf("stored file sha256 %s, want %s", got, sha(img))
 	}
 }
+
+// TestPatchClaimsItsBodyOnly: a PATCH whose Content-Length is less than
+// a chunk claims its body, not a chunk: 8 MiB are stored on a disk with
+// 10 MiB free, though the session lacks 52 MiB and a chunk is 60.
+func TestPatchClaimsItsBodyOnly(t *testing.T) {
+	needQemu(t)
+	img := qcowImage(t, 52)
+	dir := testdisk.Mount(t, "tmpfs", 64)
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom, c.SessionAhead = 1<<20, 60<<20 })
+	sess, _ := e.create(len(img))
+	filler := make([]byte, testdisk.Free(t, dir)-10<<20)
+	if err := os.WriteFile(filepath.Join(dir, "filler"), filler, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := patch(t, sess, 0, img[:8<<20]); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("a PATCH of 8 MiB with 10 MiB free: %d %s, want 204", resp.StatusCode, body)
+	}
+	wantOffset(t, sess, 8<<20, "after the PATCH")
+}

@@ -107,7 +107,11 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	// A session holds no space between requests, only while its bytes
 	// arrive (space.go): without a body this only checks that the first
 	// chunk would find room now.
-	claim, aerr := g.claimSession(tk.TenantID, length, withBody)
+	first := length
+	if withBody {
+		first = requestBytes(ctx, length)
+	}
+	claim, aerr := g.claimSession(tk.TenantID, first, withBody)
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
 		return
@@ -203,7 +207,7 @@ func (g *Gateway) admitPatch(ctx *fasthttp.RequestCtx, id string) (imagestore.Up
 	if !g.slots.free() {
 		return sess, off, g.busy(ctx)
 	}
-	if _, aerr := g.claimSession(sess.TenantID, sess.Length-off, false); aerr != nil {
+	if _, aerr := g.claimSession(sess.TenantID, requestBytes(ctx, sess.Length-off), false); aerr != nil {
 		return sess, off, aerr
 	}
 	return sess, off, nil
@@ -261,7 +265,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 	}
 	// The first chunk's room, before the body: the PATCH answers 507 now
 	// rather than after its bytes.
-	claim, aerr := g.claimSession(sess.TenantID, sess.Length-sess.Offset, true)
+	claim, aerr := g.claimSession(sess.TenantID, requestBytes(ctx, sess.Length-sess.Offset), true)
 	if aerr != nil {
 		ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(sess.Offset, 10))
 		g.refuseUpload(ctx, aerr, start, "")
