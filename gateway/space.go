@@ -109,6 +109,16 @@ func (g *Gateway) claimSession(tenant, remaining int64, keep bool) (*spaceClaim,
 	return g.grant(&spaceClaim{tenant: tenant, ledger: g.space, ahead: ahead, most: remaining}, min(remaining, ahead), keep)
 }
 
+// requestBytes is the most a resumable request can bring: what its
+// session lacks, or its body's Content-Length when that is less (a PATCH
+// of 8 MiB needs no chunk of 64).
+func requestBytes(ctx *fasthttp.RequestCtx, lacks int64) int64 {
+	if cl := int64(ctx.Request.Header.ContentLength()); cl >= 0 && cl < lacks {
+		return cl
+	}
+	return lacks
+}
+
 // cover makes c hold at least upto bytes (counted from its start) before
 // they are read: a session's claim takes its next chunk here, a PUT's
 // holds all already. 507 noSpace if the next chunk finds no room.
