@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmshelf/vmshelf/internal/testdisk"
 )
@@ -65,5 +67,34 @@ func testIdleSessionHoldsNoSpace(t *testing.T, mnt string) {
 	st := s.status(t, s.token)
 	if len(st.Images) != 1 || st.Images[0].SHA256 != sha256hex(imgA) {
 		t.Fatalf("A's images: %+v, want one with sha256 %s", st.Images, sha256hex(imgA))
+	}
+}
+
+// TestE2ETenantReserveFlag: --tenant-reserve-gib is one tenant's share of
+// the disk's promises. With it at twice --upload-max-gib, a second upload
+// of the same tenant is admitted beside a first one that has written
+// almost nothing yet (the default share, --upload-max-gib, would refuse
+// it 507).
+func TestE2ETenantReserveFlag(t *testing.T) {
+	needQemu(t)
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{"--upload-max-gib", "0.01", "--tenant-reserve-gib", "0.02",
+		"--headroom-mib", "1", "--images-per-tenant", "10"})
+	_, img := makeImageData(t, t.TempDir(), "disk.qcow2", 9)
+	first := rawUpload(t, s, s.ticket(t, "first"), int64(len(img)))
+	if _, err := first.Write(img[:64<<10]); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 400, 25*time.Millisecond, "the first upload to take its first 64 KiB", func() bool {
+		v, ok := metricValue(s.scrape(t), "vmshelf_transfer_bytes_total", map[string]string{"direction": "upload"})
+		return ok && v == 64<<10
+	})
+	second := rawUpload(t, s, s.ticket(t, "second"), int64(len(img)), "Expect: 100-continue")
+	resp, err := http.ReadResponse(bufio.NewReader(second), nil)
+	if err != nil {
+		t.Fatalf("no answer to the second upload's Expect: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusContinue {
+		t.Fatalf("the second upload of %d bytes beside the first, with a share of 0.02 GiB: %d, want 100 Continue", len(img), resp.StatusCode)
 	}
 }
