@@ -475,6 +475,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	base, _ := publicBase(f.publicURL, f.dataAddr)
 	returnURL := f.pageURL()
 	gw, err := gateway.New(gateway.Config{
+		// Every tenant's share of the disk's promises (gateway/space.go).
+		TenantReserveMax: tenantReserve,
+
 		UploadMax:       uploadMax,
 		MaxVirtualSize:  uint64(maxVirtual),
 		IdleTimeout:     f.idleTimeout,
@@ -487,9 +490,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Headroom:        int64(f.headroomMiB) << 20,
 		TrustedProxies:  f.trustedProxies,
 		FetchQueueWait:  f.fetchQueueWait,
-		// Every tenant's share of the disk's promises (gateway/space.go).
-		TenantReserveMax: tenantReserve,
-		Log:              log.With("plane", "data"),
+		Log:             log.With("plane", "data"),
 	}, shared, blobs.Blobs, reg)
 	if err != nil {
 		return err
