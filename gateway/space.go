@@ -109,6 +109,17 @@ func (g *Gateway) claimSession(tenant, remaining int64, keep bool) (*spaceClaim,
 	return g.grant(&spaceClaim{tenant: tenant, ledger: g.space, ahead: ahead, most: remaining}, min(remaining, ahead), keep)
 }
 
+// claimCreation is a tus creation's claim. A session holds no space
+// between requests, only while its bytes arrive: with a body, the claim
+// of that body's first chunk; without one, nothing held, only the check
+// that the first chunk of Upload-Length would find room now.
+func (g *Gateway) claimCreation(ctx *fasthttp.RequestCtx, tenant, length int64, withBody bool) (*spaceClaim, *apierr.Error) {
+	if !withBody {
+		return g.claimSession(tenant, length, false)
+	}
+	return g.claimSession(tenant, requestBytes(ctx, length), true)
+}
+
 // requestBytes is the most a resumable request can bring: what its
 // session lacks, or its body's Content-Length when that is less (a PATCH
 // of 8 MiB needs no chunk of 64).

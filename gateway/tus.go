@@ -104,14 +104,7 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	if withBody {
 		defer g.releaseSlot(dirUpload)
 	}
-	// A session holds no space between requests, only while its bytes
-	// arrive (space.go): without a body this only checks that the first
-	// chunk would find room now.
-	first := length
-	if withBody {
-		first = requestBytes(ctx, length)
-	}
-	claim, aerr := g.claimSession(tk.TenantID, first, withBody)
+	claim, aerr := g.claimCreation(ctx, tk.TenantID, length, withBody)
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
 		return
