@@ -323,3 +323,38 @@ func TestPatchClaimsItsBodyOnly(t *testing.T) {
 	}
 	wantOffset(t, sess, 8<<20, "after the PATCH")
 }
+
+// TestCreationWithUploadStopsAtNoRoom: a creation whose body outgrows the
+// free disk stops where its next chunk finds no room, 507 with the
+// session's Location and the bytes it kept, and resumes once space is
+// freed: the session it made is not left without its address.
+func TestCreationWithUploadStopsAtNoRoom(t *testing.T) {
+	needQemu(t)
+	img := qcowImage(t, 40)
+	dir := testdisk.Mount(t, "tmpfs", 64)
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom, c.SessionAhead = 1<<20, 4<<20 })
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, testdisk.Free(t, dir)-20<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up, id := e.ticket()
+	resp, body := tusReq(t, http.MethodPost, up, bytes.NewReader(img), "Upload-Length", strconv.Itoa(len(img)),
+		"Content-Type", "application/offset+octet-stream")
+	if resp.StatusCode != http.StatusInsufficientStorage || resp.Header.Get("Location") == "" {
+		t.Fatalf("creation with 40 MiB on 20 MiB free: %d %s, Location %q; want 507 with the session's Location", resp.StatusCode, body, resp.Header.Get("Location"))
+	}
+	sess := e.sessionOf(up, resp)
+	e.waitSlotFreed(dirUpload)
+	kept, err := strconv.Atoi(resp.Header.Get("Upload-Offset"))
+	if head, _ := headOffset(t, sess); err != nil || kept != head || head < 12<<20 {
+		t.Fatalf("the 507 says Upload-Offset %q, HEAD %d: want the same, at least 12 MiB of the 20 free", resp.Header.Get("Upload-Offset"), head)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := patch(t, sess, kept, img[kept:]); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("the rest once space was freed: %d %s", resp.StatusCode, body)
+	}
+	e.waitSlotFreed(dirUpload)
+	e.assertNothingLeft(id)
+}

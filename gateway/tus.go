@@ -362,7 +362,7 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 	if aerr != nil {
 		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start)
 		ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(offset, 10))
-		g.refuseUpload(ctx, aerr, start, sess.UploadID)
+		g.refuseStaying(ctx, aerr, start, sess.UploadID)
 		return
 	}
 	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()

@@ -165,10 +165,25 @@ func (g *Gateway) endUpload(uploadID string) {
 // refuseUpload answers an upload with its error. The body may still be
 // on the wire; closing the connection stops the client sending it.
 func (g *Gateway) refuseUpload(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
-	g.refused(dirUpload, aerr)
 	// A refused creation names no session: the one it may have made has
 	// ended with the refusal.
 	ctx.Response.Header.Del("Location")
+	g.answerRefusal(ctx, aerr, start, uploadID)
+}
+
+// refuseStaying is refuseUpload for a refusal after which the session
+// stays. A 507 (no room for its next chunk, a full disk) asks the client
+// to resume once space is freed: a creation's answer keeps its Location
+// for that.
+func (g *Gateway) refuseStaying(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
+	if aerr.Reason != "noSpace" {
+		ctx.Response.Header.Del("Location")
+	}
+	g.answerRefusal(ctx, aerr, start, uploadID)
+}
+
+func (g *Gateway) answerRefusal(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
+	g.refused(dirUpload, aerr)
 	if uploadID != "" {
 		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 	}
