@@ -264,8 +264,8 @@ type Store interface {
 	// SessionUploadIDs lists the upload ids of all live sessions.
 	SessionUploadIDs(ctx context.Context) ([]string, error)
 	// PendingSessionBytes is what the live sessions have yet to receive
-	// (Length − Offset, summed): space the disk must keep for them, an
-	// abandoned session's included, until it ends or expires.
+	// (Length − Offset, summed). Admission does not reserve it: a session
+	// holds disk space only while a request of it runs (gateway/space.go).
 	PendingSessionBytes(ctx context.Context) (int64, error)
 
 	Stats(ctx context.Context) (Stats, error)

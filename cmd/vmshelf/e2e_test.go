@@ -1227,6 +1227,8 @@ func TestE2EBadCommandLines(t *testing.T) {
 	}{
 		{name: "upload-max-gib zero", args: []string{"--upload-max-gib", "0"}, mention: "upload-max-gib"},
 		{name: "upload-max-gib not a number", args: []string{"--upload-max-gib", "abc"}, mention: "upload-max-gib"},
+		{name: "tenant-reserve-gib below upload-max-gib", args: []string{"--upload-max-gib", "2", "--tenant-reserve-gib", "1.5"}, mention: "tenant-reserve-gib"},
+		{name: "negative tenant-reserve-gib", args: []string{"--tenant-reserve-gib", "-1"}, mention: "tenant-reserve-gib"},
 		{name: "negative idle-timeout", args: []string{"--idle-timeout", "-1s"}, mention: "idle-timeout"},
 		{name: "ftp public-url", args: []string{"--public-url", "ftp://x"}, mention: "public-url"},
 		{name: "missing catalogue", args: []string{"--vm-catalogue", "/nonexistent"}, mention: "/nonexistent"},
