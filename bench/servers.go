@@ -158,6 +158,9 @@ func startVmshelfWith(bin, dir, sub string, uploadMaxGiB int, extra, env []strin
 	v.args = []string{"serve", "--dev", "--data-dir", v.dataDir, "--data-addr", v.dataAddr, "--control-addr", v.ctlAddr,
 		"--upload-max-gib", strconv.Itoa(uploadMaxGiB), "--max-transfers", strconv.Itoa(maxTransfers),
 		"--images-per-tenant", "100000", "--idle-timeout", "5m",
+		// One tenant runs all the concurrent uploads: its share of the
+		// disk's promises is lifted to all of them.
+		"--tenant-reserve-gib", strconv.Itoa(8 * uploadMaxGiB),
 		"--fetch-queue-wait", fetchQueueWait.String(),
 		// One tenant asks for all the benchmark's tickets: its rate limit
 		// (1 a second by default) is lifted so that the control phase

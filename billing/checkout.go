@@ -95,6 +95,17 @@ func MinimumAmount(currency string) (int64, bool) {
 	return m, ok
 }
 
+// Amount writes minor units of one of the gate's currencies (all of them
+// two-decimal) in the currency's own units, as a person reads them:
+// Amount(300, "nok") is "3.00 NOK".
+func Amount(minor int64, currency string) string {
+	sign := ""
+	if minor < 0 {
+		sign, minor = "-", -minor
+	}
+	return fmt.Sprintf("%s%d.%02d %s", sign, minor/100, minor%100, strings.ToUpper(currency))
+}
+
 // ErrGate is what every refusal of the gate is (errors.Is); the reasons
 // below say which check refused. The gate refuses before Stripe is asked.
 var ErrGate = errors.New("refused by the payment gate")

@@ -184,3 +184,18 @@ func TestPaidFor(t *testing.T) {
 		})
 	}
 }
+
+func TestAmount(t *testing.T) {
+	for _, tc := range []struct {
+		minor    int64
+		currency string
+		want     string
+	}{
+		{300, "nok", "3.00 NOK"}, {50, "nok", "0.50 NOK"}, {299, "nok", "2.99 NOK"},
+		{5, "eur", "0.05 EUR"}, {1_000_000, "eur", "10000.00 EUR"}, {0, "sek", "0.00 SEK"}, {-250, "dkk", "-2.50 DKK"},
+	} {
+		if got := Amount(tc.minor, tc.currency); got != tc.want {
+			t.Errorf("Amount(%d, %q) = %q, want %q", tc.minor, tc.currency, got, tc.want)
+		}
+	}
+}

@@ -33,6 +33,9 @@ const (
 
 	// DefaultHeadroom is the free space an upload must leave on the disk.
 	DefaultHeadroom = imagestore.DefaultHeadroom
+	// DefaultSessionAhead is the chunk of disk space a running resumable
+	// request takes at a time.
+	DefaultSessionAhead = 64 << 20
 )
 
 // Config is what the data plane needs to know; cmd/vmshelf fills it from
@@ -71,6 +74,14 @@ type Config struct {
 	// writes a session at a time. Empty: one replica, whose own locks
 	// suffice.
 	Replica string
+	// SessionAhead is the disk space a running resumable request holds
+	// beyond the bytes it wrote, taken chunk by chunk as they arrive
+	// (default DefaultSessionAhead); a session holds none between
+	// requests (space.go).
+	SessionAhead int64
+	// TenantReserveMax bounds the space one tenant's running uploads may
+	// hold beyond what they wrote (default UploadMax).
+	TenantReserveMax int64
 	// FetchQueueWait is how long a fetch GET beyond MaxTransfers waits for
 	// a slot before 503 busy (default DefaultFetchQueueWait, 30 s): CDI's
 	// importer does not retry in-process, so it queues instead.
@@ -147,6 +158,12 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	}
 	if cfg.CheckpointInterval <= 0 {
 		cfg.CheckpointInterval = 15 * time.Second
+	}
+	if cfg.SessionAhead <= 0 {
+		cfg.SessionAhead = DefaultSessionAhead
+	}
+	if cfg.TenantReserveMax <= 0 {
+		cfg.TenantReserveMax = cfg.UploadMax
 	}
 	if cfg.FetchQueueWait <= 0 {
 		cfg.FetchQueueWait = DefaultFetchQueueWait
@@ -315,15 +332,17 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 	switch {
 	case kind == routeUpload && ctx.IsPut():
 		size := int64(ctx.Request.Header.ContentLength())
-		if aerr = g.admit(ctx, capability, size); aerr == nil {
-			_, aerr = g.claimSpace(size, false)
+		var tk imagestore.Ticket
+		if tk, aerr = g.admit(ctx, capability, size); aerr == nil {
+			_, aerr = g.claimSpace(tk.TenantID, size, false)
 		}
 	case kind == routeUpload && ctx.IsPost():
 		if aerr = tusRequest(ctx); aerr == nil {
 			var length int64
 			if length, aerr = uploadLength(ctx); aerr == nil {
-				if aerr = g.admit(ctx, capability, length); aerr == nil {
-					_, aerr = g.claimSpace(length, false)
+				var tk imagestore.Ticket
+				if tk, aerr = g.admit(ctx, capability, length); aerr == nil {
+					_, aerr = g.claimSession(tk.TenantID, requestBytes(ctx, length), false)
 				}
 			}
 		}

@@ -26,7 +26,15 @@ type intake struct {
 	n        int64         // image bytes taken so far
 	limit    int64         // image bytes allowed in all
 	tooLarge *apierr.Error // the answer when limit is passed
-	claim    *spaceClaim   // the disk space this upload holds; nil for a session's
+	claim    *spaceClaim   // the disk space this request holds (hold)
+	// claimFrom is in.n when the claim was taken: the claim counts this
+	// request's bytes, not the ones earlier requests of a session wrote.
+	claimFrom int64
+}
+
+// hold makes c the claim of the bytes from here on.
+func (in *intake) hold(c *spaceClaim) {
+	in.claim, in.claimFrom = c, in.n
 }
 
 func (g *Gateway) newIntake(limit int64, tooLarge *apierr.Error) *intake {
@@ -121,6 +129,11 @@ func (g *Gateway) read(ctx *fasthttp.RequestCtx, in *intake, wb *writeBehind, ch
 		buf := wb.space()
 		if buf == nil {
 			return nil // a write failed; pump reports it
+		}
+		// Room for these bytes before they are read: a session's claim
+		// takes its next chunk here, or the request stops with 507.
+		if aerr := g.cover(in.claim, in.n-in.claimFrom+int64(len(buf))); aerr != nil {
+			return aerr
 		}
 		m, rerr := r.Read(buf)
 		if m > 0 {

@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/testdisk"
 )
 
@@ -92,43 +96,113 @@ func TestAdmissionReservesSpace(t *testing.T) {
 	}
 }
 
-// TestAdmissionCountsSessions: a resumable session holds the space its
-// Upload-Length announced until it ends, abandoned or not; ending it
-// gives the space back.
-func TestAdmissionCountsSessions(t *testing.T) {
+// qcowImage is a qcow2 file with mib MiB of data (and a little metadata).
+func qcowImage(t *testing.T, mib int) []byte {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "disk.qcow2")
+	qemuImg(t, "create", "-q", "-f", "qcow2", p, "1G")
+	qemuIO(t, p, fmt.Sprintf("write -q -P 0x6b 0 %dM", mib))
+	return mustRead(t, p)
+}
+
+// ticketOf issues a ticket of another tenant, made on first use.
+func (e *env) ticketOf(name string) (string, string) {
+	e.t.Helper()
+	ctx := context.Background()
+	tn, err := e.st.Tenant(ctx, name)
+	if errors.Is(err, imagestore.ErrNotFound) {
+		tn, err = e.st.CreateTenant(ctx, imagestore.Tenant{Name: name, Sharing: true}, imagestore.HashSecret(imagestore.NewSecret()))
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	secret, id, now := imagestore.NewSecret(), imagestore.NewUploadID(), e.clock.now()
+	err = e.st.CreateTicket(ctx, imagestore.Ticket{UploadID: id, TenantID: tn.ID, Name: "disk", CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+		imagestore.HashSecret(secret), 100)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.remember(secret)
+	return e.base + uploadPrefix + secret, id
+}
+
+// TestSessionHoldsNoSpaceIdle: a resumable session that sends nothing
+// holds no disk space. Tenant A announces an image that fits the disk only
+// alone and sends nothing; tenant B's PUT that fits the free space is
+// stored. A's bytes then get their room chunk by chunk as they arrive,
+// until the disk has no room for the next chunk: 507 noSpace there, all
+// that arrived kept durable, and once space is freed A resumes to the
+// right SHA-256.
+func TestSessionHoldsNoSpaceIdle(t *testing.T) {
 	needQemu(t)
-	img := spaceImage(t)
+	imgA, imgB := qcowImage(t, 52), spaceImage(t)
 	dir := testdisk.Mount(t, "tmpfs", 64)
-	e := newEnvAt(t, dir, func(c *Config) { c.Headroom = 1 << 20; c.ImagesPerTenant = 10 })
-	length := strconv.Itoa(len(img))
-	var sessions []string
-	for i := range 3 {
-		up, _ := e.ticket()
-		resp, body := tusReq(t, http.MethodPost, up, nil, "Upload-Length", length)
-		if resp.StatusCode != http.StatusCreated {
-			t.Fatalf("session %d: %d %s", i+1, resp.StatusCode, body)
-		}
-		sessions = append(sessions, e.sessionOf(up, resp))
+	const ahead = 4 << 20
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom, c.SessionAhead, c.ImagesPerTenant = 1<<20, ahead, 10 })
+	free := testdisk.Free(t, dir)
+	if a, b := int64(len(imgA)), int64(len(imgB)); a+1<<20 > free || a+b+1<<20 <= free {
+		t.Fatalf("setup: %d bytes free, images of %d and %d: want A to fit alone, not beside B", free, a, b)
 	}
-	up4, _ := e.ticket()
-	resp, body := tusReq(t, http.MethodPost, up4, nil, "Upload-Length", length)
-	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"noSpace"`) {
-		t.Fatalf("a fourth session on a disk promised to three: %d %s, want 507 noSpace", resp.StatusCode, body)
+	upA, idA := e.ticketOf("tenant-a")
+	resp, body := tusReq(t, http.MethodPost, upA, nil, "Upload-Length", strconv.Itoa(len(imgA)))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("A's session: %d %s", resp.StatusCode, body)
 	}
-	e.assertTicket(up4, false)
-	// A PUT is held to the same promises.
-	upPut, _ := e.ticket()
-	if resp, body := rawRequest(t, e.base, putHead(e, upPut, len(img))+"\r\nExpect: 100-continue", nil); resp.StatusCode != http.StatusInsufficientStorage {
-		t.Fatalf("a PUT beside three sessions: %d %s, want 507", resp.StatusCode, body)
+	sessA := e.sessionOf(upA, resp)
+
+	upB, idB := e.ticketOf("tenant-b")
+	if resp, body := rawRequest(t, e.base, putHead(e, upB, len(imgB)), bytes.NewReader(imgB)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("B's PUT beside A's idle session: %d %s, want 201", resp.StatusCode, body)
 	}
 
-	if resp, body := tusReq(t, http.MethodDelete, sessions[0], nil); resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("terminating a session: %d %s", resp.StatusCode, body)
+	// A's first bytes get their room.
+	if resp, body := patch(t, sessA, 0, imgA[:8<<20]); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("A's first 8 MiB: %d %s, want 204", resp.StatusCode, body)
 	}
-	resp, body = tusReq(t, http.MethodPost, up4, nil, "Upload-Length", length)
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("a session after one ended: %d %s, want 201", resp.StatusCode, body)
+	// The rest does not fit beside B: it runs until the next chunk finds
+	// no room, and stops there with 507.
+	resp, body = patch(t, sessA, 8<<20, imgA[8<<20:])
+	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), `"noSpace"`) {
+		t.Fatalf("A's rest beside B: %d %s, want 507 noSpace", resp.StatusCode, body)
 	}
+	e.waitSlotFreed(dirUpload)
+	answered, err := strconv.Atoi(resp.Header.Get("Upload-Offset"))
+	head, _ := headOffset(t, sessA)
+	if err != nil || answered != head {
+		t.Fatalf("the 507 says Upload-Offset %q, HEAD %d: want the same", resp.Header.Get("Upload-Offset"), head)
+	}
+	// Chunk by chunk up to the last that had room: what is left free is
+	// the headroom and less than one chunk besides.
+	if left := testdisk.Free(t, dir); head <= 8<<20 || left < 1<<20 || left >= 1<<20+ahead {
+		t.Fatalf("A stopped at %d with %d bytes free: want past its first 8 MiB, with the headroom and less than a chunk (%d) free", head, left, ahead)
+	}
+	if partial, err := os.Stat(filepath.Join(dir, "vm-images", ".partial", idA)); err != nil || partial.Size() != int64(head) {
+		t.Fatalf("A's partial after the 507: %v, %v; want %d bytes", partial, err, head)
+	}
+
+	// B's image goes: A resumes and finishes.
+	if err := e.st.RemoveImage(t.Context(), mustTicketTenant(t, e, idB), idB); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.blobs.Delete(t.Context(), idB); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := patch(t, sessA, head, imgA[head:]); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("A resumed after B's image went: %d %s, want 204", resp.StatusCode, body)
+	}
+	if stored, err := e.st.Image(t.Context(), idA); err != nil || stored.SHA256 != sha(imgA) {
+		t.Fatalf("A's image: %+v, %v; want sha256 %s", stored, err, sha(imgA))
+	}
+}
+
+// mustTicketTenant is the tenant of a stored image.
+func mustTicketTenant(t *testing.T, e *env, uploadID string) int64 {
+	t.Helper()
+	img, err := e.st.Image(t.Context(), uploadID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img.TenantID
 }
 
 // TestUploadChunkedReservesMax: an upload of unknown length may grow to
@@ -229,4 +303,58 @@ func TestTusDiskFull(t *testing.T) {
 	if got := fileSHA256(t, filepath.Join(dir, "vm-images", id+".qcow2")); got != sha(img) {
 		t.Errorf("stored file sha256 %s, want %s", got, sha(img))
 	}
+}
+
+// TestPatchClaimsItsBodyOnly: a PATCH whose Content-Length is less than
+// a chunk claims its body, not a chunk: 8 MiB are stored on a disk with
+// 10 MiB free, though the session lacks 52 MiB and a chunk is 60.
+func TestPatchClaimsItsBodyOnly(t *testing.T) {
+	needQemu(t)
+	img := qcowImage(t, 52)
+	dir := testdisk.Mount(t, "tmpfs", 64)
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom, c.SessionAhead = 1<<20, 60<<20 })
+	sess, _ := e.create(len(img))
+	filler := make([]byte, testdisk.Free(t, dir)-10<<20)
+	if err := os.WriteFile(filepath.Join(dir, "filler"), filler, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := patch(t, sess, 0, img[:8<<20]); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("a PATCH of 8 MiB with 10 MiB free: %d %s, want 204", resp.StatusCode, body)
+	}
+	wantOffset(t, sess, 8<<20, "after the PATCH")
+}
+
+// TestCreationWithUploadStopsAtNoRoom: a creation whose body outgrows the
+// free disk stops where its next chunk finds no room, 507 with the
+// session's Location and the bytes it kept, and resumes once space is
+// freed: the session it made is not left without its address.
+func TestCreationWithUploadStopsAtNoRoom(t *testing.T) {
+	needQemu(t)
+	img := qcowImage(t, 40)
+	dir := testdisk.Mount(t, "tmpfs", 64)
+	e := newEnvAt(t, dir, func(c *Config) { c.Headroom, c.SessionAhead = 1<<20, 4<<20 })
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, make([]byte, testdisk.Free(t, dir)-20<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up, id := e.ticket()
+	resp, body := tusReq(t, http.MethodPost, up, bytes.NewReader(img), "Upload-Length", strconv.Itoa(len(img)),
+		"Content-Type", "application/offset+octet-stream")
+	if resp.StatusCode != http.StatusInsufficientStorage || resp.Header.Get("Location") == "" {
+		t.Fatalf("creation with 40 MiB on 20 MiB free: %d %s, Location %q; want 507 with the session's Location", resp.StatusCode, body, resp.Header.Get("Location"))
+	}
+	sess := e.sessionOf(up, resp)
+	e.waitSlotFreed(dirUpload)
+	kept, err := strconv.Atoi(resp.Header.Get("Upload-Offset"))
+	if head, _ := headOffset(t, sess); err != nil || kept != head || head < 12<<20 {
+		t.Fatalf("the 507 says Upload-Offset %q, HEAD %d: want the same, at least 12 MiB of the 20 free", resp.Header.Get("Upload-Offset"), head)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := patch(t, sess, kept, img[kept:]); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("the rest once space was freed: %d %s", resp.StatusCode, body)
+	}
+	e.waitSlotFreed(dirUpload)
+	e.assertNothingLeft(id)
 }

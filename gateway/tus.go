@@ -85,8 +85,9 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 		return
 	}
 	length, aerr := uploadLength(ctx)
+	var tk imagestore.Ticket
 	if aerr == nil {
-		aerr = g.admit(ctx, ticket, length)
+		tk, aerr = g.admit(ctx, ticket, length)
 	}
 	withBody := hasBody(ctx)
 	if aerr == nil && withBody && string(ctx.Request.Header.ContentType()) != offsetOctets {
@@ -103,9 +104,7 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	if withBody {
 		defer g.releaseSlot(dirUpload)
 	}
-	// The session's record holds the space once stored (the store's
-	// pending bytes); until then this claim does.
-	claim, aerr := g.claimSpace(length, true)
+	claim, aerr := g.claimCreation(ctx, tk.TenantID, length, withBody)
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
 		return
@@ -119,7 +118,6 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	sess, err := g.store.StartSession(octx, imagestore.HashSecret(ticket), imagestore.HashSecret(id), imagestore.UploadSession{
 		Length: length, HashState: emptyHashState(), CreatedAt: now.UTC(), ExpiresAt: now.Add(sessionTTL).UTC(),
 	}, now)
-	claim.release()
 	if err != nil {
 		g.refuseUpload(ctx, ticketError(err), start, "")
 		return
@@ -154,6 +152,7 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	defer lease.release()
 	lease.fenceWriter(w)
 	in := g.newIntake(length, exceedsLength(length))
+	in.hold(claim)
 	g.continueSession(ctx, sess, w, in, holder, lease, start, fasthttp.StatusCreated)
 }
 
@@ -200,6 +199,9 @@ func (g *Gateway) admitPatch(ctx *fasthttp.RequestCtx, id string) (imagestore.Up
 	}
 	if !g.slots.free() {
 		return sess, off, g.busy(ctx)
+	}
+	if _, aerr := g.claimSession(sess.TenantID, requestBytes(ctx, sess.Length-off), false); aerr != nil {
+		return sess, off, aerr
 	}
 	return sess, off, nil
 }
@@ -254,6 +256,15 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 			return
 		}
 	}
+	// The first chunk's room, before the body: the PATCH answers 507 now
+	// rather than after its bytes.
+	claim, aerr := g.claimSession(sess.TenantID, requestBytes(ctx, sess.Length-sess.Offset), true)
+	if aerr != nil {
+		ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(sess.Offset, 10))
+		g.refuseUpload(ctx, aerr, start, "")
+		return
+	}
+	defer claim.release()
 	octx, cancel := op()
 	defer cancel()
 	w, err := g.blobs.Resume(octx, sess.UploadID, sess.Offset)
@@ -267,6 +278,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 		g.refuseUpload(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not resume the upload"), start, "")
 		return
 	}
+	in.hold(claim)
 	lease.fenceWriter(w)
 	g.continueSession(ctx, sess, w, in, holder, lease, start, fasthttp.StatusNoContent)
 }
@@ -350,7 +362,7 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 	if aerr != nil {
 		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start)
 		ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(offset, 10))
-		g.refuseUpload(ctx, aerr, start, sess.UploadID)
+		g.refuseStaying(ctx, aerr, start, sess.UploadID)
 		return
 	}
 	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()

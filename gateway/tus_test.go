@@ -131,7 +131,9 @@ func TestTusCreateRefusals(t *testing.T) {
 		{name: "no Upload-Length", status: 400, reason: "badRequest"},
 		{name: "deferred length", hdr: []string{"Upload-Defer-Length", "1"}, status: 400, reason: "badRequest"},
 		{name: "over the limit", mod: func(c *Config) { c.UploadMax = 1 << 20 }, hdr: []string{"Upload-Length", strconv.Itoa(2 << 20)}, status: 413, reason: "tooLarge"},
-		{name: "no space for Upload-Length", mod: func(c *Config) { c.UploadMax = 1 << 60 }, hdr: []string{"Upload-Length", strconv.Itoa(1 << 59)}, status: 507, reason: "noSpace"},
+		// A session holds no space, but one whose first chunk has no room
+		// now is refused at once.
+		{name: "no space for the first chunk", mod: func(c *Config) { c.UploadMax, c.SessionAhead = 1<<60, 1<<59 }, hdr: []string{"Upload-Length", strconv.Itoa(1 << 59)}, status: 507, reason: "noSpace"},
 		{name: "unknown ticket", ticket: func(e *env) (string, string) { return e.base + uploadPrefix + imagestore.NewSecret(), "" },
 			hdr: []string{"Upload-Length", "100"}, status: 404, reason: "ticketUnknown"},
 		{name: "used ticket", ticket: func(e *env) (string, string) {

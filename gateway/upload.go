@@ -31,30 +31,31 @@ const commitTimeout = 5 * time.Minute
 // nothing: the handler acquires the slot, claims the space and consumes
 // the ticket. size is the image size the client announced (Content-Length
 // of a PUT, Upload-Length of a tus creation), -1 when unknown (chunked).
-func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) *apierr.Error {
+// The ticket names the tenant whose space the upload will claim.
+func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) (imagestore.Ticket, *apierr.Error) {
 	now := g.cfg.Now()
 	tk, err := g.lookupTicket(ticket)
 	if err != nil {
 		// The limiter is asked only now: a valid ticket is always served,
 		// whoever else guessed from the same address.
 		if errors.Is(err, imagestore.ErrNotFound) && !g.misses.miss(g.clientAddr(ctx), now) {
-			return g.tooManyMisses(ctx)
+			return tk, g.tooManyMisses(ctx)
 		}
-		return ticketError(err)
+		return tk, ticketError(err)
 	}
 	switch {
 	case !tk.UsedAt.IsZero():
-		return ticketError(imagestore.ErrTicketUsed)
+		return tk, ticketError(imagestore.ErrTicketUsed)
 	case !now.Before(tk.ExpiresAt):
-		return ticketError(imagestore.ErrTicketExpired)
+		return tk, ticketError(imagestore.ErrTicketExpired)
 	}
 	if !g.slots.free() {
-		return g.busy(ctx)
+		return tk, g.busy(ctx)
 	}
 	if size > g.cfg.UploadMax {
-		return g.tooLarge()
+		return tk, g.tooLarge()
 	}
-	return nil
+	return tk, nil
 }
 
 func (g *Gateway) lookupTicket(ticket string) (imagestore.Ticket, error) {
@@ -97,7 +98,8 @@ func ticketError(err error) *apierr.Error {
 func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	start := g.cfg.Now()
 	size := int64(ctx.Request.Header.ContentLength())
-	if aerr := g.admit(ctx, ticket, size); aerr != nil {
+	tk, aerr := g.admit(ctx, ticket, size)
+	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
 		return
 	}
@@ -106,7 +108,7 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 		return
 	}
 	defer g.releaseSlot(dirUpload)
-	claim, aerr := g.claimSpace(size, true)
+	claim, aerr := g.claimSpace(tk.TenantID, size, true)
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
 		return
@@ -163,10 +165,25 @@ func (g *Gateway) endUpload(uploadID string) {
 // refuseUpload answers an upload with its error. The body may still be
 // on the wire; closing the connection stops the client sending it.
 func (g *Gateway) refuseUpload(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
-	g.refused(dirUpload, aerr)
 	// A refused creation names no session: the one it may have made has
 	// ended with the refusal.
 	ctx.Response.Header.Del("Location")
+	g.answerRefusal(ctx, aerr, start, uploadID)
+}
+
+// refuseStaying is refuseUpload for a refusal after which the session
+// stays. A 507 (no room for its next chunk, a full disk) asks the client
+// to resume once space is freed: a creation's answer keeps its Location
+// for that.
+func (g *Gateway) refuseStaying(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
+	if aerr.Reason != "noSpace" {
+		ctx.Response.Header.Del("Location")
+	}
+	g.answerRefusal(ctx, aerr, start, uploadID)
+}
+
+func (g *Gateway) answerRefusal(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
+	g.refused(dirUpload, aerr)
 	if uploadID != "" {
 		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 	}
@@ -271,7 +288,7 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim 
 	defer lease.release()
 	lease.fenceWriter(w)
 	in := g.newIntake(g.cfg.UploadMax, g.tooLarge())
-	in.claim = claim
+	in.hold(claim)
 	if aerr := g.pump(ctx, in, w, nil, nil); aerr != nil {
 		return imagestore.Image{}, in.n, aerr
 	}

@@ -267,8 +267,8 @@ type Store interface {
 	// SessionUploadIDs lists the upload ids of all live sessions.
 	SessionUploadIDs(ctx context.Context) ([]string, error)
 	// PendingSessionBytes is what the live sessions have yet to receive
-	// (Length − Offset, summed): space the disk must keep for them, an
-	// abandoned session's included, until it ends or expires.
+	// (Length − Offset, summed). Admission does not reserve it: a session
+	// holds disk space only while a request of it runs (gateway/space.go).
 	PendingSessionBytes(ctx context.Context) (int64, error)
 
 	Stats(ctx context.Context) (Stats, error)
@@ -302,6 +302,10 @@ type Blobs interface {
 	RemovePartials(ctx context.Context, keep func(id string) bool) (int, error)
 	// Available returns the bytes free for new blobs.
 	Available(ctx context.Context) (int64, error)
+	// Ping says whether the blob store answers, for a readiness probe:
+	// cheaply, within ctx, and at most one check at a time however many
+	// probes ask (see HealthProbe).
+	Ping(ctx context.Context) error
 
 	// Quarantine takes committed blob id out of service (Open and List no
 	// longer see it) without deleting a byte: a blob no record names may

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/vmshelf/vmshelf/internal/apierr"
@@ -115,11 +116,61 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, all
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("the request body has data after the JSON object")
 	}
+	// encoding/json would quietly turn an escaped half of a surrogate
+	// pair into U+FFFD, as it does invalid UTF-8.
+	if err := checkSurrogates(body); err != nil {
+		return err
+	}
 	// encoding/json matches keys case-insensitively and keeps the last of
 	// duplicates; what it decoded is not necessarily what the client
 	// meant, so both are refused.
 	return checkKeys(body, fieldNames(dst))
 }
+
+// checkSurrogates refuses a \u escape of a UTF-16 surrogate that is not
+// half of a pair: a high one (D800–DBFF) not followed at once by an
+// escaped low one (DC00–DFFF), or a low one alone. Such text is not
+// Unicode, and encoding/json would store U+FFFD in its place. body is
+// valid JSON already, so a backslash is always the start of an escape
+// inside a string, and every \u has four hex digits.
+func checkSurrogates(body []byte) error {
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' {
+			continue
+		}
+		if i+6 > len(body) {
+			break // not reached: the body is valid JSON
+		}
+		if body[i+1] != 'u' {
+			i++ // \", \\, \n…: the escaped character is no escape itself
+			continue
+		}
+		r := escapedUnit(body[i+2 : i+6])
+		switch {
+		case utf16.IsSurrogate(r) && r < 0xDC00 && i+12 <= len(body) && body[i+6] == '\\' && body[i+7] == 'u' &&
+			isLowSurrogate(escapedUnit(body[i+8:i+12])):
+			i += 11 // the pair
+		case utf16.IsSurrogate(r):
+			return badRequest("the request body has a \\u escape of half a UTF-16 surrogate pair without its other half (near byte " +
+				strconv.Itoa(i) + "); text must be Unicode characters")
+		default:
+			i += 5
+		}
+	}
+	return nil
+}
+
+// escapedUnit is the UTF-16 code unit of the four hex digits of a \u
+// escape.
+func escapedUnit(hex []byte) rune {
+	n, err := strconv.ParseUint(string(hex), 16, 16)
+	if err != nil {
+		return utf8.RuneError // not reached: the body is valid JSON
+	}
+	return rune(n)
+}
+
+func isLowSurrogate(r rune) bool { return r >= 0xDC00 && r <= 0xDFFF }
 
 // isJSON reports whether a Content-Type header names JSON: the media type
 // application/json (any case), with no charset or charset=utf-8.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
@@ -19,6 +20,10 @@ var errImageUnknown = apierr.New(http.StatusNotFound, "imageUnknown",
 // replica whose import fails starts it again, until the order ends.
 var errImageInUse = apierr.New(http.StatusConflict, "imageInUse",
 	"an order that is awaiting payment, paid or running uses this image; it can be removed once the order has ended")
+
+// blobDeleteBound is how long a removal waits for the blob store to
+// delete the image's bytes before it answers all the same.
+const blobDeleteBound = 10 * time.Second
 
 type removeRequest struct {
 	UploadID string `json:"upload_id"`
@@ -63,11 +68,15 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 		return
 	}
 	// The image is gone for the tenant now. The file is deleted even if the
-	// client hangs up meanwhile; if that fails the answer is still 200
-	// (a retry would only meet imageUnknown), the log says so and the
-	// intent keeps the removal to finish.
+	// client hangs up meanwhile, but within blobDeleteBound: a blob store
+	// that hangs must not hold the answer. If the delete fails or runs out
+	// of time the answer is still 200 (a retry would only meet
+	// imageUnknown), the log says so and the intent keeps the removal for
+	// the sweep or the next start-up to finish.
 	crashpoint.At(crashpoint.RemoveAfterRecord)
-	if err := s.blobs.Delete(context.WithoutCancel(r.Context()), req.UploadID); err != nil {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), blobDeleteBound)
+	defer cancel()
+	if err := s.blobs.Delete(dctx, req.UploadID); err != nil {
 		s.log.Error("image record removed but its file was not; the sweep or the next start-up will delete it",
 			"upload_id", req.UploadID, "err", err.Error())
 	} else {

@@ -18,12 +18,13 @@ import (
 )
 
 // The VM market's limits. SPEC fixes capacity and quantity; the price
-// bounds keep a total (≤ 10 × the price) far inside Stripe's maximum
-// charge and above its minimum; the open-listing and unpaid-order bounds
-// stop one tenant from filling the store or holding every listing's
-// capacity with checkouts it never pays.
+// ceiling keeps a total (≤ 10 × the price) far inside Stripe's maximum
+// charge. The floor is Stripe's minimum charge in the listing's currency
+// (billing.MinimumAmount, the gate's own table), so one machine can always
+// be paid for. The open-listing and unpaid-order bounds stop one tenant
+// from filling the store or holding every listing's capacity with
+// checkouts it never pays.
 const (
-	minUnitPrice       = 50        // cents: Stripe's minimum charge in EUR and USD
 	maxUnitPrice       = 1_000_000 // 10 000.00 a replica-month
 	minCapacity        = 1
 	maxCapacity        = 50
@@ -139,11 +140,15 @@ func (s *Server) createListing(w http.ResponseWriter, r *http.Request, t imagest
 		return
 	}
 	switch {
-	case req.UnitPrice < minUnitPrice || req.UnitPrice > maxUnitPrice:
-		s.fail(w, r, badRequest(fmt.Sprintf("unit_price must be %d to %d (minor units, e.g. cents, per replica-month)", minUnitPrice, maxUnitPrice)))
+	case req.UnitPrice < 1 || req.UnitPrice > maxUnitPrice:
+		s.fail(w, r, badRequest(fmt.Sprintf("unit_price must be 1 to %d (minor units, e.g. cents, per replica-month)", maxUnitPrice)))
 		return
 	case req.Capacity < minCapacity || req.Capacity > maxCapacity:
 		s.fail(w, r, badRequest(fmt.Sprintf("capacity must be %d to %d replicas", minCapacity, maxCapacity)))
+		return
+	}
+	if err := checkMinimumCharge(req.UnitPrice, s.cfg.Currency); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	if err := s.checkHost(r.Context(), w, t); err != nil {
@@ -173,6 +178,43 @@ func (s *Server) createListing(w http.ResponseWriter, r *http.Request, t imagest
 	}
 	s.log.Info("listing created", "listing_id", l.ID, "host", t.Name, "unit_price", l.UnitPrice, "capacity", l.Capacity)
 	s.writeJSON(w, r, http.StatusCreated, listingOf(l))
+}
+
+// checkMinimumCharge refuses a unit price below Stripe's minimum charge
+// in currency: an order of one machine at that price could not be paid,
+// and would only be found out when the buyer orders. The minimum comes
+// from the payment gate's table, the one place it is written.
+func checkMinimumCharge(unitPrice int64, currency string) error {
+	minimum, ok := billing.MinimumAmount(currency)
+	if !ok || unitPrice >= minimum {
+		return nil // an unknown currency is refused at start-up
+	}
+	return apierr.New(http.StatusUnprocessableEntity, "belowMinimumCharge",
+		fmt.Sprintf("%s; a unit price of %s cannot be paid for one machine",
+			smallestCharge(currency, minimum), billing.Amount(unitPrice, currency)))
+}
+
+// smallestCharge says Stripe's minimum charge in currency in words.
+func smallestCharge(currency string, minimum int64) string {
+	return fmt.Sprintf("the smallest charge Stripe accepts in %s is %s", strings.ToUpper(currency), billing.Amount(minimum, currency))
+}
+
+// gateRefusal is the answer to an order whose checkout the payment gate
+// refused. What depends on the listing is the buyer's 4xx in words: a
+// total below Stripe's minimum (a listing from before listings were
+// checked against it), a host whose payout account is no longer valid.
+// Any other reason means the market built a wrong checkout: a 500.
+func gateRefusal(o imagestore.Order, err error) error {
+	switch {
+	case errors.Is(err, billing.ErrBelowMinimum):
+		minimum, _ := billing.MinimumAmount(o.Currency)
+		return apierr.Wrap(err, http.StatusUnprocessableEntity, "belowMinimumCharge",
+			fmt.Sprintf("%s; this order's total of %s cannot be paid; the order is cancelled",
+				smallestCharge(o.Currency, minimum), billing.Amount(o.Total, o.Currency)))
+	case errors.Is(err, billing.ErrDestination):
+		return apierr.Wrap(err, errHostGone.Status, errHostGone.Reason, errHostGone.Msg)
+	}
+	return fmt.Errorf("order %s: the payment gate refused the checkout we built: %w", o.ID, err)
 }
 
 // checkHost is nil when t may host: in the mesh, sharing, hosting with an
@@ -332,12 +374,12 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		s.cancel(cctx, o.ID, "checkoutFailed", err)
 		switch {
 		case errors.Is(err, billing.ErrUnavailable):
-			s.fail(w, r, stripeUnavailable(w, err))
+			s.fail(w, r, aboutOrder(o.ID, stripeUnavailable(w, err)))
 		case errors.Is(err, billing.ErrGate):
-			s.fail(w, r, fmt.Errorf("order %s: the payment gate refused the checkout we built: %w", o.ID, err))
+			s.fail(w, r, aboutOrder(o.ID, gateRefusal(o, err)))
 		default:
-			s.fail(w, r, apierr.Wrap(err, http.StatusBadGateway, "paymentRefused",
-				"the payment provider refused to open the checkout; the order is cancelled"))
+			s.fail(w, r, aboutOrder(o.ID, apierr.Wrap(err, http.StatusBadGateway, "paymentRefused",
+				"the payment provider refused to open the checkout; the order is cancelled")))
 		}
 		return
 	}
@@ -345,7 +387,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		// The session exists but the order does not know it: the webhook
 		// still finds the order by its metadata, and the sweeper releases
 		// it if it is never paid.
-		s.fail(w, r, fmt.Errorf("order %s: record its checkout: %w", o.ID, err))
+		s.fail(w, r, aboutOrder(o.ID, fmt.Errorf("order %s: record its checkout: %w", o.ID, err)))
 		return
 	}
 	s.log.Info("order placed", "order_id", o.ID, "buyer", t.Name, "listing_id", l.ID,

@@ -190,7 +190,8 @@ func TestCreateListing(t *testing.T) {
 		status     int
 		reason     string
 	}{
-		{"price under Stripe's minimum", `{"unit_price":49,"capacity":1}`, 400, "badRequest"},
+		{"price under Stripe's minimum", `{"unit_price":49,"capacity":1}`, 422, "belowMinimumCharge"},
+		{"price 0", `{"unit_price":0,"capacity":1}`, 400, "badRequest"},
 		{"price over the ceiling", `{"unit_price":1000001,"capacity":1}`, 400, "badRequest"},
 		{"no capacity", `{"unit_price":600,"capacity":0}`, 400, "badRequest"},
 		{"capacity over 50", `{"unit_price":600,"capacity":51}`, 400, "badRequest"},

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -48,7 +49,7 @@ func TestReadyzReasons(t *testing.T) {
 		{"damaged store", wrap(imagestore.ErrDamaged), 1 << 30, nil, http.StatusServiceUnavailable, "storeCorrupt"},
 		{"store cannot write", wrap(imagestore.ErrUnwritable), 1 << 30, nil, http.StatusServiceUnavailable, "storeUnwritable"},
 		{"store unreachable", errors.New("database is locked"), 1 << 30, nil, http.StatusServiceUnavailable, "notReady"},
-		{"image dir unreachable", nil, 0, errors.New("statfs: input/output error"), http.StatusServiceUnavailable, "notReady"},
+		{"image dir unreachable", nil, 0, errors.New("statfs: input/output error"), http.StatusServiceUnavailable, "blobStoreUnreachable"},
 		{"disk full", nil, minFree - 1, nil, http.StatusServiceUnavailable, "noSpace"},
 		{"store write failed for space, disk full", wrap(imagestore.ErrNoSpace), 0, nil, http.StatusServiceUnavailable, "noSpace"},
 		{"store write failed for space, room again", wrap(imagestore.ErrNoSpace), minFree, nil, http.StatusOK, ""},
@@ -73,6 +74,34 @@ func TestReadyzReasons(t *testing.T) {
 			wantError(t, r, tc.status, tc.reason)
 		})
 	}
+}
+
+// hungBlobs does not answer Ping, yet reports ample free space (from a
+// listing it holds): /readyz must ask the blob store itself.
+type hungBlobs struct{ imagestore.Blobs }
+
+func (hungBlobs) Ping(ctx context.Context) error {
+	<-ctx.Done()
+	return fmt.Errorf("no answer to the health check: %w", ctx.Err())
+}
+func (hungBlobs) Available(context.Context) (int64, error) { return 1 << 40, nil }
+
+// TestReadyzBlobStoreHangs: a blob store that does not answer makes
+// /readyz 503 blobStoreUnreachable within the probe's bound.
+func TestReadyzBlobStoreHangs(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3}, e.st, hungBlobs{e.blobs}, reg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if took := time.Since(start); took > probeTimeout+time.Second {
+		t.Errorf("/readyz took %v, want at most the probe's %v and a little", took, probeTimeout)
+	}
+	wantError(t, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, http.StatusServiceUnavailable, "blobStoreUnreachable")
 }
 
 // TestTicketNoSpace: below the headroom no ticket is issued (507 noSpace,

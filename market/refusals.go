@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,15 +80,55 @@ func (l *refusalLog) flushLocked(ctx context.Context, now time.Time) {
 }
 
 // logText makes client-influenced text fit for a log line: hex runs
-// redacted, and cut short.
+// redacted, order ids excepted, and cut short.
+//
+// Order ids are no secret: they grant nothing (every order route needs
+// the buyer's token), they name the order's machines in the cluster
+// (vm-<order>-<i>) and Stripe's metadata. So the log names them in clear
+// wherever it names one — under the key order_id, and inside an error's
+// text, where the redaction of hex runs (the shape of tokens and tickets)
+// would otherwise cut "o" + 16 hex to "o[redacted]". Only a whole word of
+// exactly that form is spared: a token is 64 hex, and no part of one is
+// a word of its own.
 func logText(s string) string {
-	s = logsample.Redact(s)
+	s = redactSparingOrderIDs(s)
 	const max = 200
 	if len(s) > max {
 		s = s[:max] + "…"
 	}
 	return s
 }
+
+// orderIDWord is an order id as a word of its own (imagestore.NewOrderID).
+var orderIDWord = regexp.MustCompile(`\bo[0-9a-f]{16}\b`)
+
+// redactSparingOrderIDs is logsample.Redact on everything but the order
+// ids in s. A word boundary stands on both sides of each id, so no hex run
+// reaches across one into the text beside it.
+func redactSparingOrderIDs(s string) string {
+	var b strings.Builder
+	last := 0
+	for _, m := range orderIDWord.FindAllStringIndex(s, -1) {
+		b.WriteString(logsample.Redact(s[last:m[0]]))
+		b.WriteString(s[m[0]:m[1]])
+		last = m[1]
+	}
+	b.WriteString(logsample.Redact(s[last:]))
+	return b.String()
+}
+
+// orderError is an error about one order: the line that logs it names the
+// order under order_id.
+type orderError struct {
+	orderID string
+	err     error
+}
+
+func (e *orderError) Error() string { return e.err.Error() }
+func (e *orderError) Unwrap() error { return e.err }
+
+// aboutOrder marks err as about the order id.
+func aboutOrder(id string, err error) error { return &orderError{orderID: id, err: err} }
 
 // clientAddr is the address r comes from, without the port: the peer, or
 // the client a trusted proxy forwards.

@@ -279,6 +279,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
 	attrs := []any{"method", logText(r.Method), "route", routeLabel(r), "status", e.Status, "reason", e.Reason}
+	if oe, ok := errors.AsType[*orderError](err); ok {
+		attrs = append(attrs, "order_id", oe.orderID)
+	}
 	if e.Status < 500 {
 		// A refusal: the client's business, but an operator wants to see
 		// who is refused and why. Sampled, so a flood cannot fill the disk.

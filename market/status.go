@@ -273,17 +273,25 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, r, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz is ready when the store answers and can write, and the disk has
-// room for the store's own writes. A 503 names the reason: storeCorrupt
-// (a damaged page was met: restore the db), storeUnwritable (writes fail:
-// I/O errors, a read-only file system), noSpace (the disk is full: remove
-// images or free space), notReady (the store or the image directory does
-// not answer). The cause goes to the log only.
+// readyz is ready when the store answers and can write, the blob store
+// answers, and the disk has room for the store's own writes. A 503 names
+// the reason: storeCorrupt (a damaged page was met: restore the db),
+// storeUnwritable (writes fail: I/O errors, a read-only file system),
+// noSpace (the disk is full: remove images or free space), notReady (the
+// record store does not answer), blobStoreUnreachable (the S3 bucket or
+// the image directory does not answer). The cause goes to the log only.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 	defer cancel()
 	storeErr := s.st.Ping(ctx)
-	avail, blobErr := s.blobs.Available(ctx)
+	// The blob store's own Ping is cheap and cached (a probe flood asks
+	// it once); Available is asked only of a store that answers, since
+	// over S3 it lists the bucket.
+	var avail int64
+	blobErr := s.blobs.Ping(ctx)
+	if blobErr == nil {
+		avail, blobErr = s.blobs.Available(ctx)
+	}
 	var e *apierr.Error
 	switch {
 	case errors.Is(storeErr, imagestore.ErrDamaged):
@@ -293,7 +301,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	case storeErr != nil && !errors.Is(storeErr, imagestore.ErrNoSpace):
 		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "notReady", "the record store is not reachable")
 	case blobErr != nil:
-		e = apierr.Wrap(blobErr, http.StatusServiceUnavailable, "notReady", "the image storage is not reachable")
+		e = apierr.Wrap(blobErr, http.StatusServiceUnavailable, "blobStoreUnreachable", "the image storage (the S3 bucket or the image directory) does not answer")
 	case avail < s.cfg.MinFree:
 		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "noSpace", "the disk is full; remove images or free space")
 	default: // a store write that failed for space before the room came back is no reason to wait

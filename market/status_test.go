@@ -156,7 +156,7 @@ func TestReadyzFails(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := e.do(http.MethodGet, "/readyz", "", nil)
-		wantError(t, r, http.StatusServiceUnavailable, "notReady")
+		wantError(t, r, http.StatusServiceUnavailable, "blobStoreUnreachable")
 		if !strings.Contains(string(r.body), "image storage") || strings.Contains(string(r.body), e.blobDir) {
 			t.Errorf("body %s should name the image storage and no path", r.body)
 		}

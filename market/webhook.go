@@ -31,7 +31,7 @@ const (
 // vmshelf_webhook_events_total and of the stored event.
 const (
 	resultPaid          = "paid"          // the order is paid now
-	resultAlreadyPaid   = "alreadyPaid"   // it was already (another event, the sweeper)
+	resultAlreadyPaid   = "alreadyPaid"   // it was already (another event or delivery, the sweeper)
 	resultUnpaid        = "unpaid"        // completed, but the payment is still pending (async methods)
 	resultCancelled     = "cancelled"     // the unpaid order is cancelled, its capacity back
 	resultIgnored       = "ignored"       // a type we do not act on, or nothing left to do
@@ -98,13 +98,16 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 			if errors.Is(err, billing.ErrUnavailable) {
 				err = stripeUnavailable(w, err)
 			}
+			if imagestore.ValidOrderID(ev.OrderID) {
+				err = aboutOrder(ev.OrderID, err)
+			}
 			s.fail(w, r, err) // 5xx: Stripe retries
 			return
 		}
 		if err := s.st.RecordWebhookEvent(ctx, imagestore.WebhookEvent{ID: ev.ID, Type: ev.Type, Result: result, At: s.cfg.Now().UTC()}); err != nil {
 			// Handled but not remembered: a replay is handled again,
 			// which the state changes allow (each is idempotent).
-			s.log.Error("webhook event handled but not recorded", "event", ev.ID, "err", err.Error())
+			s.log.Error("webhook event handled but not recorded", "event", ev.ID, "order_id", orderForLog(ev.OrderID), "err", err.Error())
 		}
 	}
 	s.metrics.webhook(ev.Type, result)
@@ -214,15 +217,18 @@ func (s *Server) settle(ctx context.Context, o imagestore.Order, sess billing.Se
 		return resultInconsistent, nil
 	}
 	now := s.cfg.Now().UTC()
-	switch err := s.st.MarkOrderPaid(ctx, o.ID, now, now.AddDate(0, 1, 0)); {
+	moved, err := s.st.PayOrder(ctx, o.ID, now, now.AddDate(0, 1, 0))
+	switch {
 	case errors.Is(err, imagestore.ErrOrderState):
 		s.log.Error("payment for an order already cancelled: its capacity may be gone; refund it in Stripe",
 			"order_id", o.ID, "session", sess.ID)
 		return resultPaidCancelled, nil
 	case err != nil:
 		return "", err
-	}
-	if o.State != imagestore.OrderAwaitingPayment {
+	case !moved:
+		// The store's answer, not the state read before: of concurrent
+		// deliveries (or a delivery and the sweeper) only the one whose
+		// update moved the order reports the payment.
 		return resultAlreadyPaid, nil
 	}
 	s.log.Info("order paid", "order_id", o.ID, "total", o.Total, "fee", o.Fee)

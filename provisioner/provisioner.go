@@ -271,7 +271,7 @@ func (p *Provisioner) ReconcileOnce(ctx context.Context) error {
 		step := stepOf(err)
 		p.m.errors.WithLabelValues(step).Inc()
 		p.retryLater(o.ID, now)
-		p.log.Warn("order not provisioned; trying again later", "order", o.ID, "step", step, "err", err)
+		p.log.Warn("order not provisioned; trying again later", "order_id", o.ID, "step", step, "err", err)
 		errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
 	}
 	return errors.Join(errs...)
@@ -419,7 +419,7 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 		if err := p.st.MarkOrderActive(ctx, o.ID); err != nil {
 			return failed(stepStore, "marking the order active", err)
 		}
-		p.log.Info("order active: its objects exist", "order", o.ID, "namespace", ns, "replicas", o.Quantity)
+		p.log.Info("order active: its objects exist", "order_id", o.ID, "namespace", ns, "replicas", o.Quantity)
 	}
 	return nil
 }
@@ -593,7 +593,7 @@ func (p *Provisioner) expire(ctx context.Context, o imagestore.Order, now time.T
 	if err := p.st.ExpireOrder(ctx, o.ID, now); err != nil {
 		return failed(stepExpire, "expiring the order", err)
 	}
-	p.log.Info("order expired: replicas halted, disks kept, capacity back", "order", o.ID, "namespace", ns, "replicas", o.Quantity)
+	p.log.Info("order expired: replicas halted, disks kept, capacity back", "order_id", o.ID, "namespace", ns, "replicas", o.Quantity)
 	return nil
 }
 

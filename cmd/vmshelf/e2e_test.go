@@ -705,11 +705,20 @@ func (s *server) upload(t *testing.T, tk ticketAnswer, file string, data []byte,
 }
 
 // fetchURL runs the fetch-url command and returns the one URL it printed.
+// It asks for the longest --ttl fetch-url takes, 744h (31 days), and
+// checks that the URL is valid that long.
 func (s *server) fetchURL(t *testing.T, uploadID string) string {
 	t.Helper()
-	r := runCmd(t, s.env, binPath, "fetch-url", uploadID, "--ttl", "1h", "--data-dir", s.dataDir, "--data-addr", s.dataAddr)
+	before := time.Now()
+	r := runCmd(t, s.env, binPath, "fetch-url", uploadID, "--ttl", "744h", "--data-dir", s.dataDir, "--data-addr", s.dataAddr)
 	if r.code != 0 {
 		t.Fatalf("fetch-url: exit %d: %s", r.code, r.stderr)
+	}
+	_, until, _ := strings.Cut(r.stderr, "valid until ")
+	until, _, _ = strings.Cut(until, " ")
+	if at, err := time.Parse(time.RFC3339, until); err != nil || at.Before(before.Add(744*time.Hour).Truncate(time.Second)) ||
+		at.After(time.Now().Add(744*time.Hour)) {
+		t.Errorf("fetch-url --ttl 744h says %q; want it valid until 744h from now", r.stderr)
 	}
 	if strings.Count(r.stdout, "\n") != 1 || !strings.HasSuffix(r.stdout, "\n") {
 		t.Fatalf("fetch-url printed %q, want exactly one line", r.stdout)
@@ -1218,6 +1227,8 @@ func TestE2EBadCommandLines(t *testing.T) {
 	}{
 		{name: "upload-max-gib zero", args: []string{"--upload-max-gib", "0"}, mention: "upload-max-gib"},
 		{name: "upload-max-gib not a number", args: []string{"--upload-max-gib", "abc"}, mention: "upload-max-gib"},
+		{name: "tenant-reserve-gib below upload-max-gib", args: []string{"--upload-max-gib", "2", "--tenant-reserve-gib", "1.5"}, mention: "tenant-reserve-gib"},
+		{name: "negative tenant-reserve-gib", args: []string{"--tenant-reserve-gib", "-1"}, mention: "tenant-reserve-gib"},
 		{name: "negative idle-timeout", args: []string{"--idle-timeout", "-1s"}, mention: "idle-timeout"},
 		{name: "ftp public-url", args: []string{"--public-url", "ftp://x"}, mention: "public-url"},
 		{name: "missing catalogue", args: []string{"--vm-catalogue", "/nonexistent"}, mention: "/nonexistent"},

@@ -12,13 +12,21 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
+// maxFetchURLTTL is the longest --ttl: 31 days, the longest month an order
+// runs, which is as long as the edge itself lets a fetch token live (the
+// provisioner's end with the order). A fetch URL is a capability that
+// anyone holding it may use; one that works for years is a leak waiting
+// to happen, and nothing needs one longer than an order.
+const maxFetchURLTTL = 31 * 24 * time.Hour
+
 // fetchURLHelp is "vmshelf fetch-url -h".
 var fetchURLHelp = helpDoc{
 	args:    "UPLOAD_ID [flags]",
 	summary: "mint a fetch URL for an image and print it once",
 	about: `Mints a fetch capability for the image UPLOAD_ID in the store of --data-dir and ` +
 		`prints its URL on stdout, once: the operator's way to hand an image to an importer ` +
-		`(CDI, curl, qemu-img) by hand. The URL works for --ttl; its base is --public-url, or ` +
+		`(CDI, curl, qemu-img) by hand. The URL works for --ttl, at most 744h (31 days, an ` +
+		`order's month); its base is --public-url, or ` +
 		`http://<data-addr>. Works while serve runs.`,
 	env: []envVar{storeURLVar},
 	exits: []string{"0  minted; the URL is on stdout", "1  no image UPLOAD_ID, or the store failed",
@@ -30,7 +38,7 @@ var fetchURLHelp = helpDoc{
 func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("fetch-url", fetchURLHelp)
 	dataDir := fs.String("data-dir", defaultData, "directory of the store")
-	ttl := fs.Duration("ttl", time.Hour, "how long the URL works")
+	ttl := fs.Duration("ttl", time.Hour, "how long the URL works, at most 744h")
 	dataAddr := fs.String("data-addr", "127.0.0.1:8480", "the data plane's address (the URL's base when --public-url is empty)")
 	publicURL := fs.String("public-url", "", "base of the URL (default http://<data-addr>)")
 	id := ""
@@ -50,6 +58,9 @@ func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *ttl <= 0 {
 		return usagef("--ttl must be positive")
+	}
+	if *ttl > maxFetchURLTTL {
+		return usagef("--ttl %v is longer than 744h (31 days), the longest a fetch URL may work: an order's month", *ttl)
 	}
 	base, err := publicBase(*publicURL, *dataAddr)
 	if err != nil {

@@ -305,5 +305,37 @@ func TestE2EKubeFakeOrder(t *testing.T) {
 	// with the kubeconfig's token as vmshelf-provisioner.
 	kube.assertClean(t)
 	s.assertNoSecrets()
+	wantOrderIDsInClear(t, s.logs(), a.OrderID, b.OrderID)
 	t.Logf("the whole test took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// wantOrderIDsInClear checks serve's log of a whole order flow (market,
+// billing, provisioner) against the rule on order ids (docs/operations.md,
+// "Logs"): they are no secret, so never redacted ("o[redacted]"), always
+// under the key order_id (never "order"), and every line that names one of
+// ids carries it as order_id.
+func wantOrderIDsInClear(t *testing.T, logs string, ids ...string) {
+	t.Helper()
+	attr := regexp.MustCompile(`\border_id=(\S+)`)
+	named := 0
+	for line := range strings.SplitSeq(strings.TrimSpace(logs), "\n") {
+		if strings.Contains(line, "o[redacted]") || strings.Contains(line, " order=") {
+			t.Errorf("an order id is redacted or not under order_id: %s", line)
+		}
+		got := ""
+		if m := attr.FindStringSubmatch(line); m != nil {
+			got = m[1]
+		}
+		for _, id := range ids {
+			if strings.Contains(line, id) {
+				named++
+				if got != id {
+					t.Errorf("the line names order %s but its order_id is %q: %s", id, got, line)
+				}
+			}
+		}
+	}
+	if named < 2*len(ids) {
+		t.Errorf("only %d lines name the orders %v; the flow logs each one placed, paid and made active:\n%s", named, ids, logs)
+	}
 }

@@ -455,6 +455,8 @@ func TestE2ELogLevel(t *testing.T) {
 		{"unknown level", []string{"--log-level", "verbose"}, nil, "log-level"},
 		{"unknown level from env", nil, []string{"VMSHELF_LOG_LEVEL=loud"}, "log-level"},
 		{"bad trusted proxy", []string{"--trusted-proxies", "10.0.0.0/33"}, nil, "trusted-proxies"},
+		{"the world as a trusted proxy", []string{"--trusted-proxies", "0.0.0.0/0"}, nil, "trusted-proxies"},
+		{"all of IPv6 as a trusted proxy", []string{"--trusted-proxies", "::/0"}, nil, "trusted-proxies"},
 		{"negative fetch queue wait", []string{"--fetch-queue-wait", "-1s"}, nil, "fetch-queue-wait"},
 		{"no control connections", []string{"--control-max-conns", "0"}, nil, "control-max-conns"},
 		{"zero control idle timeout", []string{"--control-idle-timeout", "0s"}, nil, "control-idle-timeout"},

@@ -461,6 +461,43 @@ func TestE2EMarketCurrency(t *testing.T) {
 	}
 }
 
+// TestE2EMarketMinimumCharge: with --currency nok (Stripe's minimum
+// charge 3.00 NOK) the binary refuses a listing at 2.99 NOK with
+// belowMinimumCharge in words, and lists, and sells one machine of, one
+// at exactly 3.00 NOK.
+func TestE2EMarketMinimumCharge(t *testing.T) {
+	key, _ := stripeTestSecrets()
+	const account = "acct_e2eHostNok"
+	fake, err := stripetest.New(key, map[string]string{account: "active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{"--vms-enable", "--stripe-api-base", fake.URL,
+		"--currency", "nok"}, append(append([]string{}, noStripeEnv...), "STRIPE_SECRET_KEY="+key)...)
+	s.secret(key)
+	host := addHost(t, s, "host", account)
+	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":299,"capacity":1}`)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(string(body), `"reason":"belowMinimumCharge"`) ||
+		!strings.Contains(string(body), "the smallest charge Stripe accepts in NOK is 3.00 NOK") {
+		t.Errorf("listing at 2.99 NOK: %d %s, want 422 belowMinimumCharge naming 3.00 NOK", code, body)
+	}
+	code, body = s.ctl(t, "/market/vms/listings", host, `{"unit_price":300,"capacity":1}`)
+	if code != http.StatusCreated {
+		t.Fatalf("listing at 3.00 NOK: %d %s", code, body)
+	}
+	var l listingAnswer
+	decode(t, body, &l)
+	code, body = s.ctl(t, "/market/vms/orders", s.token, `{"listing_id":"`+l.ListingID+`","quantity":1,"image":"debian-13","name":"one"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("order of one at 3.00 NOK: %d %s", code, body)
+	}
+	if ss := fake.Sessions(); len(ss) != 1 || ss[0].Currency != "nok" || ss[0].UnitAmount != 300 {
+		t.Errorf("sessions %+v, want one of 300 nok", ss)
+	}
+	s.assertNoSecrets()
+}
+
 // TestE2EMarketWithoutStripeKeys: --vms-enable without the Stripe
 // secrets still serves: the market refuses what needs payments with 503
 // and says why, uploads work, and serve warns once at start.

@@ -28,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmshelf/vmshelf/billing/stripetest"
 )
 
 // browserDir is testdata/browser, absolute; with it, what the scripts
@@ -1290,6 +1292,92 @@ func TestPageUnavailable(t *testing.T) {
 	for _, id := range []string{"upload-file", "upload-start", "order-form", "listing-form"} {
 		if rep.Visible[id] {
 			t.Errorf("#%s shows although the market is not available to the tenant", id)
+		}
+	}
+}
+
+// TestPageCheckoutURL: the page puts the edge's checkout_url into a link
+// and a tab only if it is an https URL, or http on a loopback host (a
+// development edge's fake Stripe): a javascript: or data: URL, or plain
+// http to another host, opens no tab and is no href anywhere on the page;
+// the order's result and its card say in words that the address is not
+// used. The test rewrites the edge's answers in the browser (the edge
+// itself only relays what Stripe answered).
+func TestPageCheckoutURL(t *testing.T) {
+	t.Parallel()
+	browserDir(t)
+	key, _ := stripeTestSecrets()
+	const account = "acct_pageHostUrl"
+	fake, err := stripetest.New(key, map[string]string{account: "active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fake.Close() })
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{"--vms-enable", "--stripe-api-base", fake.URL},
+		append(append([]string{}, noStripeEnv...), "STRIPE_SECRET_KEY="+key)...)
+	s.secret(key)
+	host := addHost(t, s, "host", account)
+	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
+	if code != http.StatusCreated {
+		t.Fatalf("listing: %d %s", code, body)
+	}
+	var l listingAnswer
+	decode(t, body, &l)
+	bad := []string{"javascript:alert(document.domain)", "http://checkout.example.org/pay"}
+	good := "http://127.0.0.1:9/c/pay/cs_test_loopback"
+	badJSON, _ := json.Marshal(bad)
+	pr := startPage(t, "checkouturl", 90*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_LISTING": l.ListingID,
+		"PAGE_BAD_URLS": string(badJSON), "PAGE_GOOD_URL": good,
+	}, nil)
+	pr.extra = s.logs
+	type result struct {
+		State, Reason, OrderID, Text, URL string
+		Opened                            []string
+	}
+	var rep struct {
+		commonReport
+		Results  []result `json:"results"`
+		Hrefs    []string `json:"hrefs"`
+		Machines []struct {
+			Order, Pay, Refused string
+		} `json:"machines"`
+	}
+	pr.wait(&rep)
+	if len(rep.Results) != len(bad)+1 {
+		t.Fatalf("%d orders placed on the page, want %d: %+v", len(rep.Results), len(bad)+1, rep.Results)
+	}
+	byOrder := map[string]string{}
+	for _, r := range rep.Results {
+		byOrder[r.OrderID] = r.URL
+		if r.URL == good {
+			if r.State != "placed" || len(r.Opened) != 1 || r.Opened[0] != good {
+				t.Errorf("order with checkout_url %q: %+v; want placed and the URL opened in a tab", r.URL, r)
+			}
+			continue
+		}
+		if r.State != "refused" || r.Reason != "badCheckoutURL" || r.OrderID == "" || len(r.Opened) != 0 ||
+			!strings.Contains(r.Text, "not an https address") {
+			t.Errorf("order with checkout_url %q: %+v; want refused badCheckoutURL in words, the order named, no tab", r.URL, r)
+		}
+	}
+	for _, h := range rep.Hrefs {
+		for _, b := range bad {
+			if h == b {
+				t.Errorf("the page has a link to %q", h)
+			}
+		}
+	}
+	if len(rep.Machines) != len(bad)+1 {
+		t.Fatalf("machines %+v, want %d", rep.Machines, len(bad)+1)
+	}
+	for _, m := range rep.Machines {
+		want := byOrder[m.Order]
+		switch {
+		case want == good && (m.Pay != good || m.Refused != ""):
+			t.Errorf("machine %+v: want a pay link to %s", m, good)
+		case want != good && (m.Pay != "" || !strings.Contains(m.Refused, "not an https address")):
+			t.Errorf("machine %+v (checkout_url %q): want no pay link and the refusal in words", m, want)
 		}
 	}
 }

@@ -41,6 +41,7 @@ import (
 type serveFlags struct {
 	dataDir, dataAddr, controlAddr, publicURL string
 	uploadMaxGiB, maxVirtualGiB               float64
+	tenantReserveGiB                          float64
 	idleTimeout, ticketTTL                    time.Duration
 	maxTransfers, imagesPerTenant             int
 	vmCatalogue, kubeconfig, vmsDomain        string
@@ -127,6 +128,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.currency, "currency", "eur", "currency of listings")
 	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser (default: the Machines page's own origin, that of --checkout-return-url)")
 	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB (with --blobs s3://…: at the end of every part)")
+	fs.Float64Var(&f.tenantReserveGiB, "tenant-reserve-gib", 0, "disk space one tenant's running uploads may hold beyond what they wrote, in GiB; at least --upload-max-gib (0: --upload-max-gib)")
 	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
 	fs.IntVar(&f.controlMaxConns, "control-max-conns", defaultControlMaxConns, "control-plane connections held at once; more wait in the accept backlog")
 	fs.DurationVar(&f.controlIdleTimeout, "control-idle-timeout", defaultControlIdleTimeout, "a control-plane keep-alive connection with no request for this long is closed")
@@ -157,6 +159,16 @@ func (f *serveFlags) validate() error {
 	}
 	if _, err := gib(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
 		return err
+	}
+	if f.tenantReserveGiB != 0 {
+		if _, err := gib(f.tenantReserveGiB, "tenant-reserve-gib"); err != nil {
+			return err
+		}
+		// Below the largest image, a PUT of an image the edge accepts
+		// could never be admitted.
+		if f.tenantReserveGiB < f.uploadMaxGiB {
+			return usagef("--tenant-reserve-gib %v is below --upload-max-gib %v: an image of the largest size could never be uploaded", f.tenantReserveGiB, f.uploadMaxGiB)
+		}
 	}
 	if err := f.validateBlobs(); err != nil {
 		return err
@@ -409,6 +421,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if st.local != nil {
+		blobs.Blobs = refillAfterDelete{Blobs: blobs.Blobs, st: st.local, log: log}
+	}
 	// A damaged db must stop here: reading it as it is could make images
 	// look unrecorded, and every tenant request would fail later anyway.
 	if err := st.Verify(ctx); err != nil {
@@ -456,9 +471,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shared := imagestore.CacheTokens(st, imagestore.TokenCacheTTL)
 	uploadMax, _ := gib(f.uploadMaxGiB, "upload-max-gib")
 	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
+	tenantReserve := uploadMax
+	if f.tenantReserveGiB != 0 {
+		tenantReserve, _ = gib(f.tenantReserveGiB, "tenant-reserve-gib")
+	}
 	base, _ := publicBase(f.publicURL, f.dataAddr)
 	returnURL := f.pageURL()
 	gw, err := gateway.New(gateway.Config{
+		// Every tenant's share of the disk's promises (gateway/space.go).
+		TenantReserveMax: tenantReserve,
+
 		UploadMax:       uploadMax,
 		MaxVirtualSize:  uint64(maxVirtual),
 		IdleTimeout:     f.idleTimeout,
@@ -692,6 +714,40 @@ func keepReserve(ctx context.Context, st *sqlite.Store, every time.Duration, log
 			}
 		}
 	}
+}
+
+// refillAfterDelete takes the store's emergency space back as soon as a
+// deletion freed room: on a disk that something else fills again (another
+// program, an upload), the next remove must find the reserve held, not
+// wait for keepReserve's next tick. Taking it is a no-op while it is held.
+type refillAfterDelete struct {
+	imagestore.Blobs
+	st  *sqlite.Store
+	log *slog.Logger
+}
+
+func (b refillAfterDelete) refill() {
+	if err := b.st.RefillReserve(); err != nil && !errors.Is(err, imagestore.ErrNoSpace) {
+		b.log.Warn("store reserve", "err", err)
+	}
+}
+
+func (b refillAfterDelete) Delete(ctx context.Context, id string) error {
+	err := b.Blobs.Delete(ctx, id)
+	b.refill()
+	return err
+}
+
+func (b refillAfterDelete) RemovePartial(ctx context.Context, id string) error {
+	err := b.Blobs.RemovePartial(ctx, id)
+	b.refill()
+	return err
+}
+
+func (b refillAfterDelete) RemoveQuarantined(ctx context.Context, id string) error {
+	err := b.Blobs.RemoveQuarantined(ctx, id)
+	b.refill()
+	return err
 }
 
 // replicaName names this process among the replicas: the host's name (a

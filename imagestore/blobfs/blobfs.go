@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -46,7 +47,15 @@ type FS struct {
 	// syncRange starts writeback of a file range; a field rather than a
 	// direct call so that tests can observe the windows and inject errors.
 	syncRange func(f *os.File, off, n int64) error
+	health    *imagestore.HealthProbe
 }
+
+// A readiness probe's check of the directory is kept for pingTTL; a disk
+// that does not answer within pingTimeout is unready.
+const (
+	pingTimeout = 2 * time.Second
+	pingTTL     = time.Second
+)
 
 var _ imagestore.Blobs = (*FS)(nil)
 
@@ -59,6 +68,7 @@ func Open(dir string) (*FS, error) {
 		partial:   filepath.Join(dir, partialDir),
 		syncRange: startWriteback,
 	}
+	f.health = &imagestore.HealthProbe{Check: f.ping, Timeout: pingTimeout, TTL: pingTTL}
 	for _, d := range []string{f.dir, f.partial} {
 		if err := ensureDir(d); err != nil {
 			return nil, err
@@ -300,6 +310,23 @@ func (f *FS) RemovePartials(ctx context.Context, keep func(id string) bool) (int
 		n++
 	}
 	return n, nil
+}
+
+// Ping says whether the image directory answers: a stat of its partial
+// directory, which a hung disk holds up and a lost mount fails. The
+// syscall cannot be interrupted, so it runs aside (HealthProbe) and a
+// probe waits for it only as long as its context allows.
+func (f *FS) Ping(ctx context.Context) error { return f.health.Ping(ctx) }
+
+func (f *FS) ping(context.Context) error {
+	st, err := os.Stat(f.partial)
+	if err != nil {
+		return fmt.Errorf("blobfs: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("blobfs: %s is not a directory", f.partial)
+	}
+	return nil
 }
 
 // Available returns the bytes an unprivileged writer may still use on the

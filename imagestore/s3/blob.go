@@ -32,9 +32,7 @@ var _ imagestore.Blob = (*blob)(nil)
 
 // ReadAt is one ranged GET; io.EOF at the end, as io.ReaderAt says.
 func (b *blob) ReadAt(p []byte, off int64) (int, error) {
-	ctx, cancel := reqCtx()
-	defer cancel()
-	return b.s.readAt(ctx, b.key, b.etag, b.size, p, off)
+	return b.s.readAt(context.Background(), b.key, b.etag, b.size, p, off)
 }
 
 // Size is the size at Open; blobs are immutable once committed.
@@ -61,14 +59,17 @@ func (b *blob) Section(off, n int64) (io.Reader, error) {
 	}
 	b.mu.Unlock()
 	// The request lives as long as the reader: the caller's pace sets
-	// how long, so no deadline here; Close cancels it.
-	ctx, cancel := context.WithCancel(context.Background())
-	body, err := b.s.rangeGet(ctx, b.key, b.etag, off, n)
+	// how long, so no deadline here. The watchdog fails it only while the
+	// caller waits on the server (the answer's headers, then each Read)
+	// and nothing arrives; Close cancels it.
+	wd := b.s.watch(context.Background())
+	body, err := b.s.rangeGet(wd.ctx, b.key, b.etag, off, n)
+	wd.pause()
 	if err != nil {
-		cancel()
+		wd.stop()
 		return nil, err
 	}
-	sec := &section{b: b, body: body, cancel: cancel, left: n}
+	sec := &section{b: b, body: body, wd: wd, left: n}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -96,11 +97,11 @@ func (b *blob) Close() error {
 
 // section is the body of one ranged GET.
 type section struct {
-	b      *blob
-	body   io.ReadCloser
-	cancel context.CancelFunc
-	left   int64
-	once   sync.Once
+	b    *blob
+	body io.ReadCloser
+	wd   *watchdog
+	left int64
+	once sync.Once
 }
 
 func (s *section) Read(p []byte) (int, error) {
@@ -110,13 +111,15 @@ func (s *section) Read(p []byte) (int, error) {
 	if int64(len(p)) > s.left {
 		p = p[:s.left]
 	}
+	s.wd.progress()
 	n, err := s.body.Read(p)
+	s.wd.pause()
 	s.left -= int64(n)
 	if err == io.EOF && s.left > 0 {
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil && err != io.EOF {
-		err = s.b.s.errorf(err, "read %s", s.b.id)
+		err = s.b.s.errorf(s.wd.err(err), "read %s", s.b.id)
 	}
 	if s.left == 0 || err != nil {
 		s.close()
@@ -138,6 +141,6 @@ func (s *section) Close() error {
 func (s *section) close() {
 	s.once.Do(func() {
 		_ = s.body.Close()
-		s.cancel()
+		s.wd.stop()
 	})
 }

@@ -28,6 +28,10 @@ const (
 	DefaultPartialGrace = time.Hour
 	DefaultUsageTTL     = 5 * time.Second
 	DefaultMaxRetries   = 3
+	// A readiness probe's HEAD of the bucket gets DefaultPingTimeout, and
+	// its verdict is kept for DefaultPingTTL.
+	DefaultPingTimeout = 2 * time.Second
+	DefaultPingTTL     = time.Second
 )
 
 // Secret is a credential: it prints as [redacted] in every format and log
@@ -83,6 +87,15 @@ type Config struct {
 	// MaxRetries bounds minio-go's retries of one request (with backoff).
 	// Zero: DefaultMaxRetries.
 	MaxRetries int
+
+	// CallTimeout bounds a call that moves no image bytes, its retries
+	// included; IdleTimeout fails a transfer of image bytes that made no
+	// progress for that long (see DefaultCallTimeout). PingTimeout and
+	// PingTTL are Ping's. Zero: the defaults.
+	CallTimeout time.Duration
+	IdleTimeout time.Duration
+	PingTimeout time.Duration
+	PingTTL     time.Duration
 
 	// Now is the clock RemovePartials compares ages with; nil: time.Now.
 	Now func() time.Time

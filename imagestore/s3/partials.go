@@ -31,7 +31,7 @@ func (s *Store) removePartial(ctx context.Context, id string, staged bool) error
 		return err
 	}
 	for _, u := range ups {
-		if err := s.core.AbortMultipartUpload(ctx, s.bucket, key, u.UploadID); err != nil && !isNotFound(err) {
+		if err := s.abortUpload(ctx, key, u.UploadID); err != nil {
 			return err
 		}
 	}

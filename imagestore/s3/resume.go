@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -85,7 +84,7 @@ func (s *Store) resume(ctx context.Context, id string, offset int64) (*writer, e
 	case len(ups) == 1 && isStaged && !hasDurable:
 		// A restage (below) that did not get as far as recording its
 		// offset: the staged object is still the whole truth.
-		if err := s.core.AbortMultipartUpload(ctx, s.bucket, key, ups[0].UploadID); err != nil && !isNotFound(err) {
+		if err := s.abortUpload(ctx, key, ups[0].UploadID); err != nil {
 			return nil, err
 		}
 		return s.resumeStaged(ctx, id, staged, offset)
@@ -147,14 +146,8 @@ func (s *Store) resumeUpload(ctx context.Context, id, uploadID string, offset, d
 		if !ok || size < r {
 			return nil, fmt.Errorf("the tail of part %d holds %d bytes, not the %d below offset %d", full+1, size, r, offset)
 		}
-		body, err := s.rangeGet(ctx, s.tailKey(id, full+1), "", 0, r)
-		if err != nil {
-			return nil, err
-		}
 		w.buf = make([]byte, r, P)
-		_, err = io.ReadFull(body, w.buf)
-		body.Close()
-		if err != nil {
+		if _, err := s.readAt(ctx, s.tailKey(id, full+1), "", size, w.buf, 0); err != nil {
 			return nil, fmt.Errorf("read the tail of part %d: %w", full+1, err)
 		}
 		w.synced = int(r)
@@ -215,7 +208,7 @@ func (s *Store) resumeStaged(ctx context.Context, id string, staged minio.Object
 	if err := s.removeAll(ctx, s.partialDir(id)); err != nil {
 		return nil, err
 	}
-	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	uploadID, err := s.newUpload(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -224,21 +217,18 @@ func (s *Store) resumeStaged(ctx context.Context, id string, staged minio.Object
 	base := int64(full) * P
 	w := &writer{s: s, id: id, key: key, uploadID: uploadID, base: base, durable: offset}
 	for k := 1; k <= full; k++ {
-		p, err := s.core.CopyObjectPart(ctx, s.bucket, key, s.bucket, key, uploadID, k, int64(k-1)*P, P, nil)
+		cctx, cancel := s.copyCall(ctx, P)
+		p, err := s.core.CopyObjectPart(cctx, s.bucket, key, s.bucket, key, uploadID, k, int64(k-1)*P, P, nil)
+		err = noAnswer(cctx, err)
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("copy part %d of the staged blob: %w", k, err)
 		}
 		w.parts = append(w.parts, minio.CompletePart{PartNumber: k, ETag: p.ETag})
 	}
 	if r := offset - base; r > 0 {
-		body, err := s.rangeGet(ctx, key, staged.ETag, base, r)
-		if err != nil {
-			return nil, err
-		}
 		w.buf = make([]byte, r, P)
-		_, err = io.ReadFull(body, w.buf)
-		body.Close()
-		if err != nil {
+		if _, err := s.readAt(ctx, key, staged.ETag, staged.Size, w.buf, base); err != nil {
 			return nil, fmt.Errorf("read the staged blob at %d: %w", base, err)
 		}
 		if _, err := s.putSmall(ctx, s.tailKey(id, full+1), w.buf, false); err != nil {

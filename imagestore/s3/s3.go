@@ -51,6 +51,7 @@ package s3
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,10 +68,6 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
-// requestTimeout bounds one request made where no caller context reaches
-// (Write, Sync, Abort): a part of up to 64 MiB over a slow link included.
-const requestTimeout = 10 * time.Minute
-
 // Store is the Blobs on one bucket and prefix. It is safe for concurrent
 // use; each BlobWriter it returns is used by one goroutine at a time.
 type Store struct {
@@ -83,7 +80,11 @@ type Store struct {
 	now      func() time.Time
 	secrets  []string // scrubbed from every error text
 
-	usage usage
+	callTimeout time.Duration
+	idleTimeout time.Duration
+
+	usage  usage
+	health *imagestore.HealthProbe
 }
 
 var _ imagestore.Blobs = (*Store)(nil)
@@ -129,12 +130,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if retries == 0 {
 		retries = DefaultMaxRetries
 	}
+	tr := cfg.Transport
+	if tr == nil {
+		var err error
+		if tr, err = transport(secure); err != nil {
+			return nil, fmt.Errorf("s3: transport for %s: %w", host, err)
+		}
+	}
 	core, err := minio.NewCore(host, &minio.Options{
 		Creds:        credentials.NewStaticV4(string(cfg.AccessKeyID), string(cfg.SecretAccessKey), string(cfg.SessionToken)),
 		Secure:       secure,
 		Region:       region,
 		BucketLookup: lookup,
-		Transport:    cfg.Transport,
+		Transport:    tr,
 		MaxRetries:   retries,
 	})
 	if err != nil {
@@ -147,7 +155,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		capacity: cfg.CapacityBytes,
 		grace:    cfg.PartialGrace,
 		now:      cfg.Now,
+
+		callTimeout: cmp.Or(cfg.CallTimeout, DefaultCallTimeout),
+		idleTimeout: cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout),
 	}
+	s.health = &imagestore.HealthProbe{Check: s.ping, Timeout: cmp.Or(cfg.PingTimeout, DefaultPingTimeout), TTL: cmp.Or(cfg.PingTTL, DefaultPingTTL)}
 	if cfg.Prefix != "" {
 		s.prefix = cfg.Prefix + "/"
 	}
@@ -166,14 +178,39 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if s.usage.ttl == 0 {
 		s.usage.ttl = DefaultUsageTTL
 	}
-	ok, err := s.core.BucketExists(ctx, s.bucket)
-	if err != nil {
-		return nil, s.errorf(err, "open bucket %s", s.bucket)
-	}
-	if !ok {
-		return nil, fmt.Errorf("s3: bucket %q does not exist", s.bucket)
+	if err := s.bucketExists(ctx); err != nil {
+		return nil, err
 	}
 	return s, nil
+}
+
+// bucketExists asks for the bucket (HEAD): the cheapest call that needs
+// the server, the credentials and the bucket.
+func (s *Store) bucketExists(ctx context.Context) error {
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	ok, err := s.core.BucketExists(cctx, s.bucket)
+	if err != nil {
+		return s.errorf(noAnswer(cctx, err), "bucket %s", s.bucket)
+	}
+	if !ok {
+		return fmt.Errorf("s3: bucket %q does not exist", s.bucket)
+	}
+	return nil
+}
+
+// Ping says whether the bucket answers, for a readiness probe: one HEAD
+// of the bucket within the ping timeout, its verdict kept for the ping
+// TTL, so that a flood of probes asks S3 at most once per TTL.
+func (s *Store) Ping(ctx context.Context) error { return s.health.Ping(ctx) }
+
+// ping is Ping's check; ctx carries the ping timeout.
+func (s *Store) ping(ctx context.Context) error {
+	err := s.bucketExists(ctx)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrNoAnswer, err)
+	}
+	return err
 }
 
 // PartSize is the size of every part but the last: the memory a running
@@ -251,45 +288,69 @@ func (s *Store) errorf(err error, format string, args ...any) error {
 
 // stat is StatObject; found is false only on the server's NotFound.
 func (s *Store) stat(ctx context.Context, key string) (info minio.ObjectInfo, found bool, err error) {
-	info, err = s.core.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	info, err = s.core.StatObject(cctx, s.bucket, key, minio.StatObjectOptions{})
 	if isNotFound(err) {
 		return minio.ObjectInfo{}, false, nil
 	}
 	if err != nil {
-		return minio.ObjectInfo{}, false, err
+		return minio.ObjectInfo{}, false, noAnswer(cctx, err)
 	}
 	return info, true, nil
 }
 
 // remove deletes key; a missing one is not an error.
 func (s *Store) remove(ctx context.Context, key string) error {
-	err := s.core.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{})
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	err := s.core.RemoveObject(cctx, s.bucket, key, minio.RemoveObjectOptions{})
 	if err != nil && !isNotFound(err) {
-		return err
+		return noAnswer(cctx, err)
 	}
 	return nil
 }
 
-// putSmall writes a small object from memory (a marker, a tail, the
-// durable offset). ifAbsent makes it conditional: the write fails with
-// a PreconditionFailed answer if the key exists.
+// smallBody is the largest object written under the deadline of a call
+// that moves no image bytes; a larger one (a part's tail, the head) is a
+// transfer, bounded by the idle timeout.
+const smallBody = 64 << 10
+
+// putSmall writes an object from memory (a marker, a tail, the durable
+// offset). ifAbsent makes it conditional: the write fails with a
+// PreconditionFailed answer if the key exists.
 func (s *Store) putSmall(ctx context.Context, key string, data []byte, ifAbsent bool) (minio.UploadInfo, error) {
 	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true}
 	if ifAbsent {
 		opts.SetMatchETagExcept("*")
 	}
-	return s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), "", "", opts)
+	if len(data) <= smallBody {
+		cctx, cancel := s.call(ctx)
+		defer cancel()
+		info, err := s.core.PutObject(cctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), "", "", opts)
+		return info, noAnswer(cctx, err)
+	}
+	w := s.watch(ctx)
+	defer w.stop()
+	body := sendReader{ReadSeeker: bytes.NewReader(data), w: w}
+	info, err := s.core.PutObject(w.ctx, s.bucket, key, body, int64(len(data)), "", "", opts)
+	return info, w.err(err)
 }
 
-// listObjects lists every object under prefix, recursively.
+// listObjects lists every object under prefix, recursively. Each page
+// must come within the call timeout of the one before.
 func (s *Store) listObjects(ctx context.Context, prefix string) ([]minio.ObjectInfo, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // stops the lister if we return early
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil) // stops the lister if we return early
+	late := fmt.Errorf("%w within %v", ErrNoAnswer, s.callTimeout)
+	page := time.AfterFunc(s.callTimeout, func() { cancel(late) })
+	defer page.Stop()
 	var out []minio.ObjectInfo
 	for o := range s.core.Client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if o.Err != nil {
-			return nil, o.Err
+			return nil, noAnswer(ctx, o.Err)
 		}
+		page.Reset(s.callTimeout)
 		out = append(out, o)
 	}
 	return out, nil
@@ -301,7 +362,10 @@ func (s *Store) uploads(ctx context.Context, prefix string) ([]minio.ObjectMulti
 	var out []minio.ObjectMultipartInfo
 	keyMarker, idMarker := "", ""
 	for range 100000 { // bounded: 100 000 pages of 1 000
-		res, err := s.core.ListMultipartUploads(ctx, s.bucket, prefix, keyMarker, idMarker, "", 1000)
+		cctx, cancel := s.call(ctx)
+		res, err := s.core.ListMultipartUploads(cctx, s.bucket, prefix, keyMarker, idMarker, "", 1000)
+		err = noAnswer(cctx, err)
+		cancel()
 		if err != nil {
 			return nil, err
 		}
@@ -337,7 +401,10 @@ func (s *Store) parts(ctx context.Context, key, uploadID string) ([]minio.Object
 	var out []minio.ObjectPart
 	marker := 0
 	for range maxParts + 1 {
-		res, err := s.core.ListObjectParts(ctx, s.bucket, key, uploadID, marker, 1000)
+		cctx, cancel := s.call(ctx)
+		res, err := s.core.ListObjectParts(cctx, s.bucket, key, uploadID, marker, 1000)
+		err = noAnswer(cctx, err)
+		cancel()
 		if err != nil {
 			return nil, err
 		}
@@ -447,11 +514,20 @@ func (s *Store) Quarantine(ctx context.Context, id string) error {
 	if found {
 		return fmt.Errorf("s3: quarantine %s: a quarantined blob has that id: %w", id, imagestore.ErrExists)
 	}
-	_, err = s.core.ComposeObject(ctx,
+	src, found, err := s.stat(ctx, s.imageKey(id))
+	if err != nil {
+		return s.errorf(err, "quarantine %s", id)
+	}
+	if !found {
+		return fmt.Errorf("s3: quarantine %s: committed, but its bytes are missing", id)
+	}
+	cctx, cancel := s.copyCall(ctx, src.Size)
+	defer cancel()
+	_, err = s.core.ComposeObject(cctx,
 		minio.CopyDestOptions{Bucket: s.bucket, Object: s.quarantineKey(id)},
 		minio.CopySrcOptions{Bucket: s.bucket, Object: s.imageKey(id)})
 	if err != nil {
-		return s.errorf(err, "quarantine %s: copy", id)
+		return s.errorf(noAnswer(cctx, err), "quarantine %s: copy", id)
 	}
 	if err := s.remove(ctx, s.markerKey(id)); err != nil {
 		return s.errorf(err, "quarantine %s: marker", id)

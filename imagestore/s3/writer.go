@@ -79,19 +79,17 @@ func (w *writer) SetFence(fence func(ctx context.Context) error) {
 	w.fence = fence
 }
 
-// fenced asks the fence, if any.
+// fenced asks the fence, if any, within the call timeout.
 func (w *writer) fenced(ctx context.Context) error {
 	if w.fence == nil {
 		return nil
 	}
+	ctx, cancel := w.s.call(ctx)
+	defer cancel()
 	if err := w.fence(ctx); err != nil {
 		return fmt.Errorf("fenced off: %w", err)
 	}
 	return nil
-}
-
-func reqCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), requestTimeout)
 }
 
 // Create starts a multipart upload for id. It refuses (ErrExists) an id
@@ -126,11 +124,31 @@ func (s *Store) Create(ctx context.Context, id string) (imagestore.BlobWriter, e
 	if err := s.removeAll(ctx, s.partialDir(id)); err != nil {
 		return nil, s.errorf(err, "create %s: old partial objects", id)
 	}
-	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	uploadID, err := s.newUpload(ctx, key)
 	if err != nil {
 		return nil, s.errorf(err, "create %s", id)
 	}
 	return &writer{s: s, id: id, key: key, uploadID: uploadID}, nil
+}
+
+// newUpload starts a multipart upload of key.
+func (s *Store) newUpload(ctx context.Context, key string) (string, error) {
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	id, err := s.core.NewMultipartUpload(cctx, s.bucket, key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	return id, noAnswer(cctx, err)
+}
+
+// abortUpload ends multipart upload uploadID of key; a missing one is not
+// an error.
+func (s *Store) abortUpload(ctx context.Context, key, uploadID string) error {
+	cctx, cancel := s.call(ctx)
+	defer cancel()
+	err := s.core.AbortMultipartUpload(cctx, s.bucket, key, uploadID)
+	if err != nil && !isNotFound(err) {
+		return noAnswer(cctx, err)
+	}
+	return nil
 }
 
 // removeAll deletes every object under prefix.
@@ -184,8 +202,7 @@ func (w *writer) sendPart() error {
 	if num > maxParts {
 		return fmt.Errorf("the blob needs more than %d parts of %d bytes", maxParts, w.s.partSize)
 	}
-	ctx, cancel := reqCtx()
-	defer cancel()
+	ctx := context.Background() // each call below has its own deadline
 	if err := w.fenced(ctx); err != nil {
 		return err
 	}
@@ -206,8 +223,12 @@ func (w *writer) sendPart() error {
 	// is not needed: measured here, 256 MiB took 2.2 s streaming-signed
 	// and 1.8 s so.
 	sum := sha256.Sum256(w.buf)
-	p, err := w.s.core.PutObjectPart(ctx, w.s.bucket, w.key, w.uploadID, num,
-		bytes.NewReader(w.buf), int64(len(w.buf)), minio.PutObjectPartOptions{Sha256Hex: hex.EncodeToString(sum[:]), DisableContentSha256: true})
+	wd := w.s.watch(ctx)
+	p, err := w.s.core.PutObjectPart(wd.ctx, w.s.bucket, w.key, w.uploadID, num,
+		sendReader{ReadSeeker: bytes.NewReader(w.buf), w: wd}, int64(len(w.buf)),
+		minio.PutObjectPartOptions{Sha256Hex: hex.EncodeToString(sum[:]), DisableContentSha256: true})
+	err = wd.err(err)
+	wd.stop()
 	if err != nil {
 		return w.s.errorf(err, "upload part %d", num)
 	}
@@ -246,8 +267,7 @@ func (w *writer) Sync() error {
 }
 
 func (w *writer) sync() error {
-	ctx, cancel := reqCtx()
-	defer cancel()
+	ctx := context.Background() // each call has its own deadline
 	if err := w.fenced(ctx); err != nil {
 		return err
 	}
@@ -279,12 +299,14 @@ func (s *Store) putDurable(ctx context.Context, id string, off int64) error {
 // getDurable reads the durable offset; found is false if none was
 // recorded (a write that never synced: 0 bytes are durable).
 func (s *Store) getDurable(ctx context.Context, id string) (off int64, found bool, err error) {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
 	body, _, _, err := s.core.GetObject(ctx, s.bucket, s.durableKey(id), minio.GetObjectOptions{})
 	if isNotFound(err) {
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return 0, false, noAnswer(ctx, err)
 	}
 	defer body.Close()
 	b, err := io.ReadAll(io.LimitReader(body, 32))
@@ -292,7 +314,7 @@ func (s *Store) getDurable(ctx context.Context, id string) (off int64, found boo
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return 0, false, noAnswer(ctx, err)
 	}
 	off, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil || off < 0 {
@@ -355,7 +377,7 @@ func (w *writer) finish(ctx context.Context) error {
 			}
 			return w.s.errorf(err, "put empty blob")
 		}
-		if err := w.s.core.AbortMultipartUpload(ctx, w.s.bucket, w.key, w.uploadID); err != nil && !isNotFound(err) {
+		if err := w.s.abortUpload(ctx, w.key, w.uploadID); err != nil {
 			_ = w.s.remove(ctx, w.key)
 			return w.s.errorf(err, "abort the empty upload")
 		}
@@ -368,7 +390,10 @@ func (w *writer) finish(ctx context.Context) error {
 		opts := minio.PutObjectOptions{}
 		opts.SetMatchETagExcept("*")
 		w.tried = true
-		info, err = w.s.core.CompleteMultipartUpload(ctx, w.s.bucket, w.key, w.uploadID, w.parts, opts)
+		cctx, cancel := w.s.copyCall(ctx, size)
+		info, err = w.s.core.CompleteMultipartUpload(cctx, w.s.bucket, w.key, w.uploadID, w.parts, opts)
+		err = noAnswer(cctx, err)
+		cancel()
 		if isPreconditionFailed(err) {
 			w.tried = false
 			return imagestore.ErrExists
@@ -403,22 +428,15 @@ func (w *writer) ReadAt(p []byte, off int64) (int, error) {
 		if w.base == 0 { // still in the first part: the bytes are in buf
 			return copy(p, w.buf[off:]), nil
 		}
-		ctx, cancel := reqCtx()
-		defer cancel()
-		return w.s.readAt(ctx, w.s.headKey(w.id), "", min(headSize, w.written()), p, off)
+		return w.s.readAt(context.Background(), w.s.headKey(w.id), "", min(headSize, w.written()), p, off)
 	}
 	if !w.staged {
-		ctx, cancel := reqCtx()
-		err := w.finish(ctx)
-		cancel()
-		if err != nil {
+		if err := w.finish(context.Background()); err != nil {
 			w.werr = fmt.Errorf("s3: read %s: %w", w.id, err)
 			return 0, w.werr
 		}
 	}
-	ctx, cancel := reqCtx()
-	defer cancel()
-	return w.s.readAt(ctx, w.key, w.etag, w.size, p, off)
+	return w.s.readAt(context.Background(), w.key, w.etag, w.size, p, off)
 }
 
 // readAt is one ranged GET of key (size bytes, with etag) into p.
@@ -433,14 +451,16 @@ func (s *Store) readAt(ctx context.Context, key, etag string, size int64, p []by
 		return 0, nil
 	}
 	n := min(int64(len(p)), size-off)
-	body, err := s.rangeGet(ctx, key, etag, off, n)
+	wd := s.watch(ctx)
+	defer wd.stop()
+	body, err := s.rangeGet(wd.ctx, key, etag, off, n)
 	if err != nil {
 		return 0, err
 	}
 	defer body.Close()
-	got, err := io.ReadFull(body, p[:n])
+	got, err := io.ReadFull(recvReader{body, wd}, p[:n])
 	if err != nil {
-		return got, s.errorf(err, "read %s at %d", key, off)
+		return got, s.errorf(wd.err(err), "read %s at %d", key, off)
 	}
 	if n < int64(len(p)) {
 		return got, io.EOF
@@ -460,7 +480,7 @@ func (s *Store) rangeGet(ctx context.Context, key, etag string, off, n int64) (i
 	}
 	body, _, _, err := s.core.GetObject(ctx, s.bucket, key, opts)
 	if err != nil {
-		return nil, s.errorf(err, "read %s at %d", key, off)
+		return nil, s.errorf(noAnswer(ctx, err), "read %s at %d", key, off)
 	}
 	return body, nil
 }
@@ -524,13 +544,11 @@ func (w *writer) Abort() error {
 		return nil
 	}
 	w.dropBuffer()
-	ctx, cancel := reqCtx()
-	defer cancel()
+	ctx := context.Background() // each call has its own deadline
 	defer w.s.usage.invalidate()
 	var errs []error
 	if w.uploadID != "" {
-		err := w.s.core.AbortMultipartUpload(ctx, w.s.bucket, w.key, w.uploadID)
-		if err != nil && !isNotFound(err) {
+		if err := w.s.abortUpload(ctx, w.key, w.uploadID); err != nil {
 			errs = append(errs, w.s.errorf(err, "abort upload"))
 		} else {
 			w.uploadID = ""

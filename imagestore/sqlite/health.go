@@ -92,7 +92,8 @@ func (r *reserve) release() bool {
 }
 
 // RefillReserve takes the emergency space back after a full disk released
-// it; serve calls it every minute. Without WithReserve it does nothing.
+// it; serve calls it right after every deletion of a file (the space a
+// remove freed) and every minute. Without WithReserve it does nothing.
 func (s *Store) RefillReserve() error {
 	if s.reserve == nil {
 		return nil

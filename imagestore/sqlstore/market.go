@@ -303,21 +303,29 @@ func orderState(ctx context.Context, tx *Tx, id string) (imagestore.OrderState, 
 // decision is the UPDATE's WHERE, never the read: of two concurrent
 // changes exactly one applies.
 func transition(ctx context.Context, tx *Tx, id string, left func(imagestore.OrderState) bool, update string, args ...any) error {
+	_, err := transitionMoved(ctx, tx, id, left, update, args...)
+	return err
+}
+
+// transitionMoved is transition that also reports whether update changed
+// the row (false: it was left as it was). The update's own WHERE on the
+// state decides, so of concurrent transactions exactly one sees true.
+func transitionMoved(ctx context.Context, tx *Tx, id string, left func(imagestore.OrderState) bool, update string, args ...any) (bool, error) {
 	res, err := tx.ExecContext(ctx, update, args...)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 1 {
-		return err
+		return err == nil, err
 	}
 	st, err := orderState(ctx, tx, id)
 	switch {
 	case err != nil:
-		return err
+		return false, err
 	case left(st):
-		return nil
+		return false, nil
 	}
-	return fmt.Errorf("order is %s: %w", st, imagestore.ErrOrderState)
+	return false, fmt.Errorf("order is %s: %w", st, imagestore.ErrOrderState)
 }
 
 func never(imagestore.OrderState) bool { return false }
@@ -374,21 +382,32 @@ func (s *Store) OrderUserData(ctx context.Context, id string) (string, error) {
 
 // MarkOrderPaid: awaitingPayment → paid; see imagestore.MarketStore.
 func (s *Store) MarkOrderPaid(ctx context.Context, id string, paidAt, expiresAt time.Time) error {
+	_, err := s.PayOrder(ctx, id, paidAt, expiresAt)
+	return err
+}
+
+// PayOrder: MarkOrderPaid, reporting whether this call moved the order.
+func (s *Store) PayOrder(ctx context.Context, id string, paidAt, expiresAt time.Time) (bool, error) {
 	paid, err := nanos("paid_at", paidAt)
 	if err != nil {
-		return fmt.Errorf("mark order paid: %w", err)
+		return false, fmt.Errorf("mark order paid: %w", err)
 	}
 	expires, err := nanos("expires_at", expiresAt)
 	if err != nil {
-		return fmt.Errorf("mark order paid: %w", err)
+		return false, fmt.Errorf("mark order paid: %w", err)
 	}
-	return s.write(ctx, "mark order paid", func(tx *Tx) error {
-		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
+	var moved bool
+	err = s.write(ctx, "mark order paid", func(tx *Tx) (err error) {
+		// Set on every attempt: a retried transaction says what its
+		// last, committed attempt did.
+		moved, err = transitionMoved(ctx, tx, id, func(st imagestore.OrderState) bool {
 			return st == imagestore.OrderPaid || st == imagestore.OrderActive || st == imagestore.OrderExpired
 		}, `
 UPDATE orders SET state = 'paid', paid_at = ?, expires_at = ? WHERE id = ? AND state = 'awaitingPayment'`,
 			paid, expires, id)
+		return err
 	})
+	return moved && err == nil, err
 }
 
 // CancelOrder: awaitingPayment → cancelled; see imagestore.MarketStore.

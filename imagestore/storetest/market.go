@@ -1068,3 +1068,50 @@ func testCreateOrderUnpaidLimit(t *testing.T, s imagestore.Store) {
 	}
 	must(t, "CreateOrder after cancelling", s.CreateOrder(ctx, orderOf(l, h, buyer, "u97", 1, t0), "", limit))
 }
+
+// testPayOrderOnce: of concurrent PayOrder calls for one order exactly one
+// says it moved the order; later calls, on a paid, active or expired
+// order, say it did not; a cancelled order is ErrOrderState.
+func testPayOrderOnce(t *testing.T, s imagestore.Store) {
+	const n = 10
+	ctx := t.Context()
+	h := newHost(t, s, "host")
+	b := newTenant(t, s, "buyer")
+	l := newListing(t, s, h, "l1", 5, t0)
+	o := placeOrder(t, s, orderOf(l, h, b, "o1", 1, t0), "")
+	month := t0.Add(30 * 24 * time.Hour)
+	start := make(chan struct{})
+	moved := make([]bool, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			moved[i], errs[i] = s.PayOrder(ctx, o.ID, t0, month)
+		})
+	}
+	close(start)
+	wg.Wait()
+	count := 0
+	for i := range n {
+		must(t, "PayOrder", errs[i])
+		if moved[i] {
+			count++
+		}
+	}
+	if count != 1 {
+		t.Errorf("%d of %d concurrent PayOrder calls moved the order, want exactly 1", count, n)
+	}
+	if m, err := s.PayOrder(ctx, o.ID, t0, month); err != nil || m {
+		t.Errorf("PayOrder on a paid order = %v, %v; want false, nil", m, err)
+	}
+	must(t, "MarkOrderActive", s.MarkOrderActive(ctx, o.ID))
+	if m, err := s.PayOrder(ctx, o.ID, t0, month); err != nil || m {
+		t.Errorf("PayOrder on an active order = %v, %v; want false, nil", m, err)
+	}
+	c := placeOrder(t, s, orderOf(l, h, b, "o2", 1, t0), "")
+	must(t, "CancelOrder", s.CancelOrder(ctx, c.ID, "checkoutExpired", t0))
+	if m, err := s.PayOrder(ctx, c.ID, t0, month); !errors.Is(err, imagestore.ErrOrderState) || m {
+		t.Errorf("PayOrder on a cancelled order = %v, %v; want false, ErrOrderState", m, err)
+	}
+}

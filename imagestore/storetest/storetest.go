@@ -67,6 +67,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"CreateOrderUnpaidLimit", testCreateOrderUnpaidLimit},
 		{"ListingCounts", testListingCounts},
 		{"OrderStates", testOrderStates},
+		{"PayOrderOnce", testPayOrderOnce},
 		{"OrderTimeRoundTrip", testOrderTimeRoundTrip},
 		{"OrderQueries", testOrderQueries},
 		{"OverdueOrders", testOverdueOrders},

@@ -16,9 +16,25 @@ import (
 // those headers, so they mean something only from a known hop.
 type Proxies []netip.Prefix
 
+// The widest prefixes a list may trust. A trusted proxy's forwarding
+// headers are believed, so trusting a prefix as wide as 0.0.0.0/0 or ::/0
+// lets every client on the internet write the address it wants logged and
+// rate-limited. A /8 is the widest private IPv4 range (10.0.0.0/8) and a
+// /32 the smallest allocation a provider gets in IPv6; unique local
+// addresses (fc00::/7) are private at any width.
+const (
+	minBitsIPv4 = 8
+	minBitsIPv6 = 32
+)
+
+var uniqueLocal = netip.MustParsePrefix("fc00::/7")
+
 // Parse reads a comma-separated list of CIDRs (10.0.0.0/8, fd00::/8) or
 // bare addresses (192.0.2.7, meaning that address alone). Blank items are
-// skipped; an empty list trusts nobody. The error names the item.
+// skipped; an empty list trusts nobody. An IPv4-mapped prefix
+// (::ffff:10.0.0.0/104) is read as the IPv4 prefix it maps, as addresses
+// are compared unmapped. A prefix wider than minBitsIPv4 or minBitsIPv6
+// (outside fc00::/7) is refused. The error names the item.
 func Parse(list string) (Proxies, error) {
 	var out Proxies
 	for _, item := range strings.Split(list, ",") {
@@ -39,9 +55,27 @@ func Parse(list string) (Proxies, error) {
 		if err != nil || !p.IsValid() {
 			return nil, fmt.Errorf("%q is not a CIDR (10.0.0.0/8) or an address", item)
 		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		if tooWide(p) {
+			return nil, fmt.Errorf("%q trusts too much of the internet: any client in it could forge the address it is logged and limited by; "+
+				"list the proxies' own addresses or prefixes (at most /%d for IPv4, /%d for IPv6 outside fc00::/7)", item, minBitsIPv4, minBitsIPv6)
+		}
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// tooWide reports whether p is wider than a list may trust.
+func tooWide(p netip.Prefix) bool {
+	if p.Addr().Is4() {
+		return p.Bits() < minBitsIPv4
+	}
+	if p.Bits() >= uniqueLocal.Bits() && uniqueLocal.Contains(p.Addr()) {
+		return false
+	}
+	return p.Bits() < minBitsIPv6
 }
 
 // Trusts reports whether a is one of the proxies.

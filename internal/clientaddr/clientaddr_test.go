@@ -23,6 +23,24 @@ func TestParse(t *testing.T) {
 		{"10.0.0.0/33", nil, `"10.0.0.0/33"`},
 		{"10.0.0.0/8,proxy.example", nil, `"proxy.example"`},
 		{"fe80::1%eth0", nil, `"fe80::1%eth0"`},
+		// A prefix so wide it trusts the world (or a good part of it) lets
+		// any client write its own address: refused. The narrowest
+		// refused and the widest accepted sit on the boundary.
+		{"0.0.0.0/0", nil, `"0.0.0.0/0"`},
+		{"::/0", nil, `"::/0"`},
+		{"10.0.0.0/8, 0.0.0.0/0", nil, `"0.0.0.0/0"`},
+		{"64.0.0.0/7", nil, `"64.0.0.0/7"`},
+		{"11.0.0.0/8", Proxies{netip.MustParsePrefix("11.0.0.0/8")}, ""},
+		{"2000::/3", nil, `"2000::/3"`},
+		{"2001:db8::/31", nil, `"2001:db8::/31"`},
+		{"2001:db8::/32", Proxies{netip.MustParsePrefix("2001:db8::/32")}, ""},
+		// Unique local addresses are private whatever the prefix.
+		{"fc00::/7", Proxies{netip.MustParsePrefix("fc00::/7")}, ""},
+		{"fc00::/6", nil, `"fc00::/6"`},
+		// An IPv4-mapped prefix is the IPv4 prefix it maps, so that it
+		// matches (addresses are compared unmapped) and is judged as one.
+		{"::ffff:0.0.0.0/96", nil, `"::ffff:0.0.0.0/96"`},
+		{"::ffff:10.0.0.0/104", Proxies{netip.MustParsePrefix("10.0.0.0/8")}, ""},
 	} {
 		got, err := Parse(tc.in)
 		switch {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,6 +144,27 @@ func (s *Server) Stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 	})
+}
+
+// Pause stops the server with SIGSTOP: it keeps its port, the kernel
+// still accepts connections for it, and nothing answers, as a hung S3
+// does. The test's cleanup continues it (SIGCONT) so that nothing is left
+// stopped, whatever fails in between.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	t.Cleanup(s.Continue)
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP versitygw: %v", err)
+	}
+}
+
+// Continue undoes Pause (SIGCONT); a server that ended is left alone.
+func (s *Server) Continue() {
+	select {
+	case <-s.done:
+	default:
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
 
 func makeBucket(cfg s3.Config) error {

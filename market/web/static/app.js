@@ -48,7 +48,9 @@
     ownListing: 'A box cannot order machines from its own listing.',
     tooManyListings: 'This box already has the most open listings allowed; close one first.',
     tooManyUnpaidOrders: 'This box already has the most orders awaiting payment; pay or let one expire first.',
+    belowMinimumCharge: 'The price is below the smallest charge Stripe accepts in this currency.',
     paymentRefused: 'The payment provider refused to open the checkout; the order was cancelled.',
+    badCheckoutURL: 'The edge answered a checkout address that is not an https address, so the page does not open it. Tell the edge\'s operator; the order expires unpaid.',
     checkoutFailed: 'The checkout could not be opened; the order was cancelled.',
     checkoutExpired: 'The checkout expired before it was paid.',
     paymentFailed: 'The payment failed.',
@@ -153,6 +155,22 @@
     return REASONS[reason] || fallback || (reason ? `The edge refused (${reason}).` : 'The edge refused.')
   }
 
+  // checkoutURL is the checkout address url if the page may send the
+  // buyer there: an https URL, or http on a loopback host (a development
+  // edge's fake Stripe). Anything else (javascript:, data:, plain http to
+  // another host, no URL at all) is null: the address comes from the
+  // edge, which relays Stripe's answer, and an href is no place to trust
+  // it blindly.
+  function checkoutURL (url) {
+    let u
+    try { u = new URL(url) } catch (e) { return null }
+    if (u.username || u.password) return null
+    if (u.protocol === 'https:' && u.hostname) return u.href
+    if (u.protocol === 'http:' && LOOPBACK.test(u.hostname)) return u.href
+    return null
+  }
+  const LOOPBACK = /^(localhost|127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\])$/
+
   function bytes (n) {
     if (!Number.isFinite(n)) return '?'
     const units = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB']
@@ -228,7 +246,14 @@
     return out
   }
 
+  // DETAILED are the reasons whose message from the edge says more than
+  // the table's sentence (the amounts): the page shows both.
+  const DETAILED = new Set(['belowMinimumCharge'])
+
   function refusal (ans) {
+    if (DETAILED.has(ans.reason) && ans.error) {
+      return `${words(ans.reason)} ${ans.error.charAt(0).toUpperCase()}${ans.error.slice(1)}.`
+    }
     return words(ans.reason, ans.error)
   }
 
@@ -460,6 +485,15 @@
     return c ? c.name : o.image
   }
 
+  // payLink is the card's link to an unpaid order's checkout, or the
+  // reason in words when its address is not one to follow.
+  function payLink (o) {
+    if (!o.checkout_url) return null
+    const url = checkoutURL(o.checkout_url)
+    if (!url) return el('p', { class: 'order-pay-refused notice', text: words('badCheckoutURL') })
+    return el('p', {}, el('a', { href: url, target: '_blank', rel: 'noopener noreferrer', class: 'order-pay', text: 'Pay this order at Stripe' }))
+  }
+
   function renderMachines (st) {
     const orders = st.orders || []
     $('#machine-list').replaceChildren(...orders.map((o) => {
@@ -472,7 +506,7 @@
         el('p', { class: 'meta' }, `${o.quantity} × ${imageLabel(st, o)} on ${o.host} · ${money(o.total, o.currency)} · ordered ${when(o.created_at)}`),
         el('p', { class: 'meta' }, 'Address: ', el('span', { class: 'order-address', text: o.address || 'none (this edge gives machines no address)' })),
         el('p', { class: 'meta' }, 'Paid until: ', el('span', { class: 'order-expires', text: o.expires_at ? when(o.expires_at) : 'not paid yet' })),
-        o.checkout_url ? el('p', {}, el('a', { href: o.checkout_url, target: '_blank', rel: 'noopener noreferrer', class: 'order-pay', text: 'Pay this order at Stripe' })) : null,
+        payLink(o),
         el('p', { class: 'order-note', text: note, hidden: !note }),
         replicas.length ? el('ul', { class: 'replicas', 'aria-label': `Replicas of ${o.name}` }, ...replicas.map((r) =>
           el('li', { class: 'replica', 'data-replica': r.name, 'data-state': r.state },
@@ -628,7 +662,17 @@
       return
     }
     const o = ans.data
-    const link = el('a', { id: 'order-checkout', href: o.checkout_url, target: '_blank', rel: 'noopener noreferrer', text: 'Pay at Stripe Checkout' })
+    const url = checkoutURL(o.checkout_url)
+    if (!url) {
+      if (win) win.close()
+      res.replaceChildren(`Order ${o.order_id} placed, but: ${words('badCheckoutURL')}`)
+      res.dataset.state = 'refused'
+      res.dataset.reason = 'badCheckoutURL'
+      res.dataset.orderId = o.order_id
+      await refresh()
+      return
+    }
+    const link = el('a', { id: 'order-checkout', href: url, target: '_blank', rel: 'noopener noreferrer', text: 'Pay at Stripe Checkout' })
     res.replaceChildren(`Order ${o.order_id} placed: ${money(o.total, o.currency)}, payable until ${when(o.expires_at)}. `, link,
       win ? ' (opened in a new tab)' : ' (your browser blocked the new tab: follow the link)')
     res.dataset.state = 'placed'
@@ -636,7 +680,7 @@
     if (win) {
       try {
         win.opener = null
-        win.location.href = o.checkout_url
+        win.location.href = url
       } catch (e) {}
     }
     await refresh()

@@ -1,0 +1,148 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+)
+
+// Deadlines. A server that hangs (it accepts the connection, then never
+// answers) must cost a request seconds, never its whole life: every call
+// has a deadline suited to it.
+//
+//   - A call that moves no image bytes (HEAD, DELETE, a marker or offset
+//     PUT, a listing page, the start or abort of a multipart upload) has
+//     CallTimeout for all its tries.
+//   - A call that moves image bytes (a part, a tail, a ranged GET) has no
+//     deadline of its own, since its length and the link set how long it
+//     takes: it fails once no byte has moved for IdleTimeout while it was
+//     sending or the caller was waiting to read.
+//   - A call whose server works through image bytes before it answers
+//     (completing an upload, copying a blob) has CallTimeout plus the time
+//     the bytes take at serverCopyRate.
+//
+// Below those, the transport gives up on a connection not made within
+// dialTimeout, a TLS handshake not done within tlsTimeout and an answer
+// whose headers did not follow the request within headerTimeout.
+const (
+	DefaultCallTimeout = 10 * time.Second
+	DefaultIdleTimeout = 15 * time.Second
+	// serverCopyRate is a slow disk's copy rate: a posix-backed S3 server
+	// copies the parts into one file before it answers the completion.
+	serverCopyRate = 32 << 20 // bytes per second
+	dialTimeout    = 5 * time.Second
+	tlsTimeout     = 5 * time.Second
+	headerTimeout  = time.Minute
+)
+
+// ErrNoAnswer is a call the server did not answer within its deadline, or
+// a transfer that made no progress within the idle timeout.
+var ErrNoAnswer = errors.New("the S3 server did not answer in time")
+
+// transport is minio-go's default transport (connection pool, no gzip
+// decoding, TLS 1.2 or later) with shorter dial and TLS handshake bounds.
+func transport(secure bool) (http.RoundTripper, error) {
+	tr, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, err
+	}
+	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout = tlsTimeout
+	tr.ResponseHeaderTimeout = headerTimeout
+	return tr, nil
+}
+
+// call bounds one call that moves no image bytes, its retries included.
+func (s *Store) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, s.callTimeout, fmt.Errorf("%w within %v", ErrNoAnswer, s.callTimeout))
+}
+
+// copyCall bounds a call whose server works through n bytes before it
+// answers.
+func (s *Store) copyCall(ctx context.Context, n int64) (context.Context, context.CancelFunc) {
+	d := s.callTimeout + time.Duration(n/serverCopyRate)*time.Second
+	return context.WithTimeoutCause(ctx, d, fmt.Errorf("%w within %v", ErrNoAnswer, d))
+}
+
+// noAnswer says that err is ctx's deadline (or stall) if it is: minio-go
+// reports a cancelled request as "context canceled", which names nothing.
+func noAnswer(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ErrNoAnswer) {
+		return err
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrNoAnswer) {
+		return fmt.Errorf("%w (%v)", cause, err)
+	}
+	return err
+}
+
+// watchdog cancels its context once no progress was reported for idle
+// while it is armed: a transfer of image bytes to or from a server that
+// stopped answering.
+type watchdog struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	idle   time.Duration
+	timer  *time.Timer
+}
+
+// watch returns an armed watchdog over ctx; stop releases it.
+func (s *Store) watch(ctx context.Context) *watchdog {
+	w := &watchdog{idle: s.idleTimeout}
+	w.ctx, w.cancel = context.WithCancelCause(ctx)
+	stalled := fmt.Errorf("%w: no byte moved for %v", ErrNoAnswer, w.idle)
+	w.timer = time.AfterFunc(w.idle, func() { w.cancel(stalled) })
+	return w
+}
+
+// progress re-arms the watchdog: bytes moved.
+func (w *watchdog) progress() { w.timer.Reset(w.idle) }
+
+// pause disarms it while the caller, not the server, holds up the
+// transfer (a fetch whose client reads slowly).
+func (w *watchdog) pause() { w.timer.Stop() }
+
+func (w *watchdog) stop() {
+	w.timer.Stop()
+	w.cancel(nil)
+}
+
+// err is noAnswer for the watchdog's context.
+func (w *watchdog) err(err error) error { return noAnswer(w.ctx, err) }
+
+// sendReader is a request body that tells its watchdog of every byte the
+// transport takes: a server that stops reading stalls it. It keeps
+// Seek, so that minio-go can rewind it to retry.
+type sendReader struct {
+	io.ReadSeeker
+	w *watchdog
+}
+
+func (r sendReader) Read(p []byte) (int, error) {
+	n, err := r.ReadSeeker.Read(p)
+	if n > 0 {
+		r.w.progress()
+	}
+	return n, err
+}
+
+// recvReader is a response body that re-arms its watchdog with every
+// byte that arrives.
+type recvReader struct {
+	io.Reader
+	w *watchdog
+}
+
+func (r recvReader) Read(p []byte) (int, error) {
+	n, err := r.Reader.Read(p)
+	if n > 0 {
+		r.w.progress()
+	}
+	return n, err
+}
