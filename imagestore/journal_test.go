@@ -197,6 +197,43 @@ func TestReconcileStampsIdentity(t *testing.T) {
 	}
 }
 
+// TestReconcileOldBackup: a database of this store from before
+// identities (a backup restored) has no identity but names image files
+// here: it is accepted, takes the blobs' identity, and the files it does
+// not name are quarantined as after any restore of an older backup.
+func TestReconcileOldBackup(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	old := openSQLite(t, filepath.Join(dir, "old.db"))
+	tn, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "alpha"}, imagestore.HashSecret("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs, err := blobfs.Open(filepath.Join(dir, "vm-images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backedUp, later := imagestore.NewUploadID(), imagestore.NewUploadID()
+	blobtest.Put(t, blobs, backedUp, []byte("in the backup"))
+	blobtest.Put(t, blobs, later, []byte("uploaded after it"))
+	if err := old.AddImage(ctx, imagestore.Image{UploadID: backedUp, TenantID: tn.ID, Name: "b"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	id := imagestore.NewStoreID()
+	if err := blobs.SetStoreID(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := imagestore.Reconcile(ctx, old, blobs, quiet); err != nil {
+		t.Fatalf("Reconcile of this store's pre-identity backup: %v", err)
+	}
+	if got, err := old.StoreID(ctx); err != nil || got != id {
+		t.Errorf("the backup's store id after start-up = %q, %v; want the blobs' %q", got, err, id)
+	}
+	if q, err := blobs.Quarantined(ctx); err != nil || len(q) != 1 || q[0].ID != later {
+		t.Errorf("quarantine = %+v, %v; want the image uploaded after the backup", q, err)
+	}
+}
+
 // TestFinishRemovals: the sweep deletes the file of a removed image whose
 // deletion failed (the intent kept it), ends the intent, and keeps the
 // file of an image that has a record.

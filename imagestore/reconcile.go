@@ -165,9 +165,11 @@ func (ev *evidence) judge(ctx context.Context, blobs Blobs) error {
 		return nil
 	}
 	switch {
-	case ev.blobID != "" && ev.recID == "":
+	case ev.blobID != "" && ev.recID == "" && !ev.namesAFile():
+		// (Records without an identity that name an image file here are
+		// this store's, from before identities: a backup restored.)
 		return &StoreLostError{Files: len(ev.files), Reason: LostNoIdentity}
-	case ev.blobID != "" && ev.recID != ev.blobID:
+	case ev.blobID != "" && ev.recID != "" && ev.recID != ev.blobID:
 		return &StoreLostError{Files: len(ev.files), Reason: LostOtherStore}
 	case len(ev.recorded) > 0 || ev.explained(ev.files):
 		return nil
@@ -193,6 +195,17 @@ func (ev *evidence) judge(ctx context.Context, blobs Blobs) error {
 		return nil
 	}
 	return &StoreLostError{Files: len(now), Reason: LostNoRecords}
+}
+
+// namesAFile reports whether a record names one of the image files:
+// upload ids are random, so only this store's records do.
+func (ev *evidence) namesAFile() bool {
+	for _, id := range ev.files {
+		if ev.recorded[id] {
+			return true
+		}
+	}
+	return false
 }
 
 // explained reports whether an intent names every one of files.
@@ -347,8 +360,9 @@ func settleIntents(ctx context.Context, st Store, blobs Blobs, log *slog.Logger,
 }
 
 // stampIdentity writes the store's identity where it is missing: first
-// in the records (the blobs' own if they have one, for then there are no
-// files, or judge would have refused), then beside the blobs. A crash in
+// in the records (the blobs' own if they have one: judge let such records
+// through only if they are this store's, from before identities, or if
+// there is no file to lose), then beside the blobs. A crash in
 // between leaves blobs without one, judged by the count of records once
 // more.
 func stampIdentity(ctx context.Context, st Store, blobs Blobs, ev *evidence) error {
