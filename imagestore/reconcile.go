@@ -253,7 +253,7 @@ func reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, sha
 	if err := settleFiles(ctx, st, blobs, log, shared, ev, &c); err != nil {
 		return err
 	}
-	if err := settleIntents(ctx, st, blobs, log, shared, ev, &c); err != nil {
+	if err := settleIntents(ctx, st, blobs, log, shared, ev); err != nil {
 		return err
 	}
 	if err := stampIdentity(ctx, st, blobs, ev); err != nil {
@@ -329,7 +329,7 @@ func settleFiles(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, s
 // settleIntents ends the intents of files that are not (or no longer)
 // there: a removal whose file is gone, a commit that never happened or
 // was recorded.
-func settleIntents(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, shared *SharedReconcile, ev *evidence, c *cleanup) error {
+func settleIntents(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, shared *SharedReconcile, ev *evidence) error {
 	listed := make(map[string]bool, len(ev.files))
 	for _, id := range ev.files {
 		listed[id] = true
