@@ -15,6 +15,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/qcow2"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/crashpoint"
 )
 
 // intake is an image arriving: the count, the checks and the hash every
@@ -191,26 +192,42 @@ func (g *Gateway) finish(w imagestore.BlobWriter, in *intake, img imagestore.Ima
 	if err := qcow2.CheckStructure(w, in.n, hdr); err != nil {
 		return imagestore.Image{}, imageError(err)
 	}
+	// The intent first: a crash between the commit and the record leaves
+	// a file start-up must not take for a sign of lost records.
+	if err := g.store.IntendCommit(cctx, img.UploadID, g.cfg.Now()); err != nil {
+		return imagestore.Image{}, recordFailure(err)
+	}
+	crashpoint.At(crashpoint.CommitAfterIntent)
 	if err := w.Commit(cctx); err != nil {
 		return imagestore.Image{}, writeFailure(err)
 	}
+	crashpoint.At(crashpoint.CommitAfterRename)
 	img.Size = in.n
 	img.VirtualSize = int64(hdr.VirtualSize)
 	img.SHA256 = hex.EncodeToString(in.hash.Sum(nil))
 	img.CreatedAt = g.cfg.Now().UTC()
 	if err := g.store.AddImage(cctx, img, g.cfg.ImagesPerTenant); err != nil {
-		// The blob is committed but no record names it: remove it now (and
-		// start-up cleanup would, if this fails too).
+		// The blob is committed but no record names it: remove it now, and
+		// its intent once it is gone (if either fails, the intent makes
+		// start-up quarantine the file).
 		if derr := g.blobs.Delete(cctx, img.UploadID); derr != nil {
 			g.log.Error("delete unrecorded image", "upload_id", img.UploadID, "err", derr)
+		} else if ierr := g.store.EndIntent(cctx, img.UploadID, imagestore.IntentCommit); ierr != nil {
+			g.log.Error("end the commit intent of an unrecorded image", "upload_id", img.UploadID, "err", ierr)
 		}
-		switch {
-		case errors.Is(err, imagestore.ErrQuota):
+		if errors.Is(err, imagestore.ErrQuota) {
 			return imagestore.Image{}, apierr.New(fasthttp.StatusConflict, "imageQuota", "you already hold as many images as this edge allows; remove one first")
-		case errors.Is(err, imagestore.ErrNoSpace):
-			return imagestore.Image{}, writeFailure(err)
 		}
-		return imagestore.Image{}, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not record the image")
+		return imagestore.Image{}, recordFailure(err)
 	}
 	return img, nil
+}
+
+// recordFailure is the answer to a store write of the commit that failed:
+// a full disk is the client's 507, anything else ours.
+func recordFailure(err error) *apierr.Error {
+	if errors.Is(err, imagestore.ErrNoSpace) {
+		return writeFailure(err)
+	}
+	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not record the image")
 }

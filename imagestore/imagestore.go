@@ -216,7 +216,7 @@ type Store interface {
 	// counted here: the upload being committed holds one itself, admitted
 	// by CreateTicket, and the others were admitted alike. The running
 	// upload's reservation ends in the same transaction, so it is never
-	// counted twice.
+	// counted twice, and so does its commit intent (Journal).
 	AddImage(ctx context.Context, img Image, quota int) error
 	Image(ctx context.Context, uploadID string) (Image, error)
 	Images(ctx context.Context, tenantID int64) ([]Image, error)
@@ -225,7 +225,10 @@ type Store interface {
 	// tokens in one transaction; ErrNotFound if the tenant has no such
 	// image, ErrInUse if an order that holds capacity (awaiting payment,
 	// paid or active) runs it: its replicas import it from the edge, and
-	// an import that fails starts over.
+	// an import that fails starts over. The same transaction writes the
+	// image's remove intent (Journal): the caller deletes the file, then
+	// ends the intent, and start-up or the sweep finish what a crash or an
+	// unreachable blob store left.
 	RemoveImage(ctx context.Context, tenantID int64, uploadID string) error
 
 	// CreateFetchToken stores a fetch capability; ErrNotFound if the image
@@ -272,6 +275,7 @@ type Store interface {
 
 	MarketStore
 	Leases
+	Journal
 }
 
 // Blobs holds image bytes by upload id.
@@ -314,6 +318,8 @@ type Blobs interface {
 	// RemoveQuarantined deletes one quarantined blob. Only an operator's
 	// explicit request may call it; ErrNotFound if there is none.
 	RemoveQuarantined(ctx context.Context, id string) error
+
+	StoreIdentity
 }
 
 // QuarantinedBlob is a blob set aside because no record named it.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/crashpoint"
 )
 
 var errImageUnknown = apierr.New(http.StatusNotFound, "imageUnknown",
@@ -33,9 +34,11 @@ type removeAnswer struct {
 }
 
 // remove deletes one of the tenant's images: POST /market/vm-images/remove.
-// The record goes first (revoking its fetch tokens in the same
-// transaction), the file second: a crash in between leaves an orphan file,
-// which start-up cleanup removes, and never a record without its file.
+// The record goes first (revoking its fetch tokens and writing the remove
+// intent in the same transaction), the file second, the intent last: a
+// crash or a failed delete in between leaves a file its intent explains,
+// which start-up or the sweep deletes (imagestore.FinishRemovals), and
+// never a record without its file.
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
 	var req removeRequest
 	if err := s.decodeBody(w, r, &req, false); err != nil {
@@ -68,12 +71,19 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	// client hangs up meanwhile, but within blobDeleteBound: a blob store
 	// that hangs must not hold the answer. If the delete fails or runs out
 	// of time the answer is still 200 (a retry would only meet
-	// imageUnknown) and the log says so.
+	// imageUnknown), the log says so and the intent keeps the removal for
+	// the sweep or the next start-up to finish.
+	crashpoint.At(crashpoint.RemoveAfterRecord)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), blobDeleteBound)
 	defer cancel()
 	if err := s.blobs.Delete(dctx, req.UploadID); err != nil {
-		s.log.Error("image record removed but its file was not; start-up cleanup will remove it",
+		s.log.Error("image record removed but its file was not; the sweep or the next start-up will delete it",
 			"upload_id", req.UploadID, "err", err.Error())
+	} else {
+		crashpoint.At(crashpoint.RemoveAfterUnlink)
+		if err := s.st.EndIntent(context.WithoutCancel(r.Context()), req.UploadID, imagestore.IntentRemove); err != nil {
+			s.log.Warn("image file removed, its removal not marked done; the sweep will", "upload_id", req.UploadID, "err", err.Error())
+		}
 	}
 	s.writeJSON(w, r, http.StatusOK, removeAnswer{Removed: req.UploadID})
 }

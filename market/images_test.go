@@ -77,6 +77,11 @@ func TestRemove(t *testing.T) {
 	if _, err := e.st.Image(ctx, keep.UploadID); err != nil {
 		t.Errorf("the other image went too: %v", err)
 	}
+	// The file is gone, so is the removal's intent: nothing is left for
+	// start-up or the sweep to finish.
+	if in, err := e.st.Intents(ctx); err != nil || len(in) != 0 {
+		t.Errorf("intents after the removal = %+v, %v; want none", in, err)
+	}
 
 	// Removing again, or ids that cannot be ids, is imageUnknown; a
 	// malformed body is still a 400.

@@ -408,6 +408,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer lock.Close()
 	st, err := openRecords(ctx, f.dataDir, true, os.Getenv, sqlite.WithReserve(storeReserve))
+	if errors.Is(err, imagestore.ErrDamaged) {
+		// A zero-filled or overwritten vmshelf.db: refused like a damaged one.
+		return usagef("data dir %s: %s is damaged or is not a vmshelf database (%v); refusing to start: stop, "+
+			"move it aside (keep it) and put back the newest backup of %s, then start again", f.dataDir, dbFile, err, dbFile)
+	}
 	if err != nil {
 		return err
 	}
@@ -441,9 +446,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := reconcile(ctx, st, blobs.Blobs, log); err != nil {
 		var lost *imagestore.StoreLostError
 		if errors.As(err, &lost) {
-			return usagef("%s is new or holds no image record, but %s holds %d image files; "+
-				"refusing to start so that none is lost: restore %s from a backup, or move the files out of %s",
-				st.name, blobs.where, lost.Files, st.short, blobs.where)
+			return storeLost(st, blobs, lost)
 		}
 		return err
 	}
@@ -589,6 +592,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var wg sync.WaitGroup
 		wg.Go(func() { mk.RunSweeper(ctx, time.Minute) })
 		wg.Go(func() { gw.RunSweeper(ctx, time.Minute) })
+		wg.Go(func() { imagestore.RunRemovals(ctx, st, blobs.Blobs, time.Minute, log.With("component", "removals")) })
 		if prov != nil {
 			wg.Go(func() { prov.Run(ctx) })
 		}
@@ -639,6 +643,28 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveErr
 	}
 	return nil
+}
+
+// storeLost is start-up's refusal of records that are not those of the
+// image files (imagestore.StoreLostError): one line that says what was
+// found and what to do, in steps that lose nothing whichever way the
+// operator goes: the database found is kept aside, never overwritten, and
+// files are moved, never deleted.
+func storeLost(st *records, blobs *openedBlobs, lost *imagestore.StoreLostError) error {
+	var found string
+	switch lost.Reason {
+	case imagestore.LostNoIdentity:
+		found = fmt.Sprintf("%s is new or was emptied (it has no store id), but %s holds %d image files that a database with a store id recorded",
+			st.name, blobs.where, lost.Files)
+	case imagestore.LostOtherStore:
+		found = fmt.Sprintf("%s is another store's (its store id is not the one of the %d image files in %s)", st.name, lost.Files, blobs.where)
+	default:
+		found = fmt.Sprintf("%s holds no image record, but %s holds %d image files that no record or pending upload or removal explains",
+			st.name, blobs.where, lost.Files)
+	}
+	return usagef("%s; refusing to start so that none is lost: keep a copy of %s as it is now, then restore %s from a backup "+
+		"(the newest made after these images were uploaded) and start again; or, to give those images up, "+
+		"move the files out of %s and start again", found, st.short, st.short, blobs.where)
 }
 
 // kubeCluster is the provisioner's cluster: the --kubeconfig file's, or

@@ -116,6 +116,28 @@ func TestE2EStoreLostRefusesToStart(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"db's tables emptied", func(t *testing.T, dir string) {
+			emptyTables(t, db(dir), "")
+		}},
+		{"db's images table emptied", func(t *testing.T, dir string) {
+			emptyTables(t, db(dir), "images")
+		}},
+		{"db of another store", func(t *testing.T, dir string) {
+			other := filepath.Join(t.TempDir(), "data")
+			startServe(t, other, nil).stop()
+			for _, suffix := range []string{"", "-wal", "-shm"} {
+				if err := os.Remove(db(dir) + suffix); err != nil && !os.IsNotExist(err) {
+					t.Fatal(err)
+				}
+			}
+			b, err := os.ReadFile(db(other))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(db(dir), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := p.copyDir(t)
@@ -135,6 +157,64 @@ func TestE2EStoreLostRefusesToStart(t *testing.T) {
 			p.assertImagesIntact(t, dir)
 		})
 	}
+}
+
+// emptyTables deletes every row of the db's table only, or of all its
+// tables if only is "", as a botched cleanup or restore would.
+func emptyTables(t *testing.T, path, only string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tables := []string{only}
+	if only == "" {
+		rows, err := db.Query(`SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables = nil
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				t.Fatal(err)
+			}
+			tables = append(tables, name)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range tables {
+		// The names come from the db's own schema, not from input.
+		if _, err := db.Exec(`DELETE FROM "` + name + `"`); err != nil {
+			t.Fatalf("emptying %s: %v", name, err)
+		}
+	}
+}
+
+// TestE2EStoreZeroFilled: a vmshelf.db overwritten with zeros (a failed
+// disk, a botched copy) is refused like every other start-up refusal
+// (exit 2, one line) with the advice to restore it, the images untouched.
+func TestE2EStoreZeroFilled(t *testing.T) {
+	p := populate(t)
+	dir := p.copyDir(t)
+	path := filepath.Join(dir, dbFile)
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, make([]byte, st.Size()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	line := refusedStart(t, dir)
+	for _, want := range []string{"not a vmshelf database", "backup of " + dbFile} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the refusal %q does not say %q", line, want)
+		}
+	}
+	p.assertImagesIntact(t, dir)
 }
 
 // TestE2EStoreTruncatedWhileRunning: the db emptied under a running serve
@@ -251,8 +331,8 @@ func TestE2EOrphanQuarantined(t *testing.T) {
 	}
 	es := dirEntries(t, filepath.Join(dir, imagesDir))
 	slices.Sort(es)
-	if len(es) != 5 { // .partial, .quarantine and the three images
-		t.Errorf("vm-images holds %v, want .partial, .quarantine and the 3 images", es)
+	if len(es) != 6 { // .partial, .quarantine, .store-id and the three images
+		t.Errorf("vm-images holds %v, want .partial, .quarantine, .store-id and the 3 images", es)
 	}
 }
 

@@ -4,6 +4,8 @@
 //
 //	<id>.qcow2          committed blobs, mode 0600
 //	.partial/<id>       blobs being written, invisible to Open and List
+//	.quarantine/<id>.qcow2  blobs set aside (Quarantine)
+//	.store-id           the store's identity (imagestore.StoreIdentity), 0600
 //
 // A blob becomes visible by one rename from .partial into place, so a
 // reader never sees a half-written image, and a crash leaves at most

@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) Target) {
 		{"Quarantine", testQuarantine},
 		{"QuarantinedEmpty", testQuarantinedEmpty},
 		{"Available", testAvailable},
+		{"StoreID", testStoreID},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -1024,5 +1025,40 @@ func testAvailable(t *testing.T, tg Target) {
 	}
 	if got := avail("after RemoveQuarantined"); got != c {
 		t.Fatalf("Available after RemoveQuarantined = %d, want all %d", got, c)
+	}
+}
+
+// testStoreID: fresh blobs carry no store id; one written is read back by
+// the next process, replaces the one before, is no image (List, the
+// partials' sweep and quarantine leave it alone), and a malformed one is
+// refused.
+func testStoreID(t *testing.T, tg Target) {
+	ctx := context.Background()
+	b := tg.Blobs
+	if id, err := b.StoreID(ctx); err != nil || id != "" {
+		t.Fatalf("StoreID of fresh blobs = %q, %v; want none", id, err)
+	}
+	if err := b.SetStoreID(ctx, "../not-an-id"); err == nil {
+		t.Errorf("SetStoreID of a malformed id: no error")
+	}
+	first, second := imagestore.NewStoreID(), imagestore.NewStoreID()
+	if err := b.SetStoreID(ctx, first); err != nil {
+		t.Fatalf("SetStoreID: %v", err)
+	}
+	if err := b.SetStoreID(ctx, second); err != nil {
+		t.Fatalf("SetStoreID again: %v", err)
+	}
+	if _, err := b.RemovePartials(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	again := tg.Reopen(t)
+	if id, err := again.StoreID(ctx); err != nil || id != second {
+		t.Errorf("StoreID after a reopen = %q, %v; want the last written %q", id, err, second)
+	}
+	if ids, err := again.List(ctx); err != nil || len(ids) != 0 {
+		t.Errorf("List beside a store id = %v, %v; want no image", ids, err)
+	}
+	if q, err := again.Quarantined(ctx); err != nil || len(q) != 0 {
+		t.Errorf("Quarantined beside a store id = %v, %v; want none", q, err)
 	}
 }

@@ -8,6 +8,7 @@
 //	partial/<id>/tail.<k>      bytes of part k short of a full part, put by Sync
 //	partial/<id>/durable       the offset the last Sync (or Resume) made durable
 //	quarantine/<id>.qcow2      quarantined blobs
+//	store-id                   the store's identity (imagestore.StoreIdentity)
 //
 // A blob is visible by its marker, never by its bytes' key appearing: List
 // and Open see only ids with a marker. An images/ object without a marker

@@ -86,7 +86,9 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	wdb.SetConnMaxIdleTime(0)
 	if err := migrate(ctx, wdb, steps); err != nil {
 		_ = wdb.Close()
-		return nil, fmt.Errorf("sqlite: open: %w", err)
+		// A file that is no database (zero-filled, overwritten) is
+		// damage, as Verify would say of a damaged page.
+		return nil, fmt.Errorf("sqlite: open: %w", withFault(err))
 	}
 	db, err := sql.Open("sqlite", dsn(abs, false))
 	if err != nil {

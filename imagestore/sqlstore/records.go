@@ -460,6 +460,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE tickets SET put_running = 0 WHERE upload_id = ? AND put_running = 1`, img.UploadID)
+		if err != nil {
+			return err
+		}
+		// The file is recorded: it needs no intent to explain it any more.
+		_, err = tx.ExecContext(ctx, `DELETE FROM blob_intents WHERE upload_id = ? AND kind = ?`, img.UploadID, string(imagestore.IntentCommit))
 		return err
 	})
 }
@@ -496,7 +501,8 @@ func (s *Store) ImageIDs(ctx context.Context) ([]string, error) {
 	return ids, err
 }
 
-// RemoveImage deletes the tenant's image and revokes its fetch tokens.
+// RemoveImage deletes the tenant's image, revokes its fetch tokens and
+// writes its remove intent.
 // ErrNotFound if the tenant has no such image, including when another
 // tenant has it (which is checked first, so another tenant does not learn
 // that an order uses it); ErrInUse if an order that holds capacity names
@@ -526,7 +532,12 @@ SELECT EXISTS (SELECT 1 FROM orders WHERE image_kind = 'upload' AND image = ? AN
 		}
 		_, err = tx.ExecContext(ctx, `
 UPDATE fetch_tokens SET revoked_at = ? WHERE upload_id = ? AND revoked_at IS NULL`, revoked, uploadID)
-		return err
+		if err != nil {
+			return err
+		}
+		// The file outlives the record until the caller deletes it: the
+		// intent explains it meanwhile, to start-up and to the sweep.
+		return intend(ctx, tx, uploadID, imagestore.IntentRemove, revoked)
 	})
 }
 

@@ -85,6 +85,9 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"LeaseConcurrent", testLeaseConcurrent},
 		{"ForgetLeases", testForgetLeases},
 		{"EndUnleasedUploads", testEndUnleasedUploads},
+		{"StoreID", testStoreID},
+		{"Intents", testIntents},
+		{"IntentsOfImages", testIntentsOfImages},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
