@@ -207,20 +207,35 @@ func (g *Gateway) finish(w imagestore.BlobWriter, in *intake, img imagestore.Ima
 	img.SHA256 = hex.EncodeToString(in.hash.Sum(nil))
 	img.CreatedAt = g.cfg.Now().UTC()
 	if err := g.store.AddImage(cctx, img, g.cfg.ImagesPerTenant); err != nil {
-		// The blob is committed but no record names it: remove it now, and
-		// its intent once it is gone (if either fails, the intent makes
-		// start-up quarantine the file).
-		if derr := g.blobs.Delete(cctx, img.UploadID); derr != nil {
-			g.log.Error("delete unrecorded image", "upload_id", img.UploadID, "err", derr)
-		} else if ierr := g.store.EndIntent(cctx, img.UploadID, imagestore.IntentCommit); ierr != nil {
-			g.log.Error("end the commit intent of an unrecorded image", "upload_id", img.UploadID, "err", ierr)
-		}
+		g.dropUnrecorded(cctx, img.UploadID, err)
 		if errors.Is(err, imagestore.ErrQuota) {
 			return imagestore.Image{}, apierr.New(fasthttp.StatusConflict, "imageQuota", "you already hold as many images as this edge allows; remove one first")
 		}
 		return imagestore.Image{}, recordFailure(err)
 	}
 	return img, nil
+}
+
+// dropUnrecorded handles a committed blob whose record the store did not
+// write. Only a refusal the store is sure of (the quota, a full disk: its
+// transaction rolled back) proves that no record names the blob; then it
+// is removed, and its intent once it is gone (if either fails, the intent
+// makes start-up quarantine the file). Any other error may have come after
+// the record was written (a connection lost during COMMIT, "already
+// exists" from a retry of a write that did land): "could not ask" is not
+// "absent", so the file and its intent stay, and start-up or the next
+// look at the records settles it without deleting a recorded image.
+func (g *Gateway) dropUnrecorded(ctx context.Context, id string, addErr error) {
+	if !errors.Is(addErr, imagestore.ErrQuota) && !errors.Is(addErr, imagestore.ErrNoSpace) {
+		g.log.Error("the image's record may or may not have been written; its file is kept for start-up to settle",
+			"upload_id", id, "err", addErr)
+		return
+	}
+	if err := g.blobs.Delete(ctx, id); err != nil {
+		g.log.Error("delete unrecorded image", "upload_id", id, "err", err)
+	} else if err := g.store.EndIntent(ctx, id, imagestore.IntentCommit); err != nil {
+		g.log.Error("end the commit intent of an unrecorded image", "upload_id", id, "err", err)
+	}
 }
 
 // recordFailure is the answer to a store write of the commit that failed:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -725,4 +726,45 @@ func TestUploadQuotaAtCommit(t *testing.T) {
 	e.waitSlotFreed(dirUpload)
 	e.assertNothingLeft(id1)
 	e.assertTicket(u2, true)
+}
+
+// unclearAddStore writes the image's record and then reports an error, as
+// a PostgreSQL connection lost during COMMIT does: the store cannot say
+// whether the record is there.
+type unclearAddStore struct{ imagestore.Store }
+
+func (s unclearAddStore) AddImage(ctx context.Context, img imagestore.Image, quota int) error {
+	if err := s.Store.AddImage(ctx, img, quota); err != nil {
+		return err
+	}
+	return errors.New("connection lost while committing")
+}
+
+// TestUploadUnclearRecordKeepsFile: when the store's answer to the record
+// write is unclear, the committed file stays (the record may name it);
+// only a refusal the store is sure of (TestUploadQuotaAtCommit) removes it.
+func TestUploadUnclearRecordKeepsFile(t *testing.T) {
+	needQemu(t)
+	needTool(t, "curl")
+	good := makeImage(t, "64M")
+	e := startEnv(t, t.TempDir(), filepath.Join(t.TempDir(), "vmshelf.db"), nil, func(st imagestore.Store) imagestore.Store {
+		return unclearAddStore{st}
+	})
+	u, id := e.ticket()
+	if code, b := curlPut(t, u, good); code != 500 {
+		t.Fatalf("PUT: %d %v, want 500 (the record's fate is unknown)", code, b)
+	}
+	e.waitSlotFreed(dirUpload)
+	ctx := context.Background()
+	if _, err := e.st.Image(ctx, id); err != nil {
+		t.Fatalf("the record the store wrote: %v", err)
+	}
+	b, err := e.blobs.Open(ctx, id)
+	if err != nil {
+		t.Fatalf("the recorded image's file was deleted on an unclear answer: %v", err)
+	}
+	b.Close()
+	if got, want := fileSHA256(t, filepath.Join(e.dir, id+".qcow2")), fileSHA256(t, good); got != want {
+		t.Errorf("kept file's SHA-256 %s, want the upload's %s", got, want)
+	}
 }
