@@ -203,7 +203,7 @@ func TestCloseGivesSlotBack(t *testing.T) {
 		dial(t, inner.Addr().String())
 	}
 	a := got(accept(), "first")
-	l.setPhase(a, busy) // as if its handler ran: not evictable
+	a.Busy() // as if its handler ran: not evictable
 	second := accept()
 	select {
 	case <-second:
@@ -213,7 +213,7 @@ func TestCloseGivesSlotBack(t *testing.T) {
 	_ = a.Close()
 	_ = a.Close()
 	b := got(second, "second after a close")
-	l.setPhase(b, busy)
+	b.Busy()
 	if n := l.Held(); n != 1 {
 		t.Fatalf("after a double close and a new accept %d held, want 1", n)
 	}
