@@ -38,7 +38,7 @@ const (
 // controlServer is the control plane's http.Server with the limits above.
 func controlServer(h http.Handler, f *serveFlags, log *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           closeAfterTransferEncoding(h),
 		ReadHeaderTimeout: f.controlHeaderTimeout,
 		ReadTimeout:       controlReadTimeout,
 		WriteTimeout:      controlWriteTimeout,
@@ -46,4 +46,23 @@ func controlServer(h http.Handler, f *serveFlags, log *slog.Logger) *http.Server
 		MaxHeaderBytes:    controlMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+}
+
+// closeAfterTransferEncoding closes the connection after any request that
+// came with a Transfer-Encoding. One that also has a Content-Length is
+// the shape of request smuggling: a proxy in front that framed it by the
+// length sees the rest as the next request's, we by the chunks, so nothing
+// after it on that connection can be trusted to be what the proxy sent.
+// net/http drops the Content-Length of a chunked request before a handler
+// sees it, so every request with a Transfer-Encoding is treated alike;
+// the data plane (fasthttp) closes after such a request too.
+func closeAfterTransferEncoding(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			// Set before the handler runs, so that net/http closes after
+			// this answer and never reads the next request.
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
