@@ -71,11 +71,11 @@ func waitProgress(t *testing.T, progress chan string, name string) {
 	}
 }
 
-// TestSlowBodyEvictedWhenNoneWaits: at the cap, with no connection
-// waiting, a new client takes the place of the body reader that has gone
-// longest without a byte; a connection whose handler is serving it (busy)
-// is kept, and so is a reader that sent a byte since.
-func TestSlowBodyEvictedWhenNoneWaits(t *testing.T) {
+// TestSlowBodyEvicted: at the cap a new client takes the place of the
+// body reader that has gone longest without a byte; a connection whose
+// handler is serving it (busy) is kept, and so is a reader that sent a
+// byte since.
+func TestSlowBodyEvicted(t *testing.T) {
 	l, addr, progress, _ := bodyServer(t, 3)
 	busy := dial(t, addr)
 	send(t, busy, "GET /busy HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -103,12 +103,16 @@ func TestSlowBodyEvictedWhenNoneWaits(t *testing.T) {
 	}
 }
 
-// TestWaitingEvictedBeforeBodyReader: a connection that has sent nothing
-// makes room before a slow body reader, however long that one has waited.
-func TestWaitingEvictedBeforeBodyReader(t *testing.T) {
+// TestEvictionRanksWaitingAndReading: waiting connections and body readers
+// are ranked together by the time without a sign of life: a connection
+// silent since before a reader's last byte goes first, and a reader whose
+// last byte is older than a just-accepted connection goes before it (a
+// client sending its request is not cut for a flood of slow bodies).
+func TestEvictionRanksWaitingAndReading(t *testing.T) {
 	l, addr, progress, _ := bodyServer(t, 2)
-	reader := slowPost(t, addr, "reader", progress, "")
 	silent := dial(t, addr)
+	waitHeld(t, l, 1)
+	reader := slowPost(t, addr, "reader", progress, "")
 	waitHeld(t, l, 2)
 	fresh := dial(t, addr)
 	send(t, fresh, get)
@@ -116,10 +120,22 @@ func TestWaitingEvictedBeforeBodyReader(t *testing.T) {
 		t.Fatalf("new client: %d, %v; want 200", code, err)
 	}
 	if !closedByPeer(silent, 5*time.Second) {
-		t.Error("the silent connection was not closed for the new client")
+		t.Error("the connection silent since before the reader's last byte was not closed for the new client")
 	}
 	if closedByPeer(reader, 200*time.Millisecond) {
-		t.Error("the body reader was closed while a connection waited")
+		t.Error("the body reader was closed while a connection silent for longer was held")
+	}
+
+	// Now fresh is an idle keep-alive newer than reader's last byte, and
+	// a client that connects is newer still.
+	waitHeld(t, l, 2)
+	late := dial(t, addr)
+	send(t, late, get)
+	if code, err := status(late, bufio.NewReader(late), 5*time.Second); code != http.StatusOK {
+		t.Fatalf("second new client: %d, %v; want 200", code, err)
+	}
+	if !closedByPeer(reader, 5*time.Second) {
+		t.Error("the body reader longest without a byte was not closed for the new client")
 	}
 }
 

@@ -40,8 +40,7 @@ const (
 	// idle between requests. The connection may be evicted.
 	waiting phase = iota
 	// reading: a handler is reading the request's body and has not begun
-	// its answer. Evicted only when no connection waits, the one with the
-	// longest time without a byte first.
+	// its answer. Evictable, ranked by the time since its last byte.
 	reading
 	// busy: a handler is serving its request, or its answer is being
 	// finished, or it was hijacked. Never evicted.
@@ -150,7 +149,7 @@ type connKey struct{}
 
 // Accept takes the next connection from the kernel and admits it: at once
 // while fewer than max are held; else by closing the longest-waiting held
-// connection (or, if none waits, the slowest body reader); else, when
+// connection or slowest body reader (victimLocked); else, when
 // every held connection is busy, once one is given back or becomes
 // evictable (or the listener is closed). Accept is called from one
 // goroutine, as http.Server and fasthttp.Server do.
@@ -250,27 +249,21 @@ func Temporary(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// victimLocked is the held connection to close for a new one: the one that
-// has waited longest; if none waits, the body reader that has gone longest
-// without a byte; nil if all are busy.
+// victimLocked is the held connection to close for a new one: of those not
+// busy, the one that has gone longest without a sign of life. A waiting
+// connection counts from its accept or from the end of its last answer
+// (bytes of a header do not count: a client dribbling one is no better
+// than one that sends nothing); a body reader from its last byte of body.
+// A client that just connected and is sending its request is thus never
+// closed for a flood of slow bodies. nil if all are busy.
 func (l *Listener) victimLocked() *Conn {
-	var oldest, slowest *Conn
+	var victim *Conn
 	for c := range l.held {
-		switch c.phase {
-		case waiting:
-			if oldest == nil || c.since.Before(oldest.since) {
-				oldest = c
-			}
-		case reading:
-			if slowest == nil || c.since.Before(slowest.since) {
-				slowest = c
-			}
+		if c.phase != busy && (victim == nil || c.since.Before(victim.since)) {
+			victim = c
 		}
 	}
-	if oldest != nil {
-		return oldest
-	}
-	return slowest
+	return victim
 }
 
 // releaseLocked gives c's slot back, once.
