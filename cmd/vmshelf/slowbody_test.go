@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -22,12 +23,11 @@ import (
 // slowBodies runs n clients against the control plane at addr until ctx
 // ends: each sends a request head (half on the public webhook, half on the
 // ticket route with a valid token), then its body a byte at a time, one
-// every interval, and connects again when cut. It returns the number of
-// connections made, once every client has stopped.
-func slowBodies(ctx context.Context, addr, token string, n int, interval time.Duration) func() int {
+// every interval, and connects again when cut. made counts the
+// connections made; wait returns once every client has stopped.
+func slowBodies(ctx context.Context, addr, token string, n int, interval time.Duration) (made *atomic.Int64, wait func()) {
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	conns := 0
+	made = new(atomic.Int64)
 	heads := []string{
 		"POST /market/stripe/webhook HTTP/1.1\r\nHost: vmshelf\r\nContent-Type: application/json\r\n" +
 			"Stripe-Signature: t=1,v1=00\r\nContent-Length: 900000\r\n\r\n",
@@ -41,15 +41,13 @@ func slowBodies(ctx context.Context, addr, token string, n int, interval time.Du
 				if err != nil {
 					continue
 				}
-				mu.Lock()
-				conns++
-				mu.Unlock()
+				made.Add(1)
 				trickle(ctx, c, heads[i%2], interval)
 				c.Close()
 			}
 		})
 	}
-	return func() int { wg.Wait(); return conns }
+	return made, wg.Wait
 }
 
 // trickle writes head and then a byte every interval until a write fails
@@ -131,17 +129,25 @@ func TestE2EControlSlowBodies(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	wait := slowBodies(ctx, s.ctlAddr, s.token, clients, time.Second)
+	made, wait := slowBodies(ctx, s.ctlAddr, s.token, clients, time.Second)
 	defer func() { cancel(); wait() }()
-	// The flood holds the cap once its clients are in their bodies.
+	// The flood holds the cap once its clients are in their bodies, and
+	// is in its steady state once every client has connected and those
+	// beyond the cap keep coming back.
 	waitHeldSockets(t, s, base+capN)
+	for i := 0; made.Load() < int64(clients+capN); i++ {
+		if i == 2000 {
+			t.Fatalf("%d connections of %d slow clients after 20s", made.Load(), clients)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a count: there is no event to wait on
+	}
 	lat, errs := probeLatencies(s.ctlAddr, probes, gap)
 	cancel()
-	made := wait()
+	wait()
 
 	p50, p90, p99 := percentile(lat, 0.5), percentile(lat, 0.9), percentile(lat, 0.99)
 	t.Logf("%d slow-body clients (%d connections), cap %d: /healthz p50 %v p90 %v p99 %v max %v, %d of %d failed",
-		clients, made, capN, p50, p90, p99, percentile(lat, 1), len(errs), probes)
+		clients, made.Load(), capN, p50, p90, p99, percentile(lat, 1), len(errs), probes)
 	for _, err := range errs {
 		t.Errorf("a /healthz probe failed under the slow bodies: %v", err)
 	}
