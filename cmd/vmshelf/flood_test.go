@@ -5,6 +5,7 @@ package main
 // connections that never send a byte.
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -200,4 +201,40 @@ func waitEvictions(t *testing.T, s *server, n int) {
 		time.Sleep(20 * time.Millisecond) // polling a counter: there is no event to wait on
 	}
 	t.Fatalf("data-plane evictions %v after 5s, want at least %d", s.dataEvictions(t), n)
+}
+
+// TestE2EDataUploadNeverEvicted: with --data-max-conns 2, a running
+// upload holds its connection through a flood of silent connections that
+// churn through the other slot; it completes with 201.
+func TestE2EDataUploadNeverEvicted(t *testing.T) {
+	const capN, n = 2, 12
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{"--data-max-conns", fmt.Sprint(capN)})
+	_, data := makeImage(t, t.TempDir(), "held.qcow2")
+	conn := rawUpload(t, s, s.ticket(t, "held"), int64(len(data)))
+	half := len(data) / 2
+	if _, err := conn.Write(data[:half]); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ { // until the upload runs (its handler has the connection)
+		if v, _ := metricValue(s.scrape(t), "vmshelf_transfers_in_flight", map[string]string{"direction": "upload"}); v == 1 {
+			break
+		}
+		if i == 250 {
+			t.Fatal("the upload did not start within 5s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling a gauge: there is no event to wait on
+	}
+	flood(t, s.dataAddr, n)
+	waitEvictions(t, s, n-1)
+	if _, err := conn.Write(data[half:]); err != nil {
+		t.Fatalf("the running upload's connection was cut by the flood: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the running upload got no answer after the flood: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Errorf("the running upload: %d, want 201", resp.StatusCode)
+	}
 }
