@@ -147,7 +147,9 @@ func TestE2EDataFloodDefaultCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if held-base > cap {
+	// One more than the cap for a moment: the connection being admitted,
+	// accepted before the one it replaces is closed.
+	if held-base > cap+1 {
 		t.Errorf("serve holds %d more sockets after %d silent connections; the derived cap is %d", held-base, n, cap)
 	}
 	s.uploadAndFetch(t, "during-flood")
@@ -173,7 +175,7 @@ func TestE2EDataConnCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if held-base > capN {
+	if held-base > capN+1 { // +1: the one being admitted (see above)
 		t.Errorf("serve holds %d more sockets after %d silent connections, cap %d", held-base, capN+k, capN)
 	}
 	if held-base < capN-1 {
