@@ -18,6 +18,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // slowBodies runs n clients against the control plane at addr until ctx
@@ -119,22 +122,32 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // clients and the cap of 64 (e.g. 2000 and 512 to measure by hand).
 func TestE2EControlSlowBodies(t *testing.T) {
 	clients, capN := envInt(t, "VMSHELF_SLOWBODY_CLIENTS", 200), envInt(t, "VMSHELF_SLOWBODY_CAP", 64)
-	const probes, gap = 80, 40 * time.Millisecond
+	// 200 probes: the 99th percentile is the second slowest, so one
+	// scheduling hiccup of a loaded machine is not a failure.
+	const probes, gap = 200, 15 * time.Millisecond
 	raiseNoFile(t, uint64(4*clients+1000))
 	s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{"--control-max-conns", strconv.Itoa(capN)},
 		"STRIPE_WEBHOOK_SECRET=whsec_slowbody")
 
-	base, err := openSockets(s.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	made, wait := slowBodies(ctx, s.ctlAddr, s.token, clients, time.Second)
 	defer func() { cancel(); wait() }()
-	// The flood holds the cap once its clients are in their bodies, and
-	// is in its steady state once every client has connected and those
-	// beyond the cap keep coming back.
-	waitHeldSockets(t, s, base+capN)
+	// The flood fills the cap (the first eviction shows it), and is in
+	// its steady state once every client has connected and those beyond
+	// the cap keep coming back. While 2 000 clients connect at once, this
+	// test's own requests may reach serve later than its accept of them
+	// by more than the flood's silent connections (both processes share
+	// two cores), so a scrape here may be cut like one of those: tried
+	// again. The probes run in the steady state.
+	for i := 0; ; i++ {
+		if evictedControl(s) > 0 {
+			break
+		}
+		if i == 500 {
+			t.Fatalf("no control-plane eviction within 10s of %d slow clients against a cap of %d", clients, capN)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a counter: there is no event to wait on
+	}
 	for i := 0; made.Load() < int64(clients+capN); i++ {
 		if i == 2000 {
 			t.Fatalf("%d connections of %d slow clients after 20s", made.Load(), clients)
@@ -157,21 +170,21 @@ func TestE2EControlSlowBodies(t *testing.T) {
 	s.alive(t)
 }
 
-// waitHeldSockets waits, bounded, until serve holds at least n sockets
-// (a flood has filled a cap).
-func waitHeldSockets(t *testing.T, s *server, n int) {
-	t.Helper()
-	for range 500 {
-		k, err := openSockets(s.cmd.Process.Pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if k >= n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond) // polling a count: there is no event to wait on
+// evictedControl is vmshelf_connections_evicted_total{plane="control"},
+// or 0 if the scrape failed.
+func evictedControl(s *server) float64 {
+	resp, err := httpClient.Get(s.ctlBase + "/metrics")
+	if err != nil {
+		return 0
 	}
-	t.Fatalf("serve holds fewer than %d sockets after 5s: the flood did not fill the cap", n)
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0
+	}
+	v, _ := metricValue(mfs, "vmshelf_connections_evicted_total", map[string]string{"plane": "control"})
+	return v
 }
 
 // envInt is the integer in variable name, or def when unset.

@@ -204,3 +204,50 @@ func TestAnsweringIsBusy(t *testing.T) {
 		t.Error("the connection being answered was closed")
 	}
 }
+
+// TestUnreadNotEvicted: a connection the server has not yet tried to read
+// is not closed for another, however long it has been held: the new one
+// waits until the server reads the first (which then has nothing to say,
+// and goes for the new one).
+func TestUnreadNotEvicted(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(inner, 1)
+	defer l.Close()
+	dial(t, inner.Addr().String())
+	first, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial(t, inner.Addr().String())
+	second := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			close(second)
+			return
+		}
+		second <- c
+	}()
+	select {
+	case <-second:
+		t.Fatal("a connection the server never read was closed for a new one")
+	case <-time.After(300 * time.Millisecond):
+	}
+	go func() { _, _ = first.Read(make([]byte, 1)) }() // blocks: the client says nothing
+	select {
+	case c, ok := <-second:
+		if !ok {
+			t.Fatal("Accept failed")
+		}
+		c.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new connection was not admitted within 5s of the server reading the first")
+	}
+	if l.Held() != 0 {
+		// second closed above; first was evicted for it.
+		t.Errorf("%d held after the eviction and a close, want 0", l.Held())
+	}
+}

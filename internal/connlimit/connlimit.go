@@ -1,22 +1,31 @@
 // Package connlimit caps the connections a server holds at once, and
-// makes room for a new client by closing the connection that has waited
-// longest without a request in progress. It serves net/http (Serve,
-// Configure) and any other server that tells each *Conn when it is busy
-// and when it waits again (Conn.Busy, Conn.Waiting: the data plane's
-// fasthttp server does, in package gateway).
+// makes room for a new client by closing a connection with no request in
+// progress. It serves net/http (Serve, Configure) and any other server
+// that tells each *Conn when it is busy and when it waits again
+// (Conn.Busy, Conn.Waiting: the data plane's fasthttp server does, in
+// package gateway).
 //
 // A plain cap (a semaphore around Accept) is fair to nobody: once slow
 // clients fill it, a new client waits in the kernel's backlog until the
 // server's header timeout cuts the ones ahead of it, round after round;
 // 2 000 clients that each send half a header delay a new one by several
 // header timeouts. Here the cap is on held connections and, when it is
-// full, the oldest connection that is not in the middle of a request (one
-// that has sent nothing yet, is still sending its header, or is an idle
-// keep-alive) is closed for the new one, the way nginx reuses idle
-// keep-alive connections when it runs out. A connection whose request a
-// handler is serving, or whose answer is being written, is never closed
-// for another: when every held connection is busy, the new one waits for
-// a slot.
+// full, the connection longest without a sign of life among those not in
+// the middle of a request is closed for the new one, the way nginx reuses
+// idle keep-alive connections when it runs out. Candidates: one that has
+// sent nothing yet, one still sending its head, an idle keep-alive, and
+// under net/http a handler still waiting for its request's body (a client
+// sending a body at a byte a second is no better than one sending its
+// head that slowly). A sign of life is the accept, bytes of a request
+// arriving, the end of an answer. A connection whose request a handler is
+// working on, or whose answer is being written, is never closed for
+// another: when every held connection is busy, the new one waits for a
+// slot.
+//
+// Accept never gives up on a temporary error (out of descriptors, of
+// buffers, a connection aborted before it was taken): it backs off, 5 ms
+// doubling to 1 s, and tries again, as net/http does. fasthttp's own loop
+// would end the server on the first such error.
 package connlimit
 
 import (
@@ -27,6 +36,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -36,11 +46,11 @@ import (
 type phase int
 
 const (
-	// waiting: accepted with no request yet, reading a request header, or
-	// idle between requests. The connection may be evicted.
+	// waiting: accepted with no request yet, reading a request head, or
+	// idle between requests. Evictable.
 	waiting phase = iota
 	// reading: a handler is reading the request's body and has not begun
-	// its answer. Evictable, ranked by the time since its last byte.
+	// its answer. Evictable.
 	reading
 	// busy: a handler is serving its request, or its answer is being
 	// finished, or it was hijacked. Never evicted.
@@ -250,17 +260,25 @@ func Temporary(err error) bool {
 }
 
 // victimLocked is the held connection to close for a new one: of those not
-// busy, the one that has gone longest without a sign of life. A waiting
-// connection counts from its accept or from the end of its last answer
-// (bytes of a header do not count: a client dribbling one is no better
-// than one that sends nothing); a body reader from its last byte of body.
-// A client that just connected and is sending its request is thus never
-// closed for a flood of slow bodies. nil if all are busy.
+// busy that the server has begun to read, the one that has gone longest
+// without a sign of life (lastSign). A client that just connected and
+// sent its request is thus never closed for a flood of slow heads or
+// bodies: its request is the newest sign of all.
+//
+// A connection the server has not yet tried to read is not a candidate:
+// in a burst, connections are accepted faster than their requests are
+// read, and each would close the oldest of those just before it, a real
+// client's among them. Accept waits for the server instead, which also
+// paces a flood to the speed the server reads. nil if none qualifies.
 func (l *Listener) victimLocked() *Conn {
 	var victim *Conn
+	var oldest time.Time
 	for c := range l.held {
-		if c.phase != busy && (victim == nil || c.since.Before(victim.since)) {
-			victim = c
+		if c.phase == busy || !c.readTried.Load() {
+			continue
+		}
+		if sign := c.lastSign(); victim == nil || sign.Before(oldest) {
+			victim, oldest = c, sign
 		}
 	}
 	return victim
@@ -296,8 +314,8 @@ func (l *Listener) connState(c net.Conn, s http.ConnState) {
 	}
 	// StateNew: waiting since Accept. StateActive: a request's first bytes
 	// arrived; it stays waiting (evictable) until its handler starts, so
-	// a client that dribbles its header is no better than one that sends
-	// nothing. StateClosed: Close gives the slot back.
+	// a client that dribbles its head is no better than one that dribbles
+	// a body. StateClosed: Close gives the slot back.
 }
 
 // Held returns the number of connections held now.
@@ -321,7 +339,38 @@ type Conn struct {
 	l *Listener
 	// Guarded by l.mu.
 	phase phase
-	since time.Time // when it began waiting; reading: its last byte of body
+	since time.Time // when it began waiting or reading its body
+	// readTried: the server has called Read on it at least once.
+	readTried atomic.Bool
+	// lastRead: when a Read last returned bytes (l.now, in UnixNano).
+	lastRead atomic.Int64
+}
+
+// Read is the connection's Read. The first call makes c a candidate for
+// eviction (victimLocked), so it wakes an Accept waiting for one; bytes
+// read are a sign of life.
+func (c *Conn) Read(p []byte) (int, error) {
+	if !c.readTried.Load() {
+		c.l.mu.Lock()
+		c.readTried.Store(true)
+		c.l.wakeLocked()
+		c.l.mu.Unlock()
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.lastRead.Store(c.l.now().UnixNano())
+	}
+	return n, err
+}
+
+// lastSign is the last sign of life of c: bytes of a request (head or
+// body) arriving, its accept, the end of its last answer, or the start
+// of its handler's body read, whichever came last. Guarded by l.mu (since).
+func (c *Conn) lastSign() time.Time {
+	if r := c.lastRead.Load(); r > c.since.UnixNano() {
+		return time.Unix(0, r)
+	}
+	return c.since
 }
 
 // Busy marks c as serving a request: it is not evicted until Waiting.
@@ -341,16 +390,6 @@ func (c *Conn) setPhase(p phase) {
 		l.wakeLocked()
 	}
 	c.phase = p
-}
-
-// bodyProgress notes that a byte of c's request body arrived.
-func (c *Conn) bodyProgress() {
-	l := c.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if c.phase == reading {
-		c.since = l.now()
-	}
 }
 
 // Close closes the connection and gives its slot back, once however often
@@ -373,8 +412,9 @@ func (c *Conn) CloseWrite() error {
 }
 
 // bodyReader is a request body whose connection is evictable while it is
-// read: each byte that arrives counts as progress, and its end (or close)
-// makes the connection busy, since the handler now works on the request.
+// read (each byte that arrives is a sign of life: Conn.Read); its end (or
+// close) makes the connection busy, since the handler now works on the
+// request.
 type bodyReader struct {
 	io.ReadCloser
 	c *Conn
@@ -382,9 +422,6 @@ type bodyReader struct {
 
 func (b *bodyReader) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if n > 0 {
-		b.c.bodyProgress()
-	}
 	if err != nil {
 		// EOF, a cap hit, a deadline: either way no more body is awaited.
 		b.c.Busy()
