@@ -111,7 +111,7 @@ func TestSlowBodyEvicted(t *testing.T) {
 func TestEvictionRanksWaitingAndReading(t *testing.T) {
 	l, addr, progress, _ := bodyServer(t, 2)
 	silent := dial(t, addr)
-	waitHeld(t, l, 1)
+	waitReadTried(t, l, 1)
 	reader := slowPost(t, addr, "reader", progress, "")
 	waitHeld(t, l, 2)
 	fresh := dial(t, addr)
@@ -250,4 +250,46 @@ func TestUnreadNotEvicted(t *testing.T) {
 		// second closed above; first was evicted for it.
 		t.Errorf("%d held after the eviction and a close, want 0", l.Held())
 	}
+}
+
+// waitReadTried waits, bounded, until the server has begun to read n of
+// the connections l holds (only those are candidates for eviction).
+func waitReadTried(t *testing.T, l *Listener, n int) {
+	t.Helper()
+	for range 500 {
+		l.mu.Lock()
+		k := 0
+		for c := range l.held {
+			if c.readTried.Load() {
+				k++
+			}
+		}
+		l.mu.Unlock()
+		if k >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling a count: there is no event to wait on
+	}
+	t.Fatalf("the server has not begun to read %d connections after 5s", n)
+}
+
+// waitBytesRead waits, bounded, until n of the connections l holds have
+// had bytes read.
+func waitBytesRead(t *testing.T, l *Listener, n int) {
+	t.Helper()
+	for range 500 {
+		l.mu.Lock()
+		k := 0
+		for c := range l.held {
+			if c.lastRead.Load() != 0 {
+				k++
+			}
+		}
+		l.mu.Unlock()
+		if k >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling a count: there is no event to wait on
+	}
+	t.Fatalf("no bytes read from %d connections after 5s", n)
 }
