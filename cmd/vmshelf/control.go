@@ -10,9 +10,9 @@ import (
 // bodies capped at 64 KiB, /metrics, probes), so every phase of a
 // connection is bounded: a client that stalls, or keeps a connection open
 // and idle, cannot hold it for long, and no more than --control-max-conns
-// connections are held at once (internal/connlimit: at the cap, the
-// connection that has waited longest without a request in progress makes
-// room for a new one).
+// connections are held at once (internal/connlimit: at the cap, of the
+// connections with no request in progress or still waiting for their
+// body, the one longest without a sign of life makes room for a new one).
 const (
 	// defaultControlHeaderTimeout bounds the reading of a request's header.
 	defaultControlHeaderTimeout = 10 * time.Second
@@ -20,10 +20,10 @@ const (
 	// request for this long.
 	defaultControlIdleTimeout = 60 * time.Second
 	// defaultControlMaxConns is the number of control-plane connections
-	// held at once. Beyond it a new client takes the place of the one that
-	// has waited longest for its request (sending nothing, a header
-	// still arriving, an idle keep-alive); when all are busy it waits in
-	// the kernel's accept backlog.
+	// held at once. Beyond it a new client takes the place of one longest
+	// without a sign of life among those sending nothing, a header still
+	// arriving, an idle keep-alive or a body still arriving; when all are
+	// busy it waits in the kernel's accept backlog.
 	defaultControlMaxConns = 512
 	// controlReadTimeout bounds the reading of a whole request, body
 	// included (a 64 KiB body needs far less).
