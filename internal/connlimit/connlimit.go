@@ -85,15 +85,15 @@ type Listener struct {
 // Option configures a Listener.
 type Option func(*Listener)
 
-// OnEvict is called (without locks held) each time a waiting connection is
-// closed to make room, e.g. to count evictions.
+// OnEvict is called (without locks held) each time a connection is closed
+// to make room, e.g. to count evictions.
 func OnEvict(f func()) Option { return func(l *Listener) { l.onEvict = f } }
 
 // WithLog sets where a failing Accept is reported (rate-limited); none if
 // unset.
 func WithLog(log *slog.Logger) Option { return func(l *Listener) { l.log = log } }
 
-// WithClock sets the clock that orders waiting connections (tests).
+// WithClock sets the clock that orders the candidates for eviction (tests).
 func WithClock(now func() time.Time) Option { return func(l *Listener) { l.now = now } }
 
 // New wraps l so that at most max connections (max ≥ 1) are held at once.
@@ -158,10 +158,10 @@ func (l *Listener) Serve(srv *http.Server) error {
 type connKey struct{}
 
 // Accept takes the next connection from the kernel and admits it: at once
-// while fewer than max are held; else by closing the longest-waiting held
-// connection or slowest body reader (victimLocked); else, when
-// every held connection is busy, once one is given back or becomes
-// evictable (or the listener is closed). Accept is called from one
+// while fewer than max are held; else by closing the candidate longest
+// without a sign of life (victimLocked); else, when no held connection is
+// a candidate, once one is given back or becomes one (or the listener is
+// closed). Accept is called from one
 // goroutine, as http.Server and fasthttp.Server do.
 func (l *Listener) Accept() (net.Conn, error) {
 	c, err := l.acceptRetrying()
