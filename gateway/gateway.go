@@ -24,6 +24,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
+	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/internal/logsample"
 )
 
@@ -195,8 +196,9 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 		open:     newOpenBlobs(blobs, imagestore.TokenCacheTTL),
 	}
 	g.srv = &fasthttp.Server{
-		Handler:       func(ctx *fasthttp.RequestCtx) { g.route(ctx); g.logAnswer(ctx) },
-		ExpectHandler: func(ctx *fasthttp.RequestCtx) int { st := g.expect(ctx); g.logAnswer(ctx); return st },
+		Handler:       func(ctx *fasthttp.RequestCtx) { markBusy(ctx); g.route(ctx); g.logAnswer(ctx) },
+		ExpectHandler: func(ctx *fasthttp.RequestCtx) int { markBusy(ctx); st := g.expect(ctx); g.logAnswer(ctx); return st },
+		ConnState:     connState,
 		Name:          "vmshelf",
 		// Bodies are read by the handler as they arrive; only the first
 		// 8 KiB may be read ahead by fasthttp. MaxRequestBodySize is not
@@ -228,10 +230,39 @@ func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus
 	return g, nil
 }
 
-// Serve answers connections from ln until Shutdown.
+// Serve answers connections from ln until Shutdown. ln is meant to be a
+// *connlimit.Listener: it caps the connections held, makes room by
+// closing one with no request in progress, and retries an Accept that
+// failed for want of descriptors (fasthttp would stop serving).
 func (g *Gateway) Serve(ln net.Listener) error {
 	go g.reportSuppressed()
 	return g.srv.Serve(ln)
+}
+
+// markBusy tells the connection limit that ctx's connection has a request
+// in progress (a transfer, a lookup): it is never closed for another
+// client until its answer is out.
+func markBusy(ctx *fasthttp.RequestCtx) {
+	if c, ok := ctx.Conn().(*connlimit.Conn); ok {
+		c.Busy()
+	}
+}
+
+// connState tells the connection limit when a connection waits again for
+// a request (an idle keep-alive), so that it may be closed for a new
+// client. Until its handler starts (markBusy) a connection is waiting:
+// one silent since accept, or dribbling its head, is no better.
+func connState(c net.Conn, s fasthttp.ConnState) {
+	lc, ok := c.(*connlimit.Conn)
+	if !ok {
+		return
+	}
+	switch s {
+	case fasthttp.StateIdle:
+		lc.Waiting()
+	case fasthttp.StateHijacked:
+		lc.Busy()
+	}
 }
 
 // Shutdown stops accepting connections and waits until the running

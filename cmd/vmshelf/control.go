@@ -10,9 +10,9 @@ import (
 // bodies capped at 64 KiB, /metrics, probes), so every phase of a
 // connection is bounded: a client that stalls, or keeps a connection open
 // and idle, cannot hold it for long, and no more than --control-max-conns
-// connections are held at once (internal/connlimit: at the cap, the
-// connection that has waited longest without a request in progress makes
-// room for a new one).
+// connections are held at once (internal/connlimit: at the cap, of the
+// connections with no request in progress or still waiting for their
+// body, the one longest without a sign of life makes room for a new one).
 const (
 	// defaultControlHeaderTimeout bounds the reading of a request's header.
 	defaultControlHeaderTimeout = 10 * time.Second
@@ -20,10 +20,10 @@ const (
 	// request for this long.
 	defaultControlIdleTimeout = 60 * time.Second
 	// defaultControlMaxConns is the number of control-plane connections
-	// held at once. Beyond it a new client takes the place of the one that
-	// has waited longest for its request (sending nothing, a header
-	// still arriving, an idle keep-alive); when all are busy it waits in
-	// the kernel's accept backlog.
+	// held at once. Beyond it a new client takes the place of one longest
+	// without a sign of life among those sending nothing, a header still
+	// arriving, an idle keep-alive or a body still arriving; when all are
+	// busy it waits in the kernel's accept backlog.
 	defaultControlMaxConns = 512
 	// controlReadTimeout bounds the reading of a whole request, body
 	// included (a 64 KiB body needs far less).
@@ -38,7 +38,7 @@ const (
 // controlServer is the control plane's http.Server with the limits above.
 func controlServer(h http.Handler, f *serveFlags, log *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           closeAfterTransferEncoding(h),
 		ReadHeaderTimeout: f.controlHeaderTimeout,
 		ReadTimeout:       controlReadTimeout,
 		WriteTimeout:      controlWriteTimeout,
@@ -46,4 +46,23 @@ func controlServer(h http.Handler, f *serveFlags, log *slog.Logger) *http.Server
 		MaxHeaderBytes:    controlMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+}
+
+// closeAfterTransferEncoding closes the connection after any request that
+// came with a Transfer-Encoding. One that also has a Content-Length is
+// the shape of request smuggling: a proxy in front that framed it by the
+// length sees the rest as the next request's, we by the chunks, so nothing
+// after it on that connection can be trusted to be what the proxy sent.
+// net/http drops the Content-Length of a chunked request before a handler
+// sees it, so every request with a Transfer-Encoding is treated alike;
+// the data plane (fasthttp) closes after such a request too.
+func closeAfterTransferEncoding(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			// Set before the handler runs, so that net/http closes after
+			// this answer and never reads the next request.
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -254,11 +254,11 @@ func TestE2EControlSlowClients(t *testing.T) {
 	if held > maxConns+1 {
 		t.Errorf("serve held %d connections at once, cap %d", held, maxConns)
 	}
-	ev, ok := metricValue(s.scrape(t), "vmshelf_control_connections_evicted_total", nil)
+	ev, ok := metricValue(s.scrape(t), "vmshelf_connections_evicted_total", map[string]string{"plane": "control"})
 	if !ok {
-		t.Error("no series vmshelf_control_connections_evicted_total")
+		t.Error(`no series vmshelf_connections_evicted_total{plane="control"}`)
 	} else if ev < n-maxConns {
-		t.Errorf("vmshelf_control_connections_evicted_total %v, want at least %d (every stalled client beyond the cap replaced one)", ev, n-maxConns)
+		t.Errorf(`vmshelf_connections_evicted_total{plane="control"} %v, want at least %d (every stalled client beyond the cap replaced one)`, ev, n-maxConns)
 	}
 	if held < maxConns/2 {
 		t.Errorf("serve held at most %d connections: the %d stalled clients never filled the cap of %d (the method is blind)", held, n, maxConns)

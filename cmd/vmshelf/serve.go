@@ -28,7 +28,6 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
-	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/internal/leader"
 	"github.com/vmshelf/vmshelf/market"
 	"github.com/vmshelf/vmshelf/market/catalogue"
@@ -58,6 +57,10 @@ type serveFlags struct {
 	// ticketRate and ticketBurst: each tenant's token bucket for tickets.
 	ticketRate  float64
 	ticketBurst int
+
+	// The data plane's connection cap (conns.go); derived from the
+	// descriptor limit unless given.
+	dataMaxConns int
 
 	// The control plane's limits (control.go).
 	controlMaxConns                          int
@@ -130,6 +133,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB (with --blobs s3://…: at the end of every part)")
 	fs.Float64Var(&f.tenantReserveGiB, "tenant-reserve-gib", 0, "disk space one tenant's running uploads may hold beyond what they wrote, in GiB; at least --upload-max-gib (0: --upload-max-gib)")
 	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
+	fs.IntVar(&f.dataMaxConns, "data-max-conns", 0, "data-plane connections held at once; at the cap one with no request in progress makes room (default: half the descriptors beyond "+strconv.Itoa(descriptorReserve)+", at most "+strconv.Itoa(maxDefaultDataConns)+")")
 	fs.IntVar(&f.controlMaxConns, "control-max-conns", defaultControlMaxConns, "control-plane connections held at once; more wait in the accept backlog")
 	fs.DurationVar(&f.controlIdleTimeout, "control-idle-timeout", defaultControlIdleTimeout, "a control-plane keep-alive connection with no request for this long is closed")
 	fs.DurationVar(&f.controlHeaderTimeout, "control-header-timeout", defaultControlHeaderTimeout, "a control-plane request header must arrive within this (at most 30s)")
@@ -142,6 +146,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
+	f.resolveDataMaxConns(fs)
 	if fs.NArg() > 0 {
 		return nil, usagef("serve takes no arguments, got %q; see vmshelf serve -h", fs.Arg(0))
 	}
@@ -190,6 +195,8 @@ func (f *serveFlags) validate() error {
 		return usagef("--tus-checkpoint-mib must be at least 1")
 	case f.headroomMiB < 1:
 		return usagef("--headroom-mib must be at least 1")
+	case f.dataMaxConns < 1:
+		return usagef("--data-max-conns must be at least 1")
 	case f.controlMaxConns < 1:
 		return usagef("--control-max-conns must be at least 1")
 	case f.controlIdleTimeout <= 0:
@@ -574,10 +581,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("control plane: %w", err)
 	}
 	ctl := controlServer(mk.Handler(), f, log)
-	evicted := prometheus.NewCounter(prometheus.CounterOpts{Name: "vmshelf_control_connections_evicted_total",
-		Help: "Control-plane connections closed at the connection cap to make room for a new client (oldest waiting first)."})
-	reg.MustRegister(evicted)
-	ctlLim := connlimit.New(ctlLn, f.controlMaxConns, connlimit.OnEvict(evicted.Inc))
+	dataLim, ctlLim := connLimits(dataLn, ctlLn, f, reg, log)
 	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLim.Addr().String(),
 		"public_url", base, "data_dir", f.dataDir, "images", blobs.where, "store", st.short, "replica", replica)
 
@@ -618,7 +622,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}))
 
 	errs := make(chan error, 2)
-	go func() { errs <- gw.Serve(dataLn) }()
+	go func() { errs <- gw.Serve(dataLim) }()
 	go func() { errs <- ctlLim.Serve(ctl) }()
 	var serveErr error
 	select {

@@ -96,10 +96,11 @@ func TestEvictsLongestWaiting(t *testing.T) {
 	l, addr := server(t, 2, func(w http.ResponseWriter, r *http.Request) {}, OnEvict(func() { evicted.Add(1) }))
 	older := dial(t, addr)
 	send(t, older, "GET / HTTP/1.1\r\nHost: t\r\nX-Slow: st")
-	waitHeld(t, l, 1)
+	waitBytesRead(t, l, 1)
 	younger := dial(t, addr)
-	// The younger sends nothing at all: no better than half a header.
-	waitHeld(t, l, 2)
+	// The younger sends nothing at all: its accept is its last sign of
+	// life, after the older's half header.
+	waitReadTried(t, l, 2)
 
 	fresh := dial(t, addr)
 	send(t, fresh, get)
@@ -203,7 +204,7 @@ func TestCloseGivesSlotBack(t *testing.T) {
 		dial(t, inner.Addr().String())
 	}
 	a := got(accept(), "first")
-	l.setPhase(a, busy) // as if its handler ran: not evictable
+	a.Busy() // as if its handler ran: not evictable
 	second := accept()
 	select {
 	case <-second:
@@ -213,7 +214,7 @@ func TestCloseGivesSlotBack(t *testing.T) {
 	_ = a.Close()
 	_ = a.Close()
 	b := got(second, "second after a close")
-	l.setPhase(b, busy)
+	b.Busy()
 	if n := l.Held(); n != 1 {
 		t.Fatalf("after a double close and a new accept %d held, want 1", n)
 	}
