@@ -242,17 +242,20 @@ func lingerClose(c net.Conn) {
 	}
 }
 
-// underlyingTCP finds the *net.TCPConn under fasthttp's hijacked wrapper.
+// underlyingTCP finds the *net.TCPConn under fasthttp's hijacked wrapper
+// and the connection cap's (connlimit.Conn's NetConn).
 func underlyingTCP(c net.Conn) (*net.TCPConn, bool) {
 	for range 4 {
-		if tc, ok := c.(*net.TCPConn); ok {
-			return tc, true
-		}
-		u, ok := c.(interface{ UnsafeConn() net.Conn })
-		if !ok {
+		switch u := c.(type) {
+		case *net.TCPConn:
+			return u, true
+		case interface{ UnsafeConn() net.Conn }:
+			c = u.UnsafeConn()
+		case interface{ NetConn() net.Conn }:
+			c = u.NetConn()
+		default:
 			return nil, false
 		}
-		c = u.UnsafeConn()
 	}
 	return nil, false
 }

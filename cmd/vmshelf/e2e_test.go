@@ -1199,8 +1199,8 @@ func TestE2ESecondServeSameDataDir(t *testing.T) {
 
 	// The first one still serves, uploads included.
 	s.upload(t, s.ticket(t, "still here"), disk, diskBytes)
-	if es := dirEntries(t, filepath.Join(data, "vm-images")); len(es) != 2 { // .partial and the image
-		t.Errorf("vm-images holds %v, want .partial and one image", es)
+	if es := dirEntries(t, filepath.Join(data, "vm-images")); len(es) != 3 { // .partial, .store-id and the image
+		t.Errorf("vm-images holds %v, want .partial, .store-id and one image", es)
 	}
 }
 

@@ -411,6 +411,34 @@ func (c *Conn) CloseWrite() error {
 	return nil
 }
 
+// ReadFrom hands an answer's body to the wrapped connection's ReadFrom, so
+// that a file sent on a TCP connection still goes out with sendfile(2)
+// (the fetch route's zero-copy path): embedding net.Conn alone would hide
+// the method and make every fetch copy through user space.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(onlyWriter{c.Conn}, r)
+}
+
+// NetConn returns the connection c wraps, for code that needs the
+// *net.TCPConn underneath (a half-close), as tls.Conn's NetConn does.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
+// SyscallConn gives the wrapped connection's raw descriptor (a peek at
+// whether the peer closed), or an error if it has none.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.New("connlimit: the wrapped connection has no descriptor")
+}
+
+// onlyWriter hides every method but Write, so that io.Copy does not call
+// ReadFrom again.
+type onlyWriter struct{ io.Writer }
+
 // bodyReader is a request body whose connection is evictable while it is
 // read (each byte that arrives is a sign of life: Conn.Read); its end (or
 // close) makes the connection busy, since the handler now works on the

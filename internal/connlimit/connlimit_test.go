@@ -238,3 +238,32 @@ func TestCloseGivesSlotBack(t *testing.T) {
 		t.Errorf("unexpected local address %s", b.LocalAddr())
 	}
 }
+
+// TestReadFromReachesTheConn: a Conn passes ReadFrom on to the connection
+// it wraps (a *net.TCPConn sends a file with sendfile(2) there); without
+// it the method is hidden and every fetch copies through user space.
+func TestReadFromReachesTheConn(t *testing.T) {
+	inner := &readFromConn{}
+	l := New(nil, 1)
+	c := &Conn{Conn: inner, l: l}
+	n, err := c.ReadFrom(strings.NewReader("four"))
+	if err != nil || n != 4 {
+		t.Fatalf("ReadFrom: %d, %v", n, err)
+	}
+	if inner.calls != 1 || inner.got != "four" {
+		t.Fatalf("the wrapped connection's ReadFrom got %d calls with %q, want 1 with %q", inner.calls, inner.got, "four")
+	}
+}
+
+type readFromConn struct {
+	net.Conn
+	calls int
+	got   string
+}
+
+func (c *readFromConn) ReadFrom(r io.Reader) (int64, error) {
+	c.calls++
+	b, err := io.ReadAll(r)
+	c.got += string(b)
+	return int64(len(b)), err
+}

@@ -120,7 +120,7 @@ func QemuImages(t testing.TB, dir string) []Case {
 			t.Fatal(err)
 		}
 		for _, argv := range img.steps {
-			run(t, sub, tools[argv[0]], argv[1:]...)
+			RunQemu(t, sub, tools[argv[0]], argv[1:]...)
 		}
 		data, err := os.ReadFile(filepath.Join(sub, img.file))
 		if err != nil {
@@ -136,11 +136,11 @@ func QemuImages(t testing.TB, dir string) []Case {
 // hanging the package until go test's own timeout.
 const runTimeout = 2 * time.Minute
 
-// run runs a qemu tool in dir. LUKS creation times PBKDF2 with the thread
+// RunQemu runs a qemu tool (qemu-img, qemu-io) in dir. LUKS creation times PBKDF2 with the thread
 // CPU clock and gives up ("Unable to get accurate CPU usage") when a
 // coarse clock measures 0 ms, about one run in three here: that failure
 // is retried, at most 10 times.
-func run(t testing.TB, dir, bin string, args ...string) {
+func RunQemu(t testing.TB, dir, bin string, args ...string) {
 	t.Helper()
 	var out []byte
 	var err error

@@ -97,6 +97,7 @@
     storeCorrupt: 'The edge\'s record store is damaged.',
     storeUnwritable: 'The edge cannot write its records.',
     notReady: 'The edge is not ready.',
+    blobStoreUnreachable: 'The edge cannot reach the storage that holds the images. Try again later.',
     // answers the page never provokes, for completeness
     badSignature: 'The webhook\'s signature did not verify.',
     rangeNotSatisfiable: 'The requested range lies outside the image.',
