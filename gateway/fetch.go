@@ -162,7 +162,7 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability) (im
 	blob, err := g.open.get(octx, img.UploadID)
 	if err != nil {
 		// A record without its file is our fault, never the client's.
-		return imagestore.Image{}, nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not open the image")
+		return imagestore.Image{}, nil, storageFailure(err, "could not open the image")
 	}
 	return img, blob, nil
 }

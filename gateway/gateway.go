@@ -421,6 +421,9 @@ func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 func writeError(ctx *fasthttp.RequestCtx, e *apierr.Error) {
 	ctx.SetUserValue(refusalKey, e)
 	ctx.Response.SetStatusCode(e.Status)
+	if e.RetryAfter > 0 {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.Response.SetBody(e.JSON())
 }

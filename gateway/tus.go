@@ -126,7 +126,7 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	w, err := g.blobs.Create(octx, sess.UploadID)
 	if err != nil {
 		g.endSession(sess.UploadID)
-		g.refuseUpload(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not start storing the image"), start, "")
+		g.refuseUpload(ctx, storageFailure(err, "could not start storing the image"), start, "")
 		return
 	}
 	ctx.Response.Header.Set("Location", g.sessionURL(id))

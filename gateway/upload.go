@@ -278,7 +278,7 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim 
 	w, err := g.blobs.Create(octx, tk.UploadID)
 	cancel()
 	if err != nil {
-		return imagestore.Image{}, 0, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not start storing the image")
+		return imagestore.Image{}, 0, storageFailure(err, "could not start storing the image")
 	}
 	defer g.abort(w, tk.UploadID) // a no-op once committed
 	// Over a shared store the upload's lease says this replica is alive
@@ -332,7 +332,19 @@ func writeFailure(err error) *apierr.Error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, imagestore.ErrNoSpace) {
 		return apierr.Wrap(err, fasthttp.StatusInsufficientStorage, "noSpace", "the edge ran out of disk space while storing the image; try again later")
 	}
-	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not store the image")
+	return storageFailure(err, "could not store the image")
+}
+
+// storageFailure is the answer to a blob call that failed for another
+// reason than a full disk: 503 blobStoreUnreachable, which a client may
+// retry, when the image storage did not answer in time (S3 hung or down,
+// the same reason /readyz gives), else 500 with msg.
+func storageFailure(err error, msg string) *apierr.Error {
+	if errors.Is(err, imagestore.ErrBlobsUnavailable) {
+		return apierr.Wrap(err, fasthttp.StatusServiceUnavailable, "blobStoreUnreachable",
+			"the edge's image storage did not answer in time; try again in a minute").WithRetryAfter(60)
+	}
+	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", msg)
 }
 
 type eofReader struct{}

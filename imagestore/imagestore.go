@@ -32,6 +32,10 @@ var (
 	// ErrUnwritable is a store write that failed for another storage
 	// reason (I/O error, read-only file system, permissions).
 	ErrUnwritable = errors.New("store not writable")
+	// ErrBlobsUnavailable is a Blobs call the image storage did not
+	// answer in time (an S3 server that hangs or refuses connections): a
+	// passing condition, which clients may retry, unlike a failure of ours.
+	ErrBlobsUnavailable = errors.New("the image storage did not answer")
 )
 
 // DefaultHeadroom is the free space an upload must leave on the disk of

@@ -160,8 +160,8 @@ func TestE2EHungS3(t *testing.T) {
 		t.Errorf("/readyz turned 503 after %v, want within %v", flip, hungReadyBound)
 	}
 	for what, r := range map[string]timed{"fetch": fetch, "upload": up} {
-		if r.err != nil || r.code < 500 || r.took > hungRequestBound {
-			t.Errorf("%s with S3 stopped: %d %s (%v) after %v, want a 5xx within %v",
+		if r.err != nil || r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, `"blobStoreUnreachable"`) || r.took > hungRequestBound {
+			t.Errorf("%s with S3 stopped: %d %s (%v) after %v, want 503 blobStoreUnreachable within %v",
 				what, r.code, r.body, r.err, r.took, hungRequestBound)
 		}
 	}

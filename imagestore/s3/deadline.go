@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+
+	"github.com/vmshelf/vmshelf/imagestore"
 )
 
 // Deadlines. A server that hangs (it accepts the connection, then never
@@ -42,8 +44,16 @@ const (
 )
 
 // ErrNoAnswer is a call the server did not answer within its deadline, or
-// a transfer that made no progress within the idle timeout.
-var ErrNoAnswer = errors.New("the S3 server did not answer in time")
+// a transfer that made no progress within the idle timeout. It is an
+// imagestore.ErrBlobsUnavailable (errors.Is), so that the planes answer it
+// as the storage's passing outage, not as their own failure.
+var ErrNoAnswer error = errNoAnswer{}
+
+type errNoAnswer struct{}
+
+func (errNoAnswer) Error() string { return "the S3 server did not answer in time" }
+
+func (errNoAnswer) Is(target error) bool { return target == imagestore.ErrBlobsUnavailable }
 
 // transport is minio-go's default transport (connection pool, no gzip
 // decoding, TLS 1.2 or later) with shorter dial and TLS handshake bounds.

@@ -3,6 +3,7 @@ package s3_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -91,5 +92,15 @@ func TestServerHangs(t *testing.T) {
 	got, err := io.ReadAll(io.NewSectionReader(b, 0, int64(len(data))))
 	if err != nil || len(got) != len(data) {
 		t.Fatalf("read after the server continued: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestNoAnswerIsUnavailable: the planes answer a hung S3 as the storage's
+// passing outage (503 blobStoreUnreachable) by testing for
+// imagestore.ErrBlobsUnavailable; ErrNoAnswer, wrapped as the calls wrap
+// it, must be one.
+func TestNoAnswerIsUnavailable(t *testing.T) {
+	if err := fmt.Errorf("put part 3: %w", s3.ErrNoAnswer); !errors.Is(err, imagestore.ErrBlobsUnavailable) {
+		t.Fatalf("%v is not an imagestore.ErrBlobsUnavailable", err)
 	}
 }

@@ -17,6 +17,10 @@ type Error struct {
 	Reason string
 	Msg    string
 	Err    error
+	// RetryAfter, if positive, is sent as the answer's Retry-After header
+	// (seconds): the error carries it, so that no writer has to know
+	// which reasons want one.
+	RetryAfter int
 }
 
 // New returns an error with the given status, reason and message.
@@ -38,6 +42,12 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// WithRetryAfter sets e's Retry-After in seconds and returns e.
+func (e *Error) WithRetryAfter(seconds int) *Error {
+	e.RetryAfter = seconds
+	return e
+}
 
 // From returns the *Error in err's chain, or a 500 "internal" error that
 // hides err's text from the client.
