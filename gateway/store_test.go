@@ -1,0 +1,11 @@
+package gateway
+
+import "github.com/vmshelf/vmshelf/imagestore"
+
+// The whole store and blob store are what serve passes; they must keep
+// answering everything the data plane calls.
+var (
+	_ Store      = imagestore.Store(nil)
+	_ Blobs      = imagestore.Blobs(nil)
+	_ blobOpener = Blobs(nil)
+)
