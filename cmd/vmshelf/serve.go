@@ -446,7 +446,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Warn("the records are shared (" + storeURLEnv + ") but the images are in this replica's data dir: " +
 				"run one replica only, or give every replica the same --blobs s3://…")
 		}
-		reconcile = func(ctx context.Context, st imagestore.Store, blobs imagestore.Blobs, log *slog.Logger) error {
+		reconcile = func(ctx context.Context, st imagestore.ReconcileRecords, blobs imagestore.ReconcileBlobs, log *slog.Logger) error {
 			return imagestore.ReconcileShared(ctx, st, blobs, log, imagestore.SharedReconcile{Now: time.Now(), Grace: sharedGrace})
 		}
 	}
