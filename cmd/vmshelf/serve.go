@@ -780,7 +780,7 @@ const shutdownBound = 30 * time.Second
 
 // ensureDevTenant gives `make run` a tenant to try the service with. The
 // token goes to a 0600 file; only its path is printed.
-func ensureDevTenant(ctx context.Context, st imagestore.Store, dataDir string, stdout io.Writer) error {
+func ensureDevTenant(ctx context.Context, st devTenants, dataDir string, stdout io.Writer) error {
 	path := filepath.Join(dataDir, devToken)
 	_, err := st.Tenant(ctx, "dev")
 	switch {
@@ -811,7 +811,7 @@ func ensureDevTenant(ctx context.Context, st imagestore.Store, dataDir string, s
 }
 
 // devTokenValid reports whether the dev-token file holds dev's current token.
-func devTokenValid(ctx context.Context, st imagestore.Store, path string) bool {
+func devTokenValid(ctx context.Context, st devTenants, path string) bool {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return false
