@@ -10,8 +10,8 @@ import (
 // Store is the part of imagestore.Store the control plane calls: the
 // tenants' tickets and images, the marketplace's listings and orders, the
 // webhook's events, and what the status and metrics report. Naming it here
-// shows what the API can reach (no upload bytes or sessions beyond
-// counting them, no lease, and of an order's life only placing, paying and
+// shows what the API can reach (of upload sessions only a tenant's open
+// ones, no lease, and of an order's life only placing, paying and
 // cancelling: the provisioner carries out the rest), and lets a test fake
 // just this. The methods mean what imagestore.Store documents.
 type Store interface {
