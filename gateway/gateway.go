@@ -97,8 +97,8 @@ type Config struct {
 // Gateway is the data plane server.
 type Gateway struct {
 	cfg      Config
-	store    imagestore.Store
-	blobs    imagestore.Blobs
+	store    Store
+	blobs    Blobs
 	log      *slog.Logger
 	metrics  *metrics
 	slots    slots
@@ -138,7 +138,7 @@ func (g *Gateway) releaseSlot(direction string) {
 }
 
 // New returns a gateway over st and blobs whose metrics are registered on reg.
-func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus.Registerer) (*Gateway, error) {
+func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer) (*Gateway, error) {
 	if cfg.UploadMax <= 0 || cfg.MaxVirtualSize == 0 || cfg.IdleTimeout <= 0 || cfg.MaxTransfers <= 0 {
 		return nil, fmt.Errorf("gateway: upload max, max virtual size, idle timeout and max transfers must be positive")
 	}

@@ -19,14 +19,14 @@ import (
 // given back at most linger after its last fetch ended: new fetches of it
 // are refused before they get here (the token no longer names it).
 type openBlobs struct {
-	blobs  imagestore.Blobs
+	blobs  blobOpener
 	linger time.Duration
 
 	mu   sync.Mutex
 	open map[string]*sharedBlob
 }
 
-func newOpenBlobs(blobs imagestore.Blobs, linger time.Duration) *openBlobs {
+func newOpenBlobs(blobs blobOpener, linger time.Duration) *openBlobs {
 	return &openBlobs{blobs: blobs, linger: linger, open: make(map[string]*sharedBlob)}
 }
 

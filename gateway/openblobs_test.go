@@ -14,8 +14,6 @@ import (
 
 // countingBlobs opens in-memory blobs and reports every open and close.
 type countingBlobs struct {
-	imagestore.Blobs // nil: only Open is used
-
 	mu     sync.Mutex
 	opens  int
 	closed chan string

@@ -72,7 +72,7 @@ func (e *StoreLostError) Error() string {
 //   - last, the store's identity is written where it is missing (the
 //     records', then the blobs'): blobs from before identities are judged
 //     by the records' count once, and by their identity from then on.
-func Reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger) error {
+func Reconcile(ctx context.Context, st ReconcileRecords, blobs ReconcileBlobs, log *slog.Logger) error {
 	return reconcile(ctx, st, blobs, log, nil)
 }
 
@@ -101,7 +101,7 @@ type SharedReconcile struct {
 //     on another replica;
 //   - unfinished writes are removed only as the blobs' RemovePartials
 //     judges them abandoned (the S3 blobs wait for their own grace).
-func ReconcileShared(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, sh SharedReconcile) error {
+func ReconcileShared(ctx context.Context, st ReconcileRecords, blobs ReconcileBlobs, log *slog.Logger, sh SharedReconcile) error {
 	return reconcile(ctx, st, blobs, log, &sh)
 }
 
@@ -114,7 +114,7 @@ type evidence struct {
 	blobID   string // the blobs'; "" if none
 }
 
-func gather(ctx context.Context, st Store, blobs Blobs) (*evidence, error) {
+func gather(ctx context.Context, st ReconcileRecords, blobs ReconcileBlobs) (*evidence, error) {
 	ev := &evidence{recorded: map[string]bool{}, intents: map[string]Intent{}}
 	var err error
 	if ev.recID, err = st.StoreID(ctx); err != nil {
@@ -147,7 +147,7 @@ func gather(ctx context.Context, st Store, blobs Blobs) (*evidence, error) {
 	return ev, nil
 }
 
-func (ev *evidence) readIntents(ctx context.Context, st Store) error {
+func (ev *evidence) readIntents(ctx context.Context, st ReconcileRecords) error {
 	intents, err := st.Intents(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: list intents: %w", err)
@@ -160,7 +160,7 @@ func (ev *evidence) readIntents(ctx context.Context, st Store) error {
 
 // judge refuses records that are not those of the files (StoreLostError).
 // Without files there is nothing to lose.
-func (ev *evidence) judge(ctx context.Context, blobs Blobs) error {
+func (ev *evidence) judge(ctx context.Context, blobs ReconcileBlobs) error {
 	if len(ev.files) == 0 {
 		return nil
 	}
@@ -223,7 +223,7 @@ type cleanup struct {
 	partials, quarantined, removed, ended, young int
 }
 
-func reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, shared *SharedReconcile) error {
+func reconcile(ctx context.Context, st ReconcileRecords, blobs ReconcileBlobs, log *slog.Logger, shared *SharedReconcile) error {
 	ev, err := gather(ctx, st, blobs)
 	if err != nil {
 		return err
@@ -274,7 +274,7 @@ func reconcile(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, sha
 // whose removal is pending is deleted, any other is quarantined (once
 // past the grace over a shared store). Records without a file are
 // reported.
-func settleFiles(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, shared *SharedReconcile, ev *evidence, c *cleanup) error {
+func settleFiles(ctx context.Context, st ReconcileRecords, blobs ReconcileBlobs, log *slog.Logger, shared *SharedReconcile, ev *evidence, c *cleanup) error {
 	seen := make(map[string]bool, len(ev.files))
 	for _, id := range ev.files {
 		seen[id] = true
@@ -329,7 +329,7 @@ func settleFiles(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, s
 // settleIntents ends the intents of files that are not (or no longer)
 // there: a removal whose file is gone, a commit that never happened or
 // was recorded.
-func settleIntents(ctx context.Context, st Store, blobs Blobs, log *slog.Logger, shared *SharedReconcile, ev *evidence) error {
+func settleIntents(ctx context.Context, st ReconcileRecords, blobs ReconcileBlobs, log *slog.Logger, shared *SharedReconcile, ev *evidence) error {
 	listed := make(map[string]bool, len(ev.files))
 	for _, id := range ev.files {
 		listed[id] = true
@@ -365,7 +365,7 @@ func settleIntents(ctx context.Context, st Store, blobs Blobs, log *slog.Logger,
 // there is no file to lose), then beside the blobs. A crash in
 // between leaves blobs without one, judged by the count of records once
 // more.
-func stampIdentity(ctx context.Context, st Store, blobs Blobs, ev *evidence) error {
+func stampIdentity(ctx context.Context, st ReconcileRecords, blobs ReconcileBlobs, ev *evidence) error {
 	id := ev.recID
 	if id == "" {
 		want := ev.blobID
@@ -388,7 +388,7 @@ func stampIdentity(ctx context.Context, st Store, blobs Blobs, ev *evidence) err
 // finishRemoval deletes a removed image's file and then its remove
 // intent. The record is gone (RemoveImage deleted it in the transaction
 // that wrote the intent): this is the deletion the owner asked for.
-func finishRemoval(ctx context.Context, st Store, blobs Blobs, id string) error {
+func finishRemoval(ctx context.Context, st intentEnder, blobs RemovalBlobs, id string) error {
 	if err := blobs.Delete(ctx, id); err != nil {
 		return err
 	}
@@ -401,7 +401,7 @@ func finishRemoval(ctx context.Context, st Store, blobs Blobs, id string) error 
 // shared store only the leader runs it; alone, the one process. An image
 // that has a record again (a restored database) keeps its file: the
 // intent is dropped.
-func FinishRemovals(ctx context.Context, st Store, blobs Blobs) (int, error) {
+func FinishRemovals(ctx context.Context, st RemovalRecords, blobs RemovalBlobs) (int, error) {
 	intents, err := st.Intents(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("finish removals: %w", err)
@@ -431,7 +431,7 @@ func FinishRemovals(ctx context.Context, st Store, blobs Blobs) (int, error) {
 
 // RunRemovals calls FinishRemovals now and then every `every` until ctx
 // ends, logging what it did or why it failed (it tries again next time).
-func RunRemovals(ctx context.Context, st Store, blobs Blobs, every time.Duration, log *slog.Logger) {
+func RunRemovals(ctx context.Context, st RemovalRecords, blobs RemovalBlobs, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -453,7 +453,7 @@ func RunRemovals(ctx context.Context, st Store, blobs Blobs, every time.Duration
 // committedSince reports whether blob id was committed after t. A blob
 // that vanished meanwhile (removed by its owner) counts as fresh: there
 // is nothing to quarantine.
-func committedSince(ctx context.Context, blobs Blobs, id string, t time.Time) (bool, error) {
+func committedSince(ctx context.Context, blobs ReconcileBlobs, id string, t time.Time) (bool, error) {
 	b, err := blobs.Open(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return true, nil

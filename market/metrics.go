@@ -27,7 +27,7 @@ type metrics struct {
 	log            *slog.Logger
 }
 
-func newMetrics(reg prometheus.Registerer, st imagestore.Store, blobs imagestore.Blobs, log *slog.Logger) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logger) (*metrics, error) {
 	m := &metrics{
 		ticketsIssued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vmshelf_tickets_issued_total",
@@ -98,8 +98,8 @@ func (l promLog) Println(v ...any) { l.log.Warn("metrics: " + fmt.Sprint(v...)) 
 // statsCollector reports what the store holds, asking it on every scrape
 // (the numbers are the store's, not a copy that could drift).
 type statsCollector struct {
-	st     imagestore.Store
-	blobs  imagestore.Blobs
+	st     Store
+	blobs  Blobs
 	images *prometheus.Desc
 	bytes  *prometheus.Desc
 	free   *prometheus.Desc
@@ -109,7 +109,7 @@ type statsCollector struct {
 	orders      *prometheus.Desc
 }
 
-func newStatsCollector(st imagestore.Store, blobs imagestore.Blobs) *statsCollector {
+func newStatsCollector(st Store, blobs Blobs) *statsCollector {
 	return &statsCollector{
 		st: st, blobs: blobs,
 		images: prometheus.NewDesc("vmshelf_images_stored",

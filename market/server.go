@@ -111,8 +111,8 @@ const DefaultMinFree = 32 << 20
 // use.
 type Server struct {
 	cfg      Config
-	st       imagestore.Store
-	blobs    imagestore.Blobs
+	st       Store
+	blobs    Blobs
 	log      *slog.Logger
 	metrics  *metrics
 	handler  http.Handler
@@ -128,7 +128,7 @@ type Server struct {
 // metrics are registered on reg; /metrics serves gather (normally the same
 // *prometheus.Registry, which also holds the Go and process collectors the
 // caller chooses to add).
-func New(cfg Config, st imagestore.Store, blobs imagestore.Blobs, reg prometheus.Registerer, gather prometheus.Gatherer) (*Server, error) {
+func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer, gather prometheus.Gatherer) (*Server, error) {
 	if st == nil || blobs == nil || reg == nil || gather == nil {
 		return nil, errors.New("market: store, blobs, registerer and gatherer are all required")
 	}

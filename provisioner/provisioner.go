@@ -79,7 +79,7 @@ var notReached = errors.New("the cluster has not been reached yet")
 // Provisioner is the reconciler. Build it with New and run it with Run.
 type Provisioner struct {
 	cfg Config
-	st  imagestore.Store
+	st  Store
 	c   Cluster
 	log *slog.Logger
 	m   *metrics
@@ -104,7 +104,7 @@ type orderRetry struct {
 
 // New checks cfg and builds the provisioner over the store and the
 // cluster. Its metrics are registered on reg.
-func New(cfg Config, st imagestore.Store, c Cluster, reg prometheus.Registerer) (*Provisioner, error) {
+func New(cfg Config, st Store, c Cluster, reg prometheus.Registerer) (*Provisioner, error) {
 	if st == nil || c == nil || reg == nil {
 		return nil, errors.New("provisioner: store, cluster and registerer are all required")
 	}

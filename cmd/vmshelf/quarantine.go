@@ -63,7 +63,7 @@ func quarantine(ctx context.Context, sub string, doc helpDoc, args []string, std
 	}
 	ids = append(ids, fs.Args()...)
 	var (
-		blobs imagestore.Blobs
+		blobs quarantineBlobs
 		where = filepath.Join(*dataDir, imagesDir, ".quarantine")
 		err   error
 	)

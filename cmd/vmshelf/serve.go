@@ -446,7 +446,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Warn("the records are shared (" + storeURLEnv + ") but the images are in this replica's data dir: " +
 				"run one replica only, or give every replica the same --blobs s3://…")
 		}
-		reconcile = func(ctx context.Context, st imagestore.Store, blobs imagestore.Blobs, log *slog.Logger) error {
+		reconcile = func(ctx context.Context, st imagestore.ReconcileRecords, blobs imagestore.ReconcileBlobs, log *slog.Logger) error {
 			return imagestore.ReconcileShared(ctx, st, blobs, log, imagestore.SharedReconcile{Now: time.Now(), Grace: sharedGrace})
 		}
 	}
@@ -780,7 +780,7 @@ const shutdownBound = 30 * time.Second
 
 // ensureDevTenant gives `make run` a tenant to try the service with. The
 // token goes to a 0600 file; only its path is printed.
-func ensureDevTenant(ctx context.Context, st imagestore.Store, dataDir string, stdout io.Writer) error {
+func ensureDevTenant(ctx context.Context, st devTenants, dataDir string, stdout io.Writer) error {
 	path := filepath.Join(dataDir, devToken)
 	_, err := st.Tenant(ctx, "dev")
 	switch {
@@ -811,7 +811,7 @@ func ensureDevTenant(ctx context.Context, st imagestore.Store, dataDir string, s
 }
 
 // devTokenValid reports whether the dev-token file holds dev's current token.
-func devTokenValid(ctx context.Context, st imagestore.Store, path string) bool {
+func devTokenValid(ctx context.Context, st devTenants, path string) bool {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return false
