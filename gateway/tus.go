@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/crashpoint"
 )
 
 // Resumable uploads, tus 1.0.0 (https://tus.io/protocols/resumable-upload):
@@ -236,7 +237,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 		return
 	}
 	if sess.Offset == sess.Length { // finished already: an answer was lost
-		g.tusProgress(ctx, sess, sess.Offset, fasthttp.StatusNoContent)
+		g.tusProgress(ctx, sess.Offset, fasthttp.StatusNoContent)
 		return
 	}
 	lease, aerr := g.takeUploadLease(ctx, sess.UploadID, holder.takeOver)
@@ -292,88 +293,147 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 	inFlight.Inc()
 	defer inFlight.Dec()
 	from := in.n
-	durable := sess.Offset // the offset the store holds, moved by every save
-	save := func() error {
-		if err := w.Sync(); err != nil {
-			return err
-		}
-		octx, cancel := op()
-		defer cancel()
-		if err := lease.fence(octx); err != nil {
-			return err
-		}
-		if err := g.store.SaveProgress(octx, sess.UploadID, in.n, in.hashState(), g.cfg.Now().Add(sessionTTL).UTC()); err != nil {
-			return err
-		}
-		durable = in.n
-		return nil
+	p := &sessionProgress{g: g, uploadID: sess.UploadID, w: w, in: in, lease: lease, durable: sess.Offset}
+	aerr := g.pump(ctx, in, w, p.save, &holder.stop)
+	allIn := aerr == nil && in.n == sess.Length
+	ends := false // the image failed, or failed to commit: the session ends
+	if allIn {
+		// The tests' hook: a shutdown begun here (fasthttp's Done says
+		// it has) must not cost the client its bytes.
+		crashpoint.Until(crashpoint.PatchAfterLastByte, ctx.Done())
+		aerr = fenceCommit(lease)
 	}
-	aerr := g.pump(ctx, in, w, save, &holder.stop)
-	if aerr == nil && in.n == sess.Length {
-		if err := lease.fence(ctx); err != nil {
-			aerr = writeFailure(err)
-		}
-	}
-	if aerr == nil && in.n == sess.Length {
-		img, ferr := g.finish(w, in, imagestore.Image{UploadID: sess.UploadID, TenantID: sess.TenantID, Name: sess.Name, EFI: sess.EFI})
-		if ferr != nil {
-			g.endRefused(ctx, w, sess.UploadID, lease)
-			g.logUpload(ctx, sess.UploadID, ferr, in.n-from, start)
-			g.refuseUpload(ctx, ferr, start, sess.UploadID)
+	if aerr == nil && allIn {
+		img, ferr := g.finishSession(sess, w, in)
+		if ferr == nil {
+			g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
+			g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
+			g.logUpload(ctx, img.UploadID, nil, in.n-from, start, "size", img.Size, "resumable", true)
+			g.tusProgress(ctx, in.n, okStatus)
 			return
 		}
-		// The session stays, finished, until it expires: a client whose
-		// last answer was lost learns from HEAD that all bytes arrived.
-		octx, cancel := op()
-		if err := g.store.SaveProgress(octx, sess.UploadID, in.n, in.hashState(), g.cfg.Now().Add(sessionTTL).UTC()); err != nil {
-			g.log.Error("mark upload session finished", "upload_id", sess.UploadID, "err", err)
-		}
-		cancel()
-		g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
-		g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
-		g.log.Info("upload", "upload_id", img.UploadID, "outcome", outcomeOK, "bytes", in.n-from, "size", img.Size,
-			"seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx), "resumable", true)
-		sess.Offset = in.n
-		g.tusProgress(ctx, sess, in.n, okStatus)
-		return
+		aerr, ends = ferr, true
 	}
-	if aerr != nil && endsSession(aerr) {
-		g.endRefused(ctx, w, sess.UploadID, lease)
-		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start)
+	if aerr != nil && (ends || endsSession(aerr)) {
+		g.endRefused(w, sess.UploadID, lease)
+		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start, "resumable", true)
 		g.refuseUpload(ctx, aerr, start, sess.UploadID)
 		return
 	}
-	// The body ended early, was cut, stalled, was taken over or met a full
-	// disk: keep what is durable for the next PATCH.
-	saveErr := save()
-	if saveErr != nil {
-		g.log.Warn("save upload progress", "upload_id", sess.UploadID, "err", saveErr)
-	}
-	if err := w.Close(); err != nil {
-		g.log.Error("close upload", "upload_id", sess.UploadID, "err", err)
-	}
-	// Over shared blobs the next writer's Resume cuts back itself, and
-	// this one may no longer hold the upload: only a local blob is cut.
-	if saveErr != nil && lease == nil {
-		g.cutBack(sess.UploadID, durable)
-	}
-	offset := durable
-	sess.Offset = offset
+	offset := g.keepSession(p, allIn)
 	if aerr != nil {
-		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start)
+		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start, "resumable", true)
 		ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(offset, 10))
 		g.refuseStaying(ctx, aerr, start, sess.UploadID)
 		return
 	}
 	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
-	g.tusProgress(ctx, sess, offset, okStatus)
+	g.tusProgress(ctx, offset, okStatus)
+}
+
+// sessionProgress is what a PATCH has made durable of its session.
+type sessionProgress struct {
+	g        *Gateway
+	uploadID string
+	w        imagestore.BlobWriter
+	in       *intake
+	lease    *uploadLease
+	durable  int64 // the offset the store holds, moved by every save
+}
+
+// save makes the bytes taken so far durable and records their offset and
+// hash state for the next PATCH: the checkpoint pump takes, and the last
+// step of a PATCH that stops early.
+func (p *sessionProgress) save() error {
+	if err := p.w.Sync(); err != nil {
+		return err
+	}
+	octx, cancel := op()
+	defer cancel()
+	if err := p.lease.fence(octx); err != nil {
+		return err
+	}
+	if err := p.g.store.SaveProgress(octx, p.uploadID, p.in.n, p.in.hashState(), p.g.cfg.Now().Add(sessionTTL).UTC()); err != nil {
+		return err
+	}
+	p.durable = p.in.n
+	return nil
+}
+
+// errNotCommitted: every byte arrived but the image was not committed, so
+// the progress is not saved (see keepSession).
+var errNotCommitted = errors.New("all bytes arrived but the image was not committed")
+
+// keepSession ends a PATCH after which the session stays (the body ended
+// early, was cut, stalled, was taken over or met a full disk, or, its
+// last byte in, it could not make sure it still held the upload) and
+// returns the offset the store holds, the one HEAD gives.
+//
+// After the last byte, the progress is not saved: Offset == Length is
+// recorded only with the committed image (finishSession), else HEAD tells
+// the client it is done and it throws away an image we do not hold. The
+// session stays at its last checkpoint, below the length, and the client
+// sends the rest again from there; ending it instead would cost the client
+// every byte and its ticket.
+func (g *Gateway) keepSession(p *sessionProgress, allIn bool) int64 {
+	saveErr := errNotCommitted
+	if !allIn {
+		if saveErr = p.save(); saveErr != nil {
+			g.log.Warn("save upload progress", "upload_id", p.uploadID, "err", saveErr)
+		}
+	}
+	if err := p.w.Close(); err != nil {
+		g.log.Error("close upload", "upload_id", p.uploadID, "err", err)
+	}
+	// Over shared blobs the next writer's Resume cuts back itself, and
+	// this one may no longer hold the upload: only a local blob is cut.
+	if saveErr != nil && p.lease == nil {
+		g.cutBack(p.uploadID, p.durable)
+	}
+	return p.durable
+}
+
+// fenceCommit checks, once the last byte is in, that this request still
+// holds the upload before it commits it. On a store call's context of its
+// own: the request's (a *fasthttp.RequestCtx) is cancelled when the
+// shutdown begins, and the work after the last byte must finish all the
+// same, or the client's bytes are lost for nothing.
+func fenceCommit(lease *uploadLease) *apierr.Error {
+	octx, cancel := op()
+	defer cancel()
+	if err := lease.fence(octx); err != nil {
+		return writeFailure(err)
+	}
+	return nil
+}
+
+// finishSession commits and records the image once its last byte is in,
+// and marks the session finished; like finish, on contexts of its own.
+func (g *Gateway) finishSession(sess imagestore.UploadSession, w imagestore.BlobWriter, in *intake) (imagestore.Image, *apierr.Error) {
+	img, aerr := g.finish(w, in, imagestore.Image{UploadID: sess.UploadID, TenantID: sess.TenantID, Name: sess.Name, EFI: sess.EFI})
+	if aerr != nil {
+		return img, aerr
+	}
+	// The session stays, finished, until it expires: a client whose
+	// last answer was lost learns from HEAD that all bytes arrived.
+	octx, cancel := op()
+	defer cancel()
+	if err := g.store.SaveProgress(octx, sess.UploadID, in.n, in.hashState(), g.cfg.Now().Add(sessionTTL).UTC()); err != nil {
+		g.log.Error("mark upload session finished", "upload_id", sess.UploadID, "err", err)
+	}
+	return img, nil
 }
 
 // endRefused ends a refused upload: its bytes and its session go. Over
 // shared blobs only while this request still holds the upload: one whose
-// lease lapsed must leave both to the writer that took it over.
-func (g *Gateway) endRefused(ctx context.Context, w imagestore.BlobWriter, uploadID string, lease *uploadLease) {
-	if err := lease.fence(ctx); err != nil {
+// lease lapsed must leave both to the writer that took it over. The fence
+// has a context of its own: a shutdown must not turn the end into a Close
+// that leaves a refused image's bytes and session behind.
+func (g *Gateway) endRefused(w imagestore.BlobWriter, uploadID string, lease *uploadLease) {
+	octx, cancel := op()
+	err := lease.fence(octx)
+	cancel()
+	if err != nil {
 		if cerr := w.Close(); cerr != nil {
 			g.log.Error("close upload", "upload_id", uploadID, "err", cerr)
 		}
@@ -405,16 +465,24 @@ func endsSession(e *apierr.Error) bool {
 		e.Status == fasthttp.StatusUnprocessableEntity || e.Reason == "imageQuota"
 }
 
-func (g *Gateway) tusProgress(ctx *fasthttp.RequestCtx, sess imagestore.UploadSession, offset int64, status int) {
+// tusProgress answers a PATCH or creation with the session's offset.
+func (g *Gateway) tusProgress(ctx *fasthttp.RequestCtx, offset int64, status int) {
 	ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(offset, 10))
 	expiresHeader(ctx, g.cfg.Now().Add(sessionTTL))
 	ctx.SetStatusCode(status)
 }
 
-func (g *Gateway) logUpload(ctx *fasthttp.RequestCtx, uploadID string, aerr *apierr.Error, n int64, start time.Time) {
-	attrs := []any{"upload_id", uploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason,
-		"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx), "resumable", true}
-	if aerr.Err != nil {
+// logUpload writes an upload's line, PUT or tus: its outcome (aerr nil:
+// ok), the image bytes this request took, then extra (a resumable
+// upload's "resumable", a finished one's "size"), then the error's cause.
+func (g *Gateway) logUpload(ctx *fasthttp.RequestCtx, uploadID string, aerr *apierr.Error, n int64, start time.Time, extra ...any) {
+	attrs := []any{"upload_id", uploadID, "outcome", outcomeOK}
+	if aerr != nil {
+		attrs = []any{"upload_id", uploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason}
+	}
+	attrs = append(attrs, "bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx))
+	attrs = append(attrs, extra...)
+	if aerr != nil && aerr.Err != nil {
 		attrs = append(attrs, "err", aerr.Err)
 	}
 	g.log.Info("upload", attrs...)

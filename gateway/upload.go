@@ -131,18 +131,12 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	if aerr != nil {
 		g.endUpload(tk.UploadID)
 		g.refuseUpload(ctx, aerr, start, tk.UploadID)
-		attrs := []any{"upload_id", tk.UploadID, "outcome", outcomeOf(aerr), "reason", aerr.Reason,
-			"bytes", n, "seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx)}
-		if aerr.Err != nil {
-			attrs = append(attrs, "err", aerr.Err)
-		}
-		g.log.Info("upload", attrs...)
+		g.logUpload(ctx, tk.UploadID, aerr, n, start)
 		return
 	}
 	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
 	g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
-	g.log.Info("upload", "upload_id", img.UploadID, "outcome", outcomeOK, "bytes", n,
-		"seconds", g.cfg.Now().Sub(start).Seconds(), "remote", g.clientAddr(ctx))
+	g.logUpload(ctx, img.UploadID, nil, n, start)
 	body, _ := json.Marshal(img)
 	ctx.SetStatusCode(fasthttp.StatusCreated)
 	ctx.SetContentType("application/json")
