@@ -590,6 +590,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if st.local != nil {
 		go keepReserve(sweepCtx, st.local, time.Minute, log)
 	}
+	// Every replica writes the summary of its own suppressed refusals,
+	// leader or not.
+	go mk.RunRefusalSummary(sweepCtx)
 	// The work that acts on every record runs once: on the only replica,
 	// or over a shared store on the one that holds the leader lease.
 	lead := func(ctx context.Context) {
