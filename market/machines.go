@@ -17,9 +17,10 @@ import (
 	"github.com/vmshelf/vmshelf/internal/apierr"
 )
 
-// The VM market's limits. SPEC fixes capacity and quantity; the price
-// ceiling keeps a total (≤ 10 × the price) far inside Stripe's maximum
-// charge. The floor is Stripe's minimum charge in the listing's currency
+// The VM market's limits (docs/api.md and docs/operations.md give them to
+// clients and operators). Capacity and quantity are the market's terms;
+// the price ceiling keeps a total (≤ 10 × the price) far inside Stripe's
+// maximum charge. The floor is Stripe's minimum charge in the listing's currency
 // (billing.MinimumAmount, the gate's own table), so one machine can always
 // be paid for. The open-listing and unpaid-order bounds stop one tenant
 // from filling the store or holding every listing's capacity with
