@@ -439,7 +439,9 @@ func TestFetchOpenFailureCounted(t *testing.T) {
 	}
 	url := e.fetchURL(id, time.Hour)
 	e.g.blobs = openFails{e.g.blobs}
-	failed := func() float64 { return testutil.ToFloat64(e.g.metrics.transfers.WithLabelValues(dirFetch, outcomeFailed)) }
+	failed := func() float64 {
+		return testutil.ToFloat64(e.g.metrics.transfers.WithLabelValues(dirFetch, outcomeFailed))
+	}
 	before := failed()
 	resp, b := get(t, "GET", url)
 	if resp.StatusCode != 500 || !bytes.Contains(b, []byte(`"internal"`)) {
