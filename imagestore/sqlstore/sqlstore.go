@@ -199,6 +199,31 @@ func queryAll[T any](ctx context.Context, tx *Tx, scan func(scanner) (T, error),
 	return all, rows.Err()
 }
 
+// queryOne runs a query of at most one row and scans it with scan, as
+// queryAll scans each of its rows; no row is ErrNotFound, naming what
+// (never the key: keys may be secret hashes).
+func queryOne[T any](ctx context.Context, tx *Tx, what string, scan func(scanner) (T, error), query string, args ...any) (T, error) {
+	v, err := scan(tx.QueryRowContext(ctx, query, args...))
+	return v, notFound(what, err)
+}
+
+// readOne is queryOne in a read transaction of its own, named op.
+func readOne[T any](ctx context.Context, s *Store, op, what string, scan func(scanner) (T, error), query string, args ...any) (T, error) {
+	var v T
+	err := s.read(ctx, op, func(tx *Tx) (err error) {
+		v, err = queryOne(ctx, tx, what, scan, query, args...)
+		return err
+	})
+	return v, err
+}
+
+// scanValue scans a row of one column.
+func scanValue[T any](r scanner) (T, error) {
+	var v T
+	err := r.Scan(&v)
+	return v, err
+}
+
 // execCount runs one statement in a write transaction and returns how
 // many rows it changed.
 func (s *Store) execCount(ctx context.Context, op, query string, args ...any) (int, error) {
