@@ -223,12 +223,7 @@ func (s *Store) CreateOrder(ctx context.Context, o imagestore.Order, userData st
 	return s.write(ctx, "create order", func(tx *Tx) error {
 		// A retry after a lost answer must hear that its order exists,
 		// not that its own reservation took the last replica.
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM orders WHERE id = ?`, o.ID).Scan(&one)
-		if err == nil {
-			return fmt.Errorf("order: %w", imagestore.ErrExists)
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		if err := absent(ctx, tx, "order", `SELECT 1 FROM orders WHERE id = ?`, o.ID); err != nil {
 			return err
 		}
 		if maxUnpaid > 0 {

@@ -416,12 +416,7 @@ func (s *Store) AddImage(ctx context.Context, img imagestore.Image, quota int) e
 	return s.write(ctx, "add image", func(tx *Tx) error {
 		// A retried AddImage should hear that the image is already there,
 		// not that the quota it fills is full.
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM images WHERE upload_id = ?`, img.UploadID).Scan(&one)
-		if err == nil {
-			return fmt.Errorf("image: %w", imagestore.ErrExists)
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		if err := absent(ctx, tx, "image", `SELECT 1 FROM images WHERE upload_id = ?`, img.UploadID); err != nil {
 			return err
 		}
 		if err := checkQuota(ctx, tx, img.TenantID, quota); err != nil {

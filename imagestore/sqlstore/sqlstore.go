@@ -25,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/vmshelf/vmshelf/imagestore"
 )
 
 // Engine is what the records need of a SQL database.
@@ -215,6 +217,19 @@ func readOne[T any](ctx context.Context, s *Store, op, what string, scan func(sc
 		return err
 	})
 	return v, err
+}
+
+// absent is nil if query finds no row, and ErrExists, naming what, if it
+// finds one: a retried insert hears that its row is there already.
+func absent(ctx context.Context, tx *Tx, what, query string, args ...any) error {
+	_, err := queryOne(ctx, tx, what, scanValue[int], query, args...)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%s: %w", what, imagestore.ErrExists)
+	case errors.Is(err, imagestore.ErrNotFound):
+		return nil
+	}
+	return err
 }
 
 // scanValue scans a row of one column.
