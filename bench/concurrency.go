@@ -507,7 +507,9 @@ func (b *bench) concurrencyOnce(file string, size int64, restart bool, caps conc
 }
 
 // probeCap sends the probes beyond the cap while every slot is taken and
-// checks each answer against what SPEC promises (see the table's note).
+// checks each answer against what docs/api.md promises at the cap: an
+// upload 503 busy with Retry-After before its body, a fetch 503 busy after
+// --fetch-queue-wait, or served once a slot frees (see the table's note).
 // end[0] ends the first held GET, to free a slot for the served probe.
 func (b *bench) probeCap(res *concResult, caps concCaps, tickets []ticket, file string, size int64,
 	end []chan struct{}, stopFetch chan struct{}, inFlight func() (float64, float64)) error {

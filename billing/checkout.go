@@ -56,8 +56,8 @@ func (c Checkout) Total() int64 { return c.UnitAmount * int64(c.Quantity) }
 
 // Split divides an order's total (minor units, ≥ 0) between the platform
 // and the host: the platform's fee is exactly half, rounded down to the
-// cent, and the host gets the rest (SPEC "Billing": 1800 → 900/900,
-// 1801 → 900/901).
+// cent, and the host gets the rest (1800 → 900/900, 1801 → 900/901; as
+// docs/operations.md "The VM market" tells hosts).
 func Split(total int64) (fee, host int64) {
 	fee = total / 2 // truncation is floor for total ≥ 0
 	return fee, total - fee

@@ -114,7 +114,9 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	if err != nil {
 		release()
 		inFlight.Dec()
-		writeError(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the image"))
+		aerr := apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the image")
+		g.refused(dirFetch, aerr)
+		writeError(ctx, aerr)
 		return
 	}
 	ctx.SetStatusCode(status)

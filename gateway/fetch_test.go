@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -416,4 +417,38 @@ func compareWithSource(t *testing.T, src, raw string) {
 	if !bytes.Equal(b, bytes.Repeat([]byte{0xab}, 16)) {
 		t.Fatalf("converted disk starts with % x, want the 0xab pattern", b)
 	}
+}
+
+// openFails is blobs whose Open fails: the blob a large transfer opens for
+// itself (the shared one comes from openBlobs, opened before).
+type openFails struct{ imagestore.Blobs }
+
+func (openFails) Open(context.Context, string) (imagestore.Blob, error) {
+	return nil, errors.New("open: input/output error")
+}
+
+// TestFetchOpenFailureCounted: a fetch whose own blob cannot be opened is
+// our 500 internal and is counted as a failed transfer, as every other
+// refusal of a fetch is, so the metrics agree with the answers.
+func TestFetchOpenFailureCounted(t *testing.T) {
+	needQemu(t)
+	e := newEnv(t, nil)
+	id, data := e.stored(makeImage(t, "64M"))
+	if len(data) <= smallRange {
+		t.Fatalf("the image is %d bytes, want more than smallRange (%d) to take its own blob", len(data), smallRange)
+	}
+	url := e.fetchURL(id, time.Hour)
+	e.g.blobs = openFails{e.g.blobs}
+	failed := func() float64 {
+		return testutil.ToFloat64(e.g.metrics.transfers.WithLabelValues(dirFetch, outcomeFailed))
+	}
+	before := failed()
+	resp, b := get(t, "GET", url)
+	if resp.StatusCode != 500 || !bytes.Contains(b, []byte(`"internal"`)) {
+		t.Fatalf("GET with the blob failing to open: %d %s, want 500 internal", resp.StatusCode, b)
+	}
+	if got := failed() - before; got != 1 {
+		t.Errorf("transfers{fetch,failed} rose by %v, want 1", got)
+	}
+	e.waitSlotFreed(dirFetch)
 }

@@ -416,7 +416,7 @@ func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	writeError(ctx, apierr.New(fasthttp.StatusMethodNotAllowed, "methodNotAllowed", "method not allowed here; allowed: "+allow))
 }
 
-// writeError answers with SPEC's JSON error shape.
+// writeError answers with the JSON error shape of docs/api.md "Errors".
 // The handler's wrapper logs it once the handler returns (logAnswer).
 func writeError(ctx *fasthttp.RequestCtx, e *apierr.Error) {
 	ctx.SetUserValue(refusalKey, e)

@@ -26,8 +26,8 @@ const bufSize = 1 << 20
 // fsync, rename, record), which must not be cut short by a shutdown.
 const commitTimeout = 5 * time.Minute
 
-// admit runs SPEC's checks that come before the body, in SPEC's order, up
-// to the size limit; the free space comes next (claimSpace). It takes
+// admit runs the checks that come before the body, in the order docs/api.md
+// gives for the upload (ticket, slot, size limit), up to the size limit; the free space comes next (claimSpace). It takes
 // nothing: the handler acquires the slot, claims the space and consumes
 // the ticket. size is the image size the client announced (Content-Length
 // of a PUT, Upload-Length of a tus creation), -1 when unknown (chunked).
@@ -94,7 +94,9 @@ func ticketError(err error) *apierr.Error {
 }
 
 // handleUpload is PUT /market/vm-images/upload/{ticket}: the body is the
-// QCOW2 file. See DESIGN "An upload, as data flowing through".
+// QCOW2 file, streamed: inspected header first, written to a partial file
+// as it arrives, committed after the last byte (checks and their order:
+// docs/api.md, the upload's table).
 func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	start := g.cfg.Now()
 	size := int64(ctx.Request.Header.ContentLength())
@@ -308,7 +310,8 @@ func incomplete(err error) *apierr.Error {
 	return apierr.Wrap(err, fasthttp.StatusBadRequest, "incompleteBody", "the connection ended before the whole image arrived")
 }
 
-// imageError turns an inspection verdict into SPEC's 415/422 answers.
+// imageError turns an inspection verdict into the 415/422 answers of
+// docs/api.md (reasons per rule: docs/image-safety.md).
 func imageError(err error) *apierr.Error {
 	var rej *qcow2.Reject
 	if !errors.As(err, &rej) {

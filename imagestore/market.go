@@ -25,7 +25,8 @@ var (
 	ErrTooManyUnpaid = errors.New("too many orders awaiting payment")
 )
 
-// OrderState is where an order stands (SPEC "Order states").
+// OrderState is where an order stands (the states and their moves:
+// docs/operations.md, "The VM market").
 type OrderState string
 
 const (

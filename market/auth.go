@@ -12,8 +12,8 @@ import (
 var errUnauthorized = apierr.New(http.StatusUnauthorized, "unauthorized",
 	"a valid tenant token is required: send Authorization: Bearer <token>")
 
-// errNotSharing is SPEC's answer to every action of a tenant that does not
-// share its disk.
+// errNotSharing is the answer to every action of a tenant that does not
+// share its disk (docs/api.md: 409 notSharing).
 var errNotSharing = apierr.New(http.StatusConflict, "notSharing",
 	"this box does not share its disk, so it cannot use the market; turn sharing on first")
 

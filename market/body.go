@@ -18,7 +18,8 @@ import (
 	"github.com/vmshelf/vmshelf/internal/apierr"
 )
 
-// maxBody caps every control-plane request body (SPEC "Errors"). The
+// maxBody caps every control-plane request body (64 KiB, docs/api.md
+// "Control plane"). The
 // largest body of any route (an order's user data, 16 KiB) fits with room.
 const maxBody = 64 << 10
 

@@ -17,9 +17,10 @@ import (
 	"github.com/vmshelf/vmshelf/internal/apierr"
 )
 
-// The VM market's limits. SPEC fixes capacity and quantity; the price
-// ceiling keeps a total (≤ 10 × the price) far inside Stripe's maximum
-// charge. The floor is Stripe's minimum charge in the listing's currency
+// The VM market's limits (docs/api.md and docs/operations.md give them to
+// clients and operators). Capacity and quantity are the market's terms;
+// the price ceiling keeps a total (≤ 10 × the price) far inside Stripe's
+// maximum charge. The floor is Stripe's minimum charge in the listing's currency
 // (billing.MinimumAmount, the gate's own table), so one machine can always
 // be paid for. The open-listing and unpaid-order bounds stop one tenant
 // from filling the store or holding every listing's capacity with
@@ -292,6 +293,14 @@ type orderAnswer struct {
 // dnsLabel is an RFC 1123 label in lower case, as Kubernetes names want.
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
+// checkoutBound is how long an order, once it holds its capacity, may
+// take to open its checkout (or be cancelled), whether or not the buyer
+// still waits: one Stripe call (billing.DefaultTimeout, 15 s, bounds it)
+// and one store write (the stores bound a statement at 10 s) fit with
+// room to spare. Past it something is wedged; an order left unpaid is
+// released by the checkout sweeper after its reservation.
+const checkoutBound = time.Minute
+
 // createOrder is POST /market/vms/orders: the buyer reserves quantity
 // replicas of a listing and gets a Stripe Checkout to pay them. The
 // reservation and the order are one store transaction; the checkout comes
@@ -367,8 +376,10 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 	s.metrics.ordersPlaced.Inc()
 
 	// The order holds its capacity now. Whatever happens to the request,
-	// the checkout is opened (or the order cancelled) to the end.
-	cctx := context.WithoutCancel(ctx)
+	// the checkout is opened (or the order cancelled) to the end, within
+	// checkoutBound.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkoutBound)
+	defer cancel()
 	sess, err := s.cfg.Payments.CreateCheckout(cctx, s.checkoutFor(o, host.Name, expires))
 	if err != nil {
 		s.cancel(cctx, o.ID, "checkoutFailed", err)

@@ -20,7 +20,8 @@ import (
 // reason, a token bucket of refusalBurst lines refilled at one line per
 // refusalEvery. What the bucket refuses is counted, and the counts are
 // written as one "suppressed" line per reason at most every suppressedEvery
-// (at the next refusal after that, and at every sweep). A flood of one
+// (at the next refusal after that, and by RunRefusalSummary's ticker on
+// every replica). A flood of one
 // reason thus writes at most refusalBurst lines, then 6 a minute plus one
 // summary; the reasons are the server's own tokens, so there are a dozen
 // buckets at most.

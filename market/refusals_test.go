@@ -1,6 +1,7 @@
 package market
 
 import (
+	"context"
 	"net/http"
 	"net/netip"
 	"regexp"
@@ -103,8 +104,8 @@ func TestRefusalLogged(t *testing.T) {
 }
 
 // A flood writes the burst of lines, then counts; the count is written as
-// one "suppressed" line per reason at the next sweep, or at the next
-// refusal once a minute has passed.
+// one "suppressed" line per reason at the summary's next tick, or at the
+// next refusal once a minute has passed.
 func TestRefusalLogSampled(t *testing.T) {
 	e := newEnv(t)
 	for range refusalBurst + 80 {
@@ -120,9 +121,9 @@ func TestRefusalLogSampled(t *testing.T) {
 		t.Errorf("%d summaries before a minute passed, want 0", n)
 	}
 
-	// The sweep writes the summary, one line per reason.
+	// The summary's tick writes it, one line per reason.
 	e.clock.Advance(suppressedEvery)
-	e.srv.sweepOnce(t.Context())
+	e.srv.flushRefusals(t.Context())
 	sum := e.logLines("control refusals suppressed")
 	if len(sum) != 2 || !strings.Contains(sum[0], "reason=notFound suppressed=10 ") ||
 		!strings.Contains(sum[1], "reason=unauthorized suppressed=80 ") {
@@ -135,18 +136,61 @@ func TestRefusalLogSampled(t *testing.T) {
 	if n := len(e.logLines("control request refused")); n != 2*refusalBurst+6 {
 		t.Errorf("%d refusal lines, want %d", n, 2*refusalBurst+6)
 	}
-	// Without a sweep, the next refusal a minute later writes the summary.
+	// Without a tick, the next refusal a minute later writes the summary.
 	e.clock.Advance(suppressedEvery)
 	e.post("/market/vm-images/ticket", "", `{}`)
 	sum = e.logLines("control refusals suppressed")
 	if len(sum) != 3 || !strings.Contains(sum[2], "reason=unauthorized suppressed=4 ") {
 		t.Errorf("summaries %q, want a third for unauthorized 4", sum)
 	}
-	// Nothing suppressed since: the sweep writes nothing.
+	// Nothing suppressed since: the tick writes nothing.
 	e.clock.Advance(suppressedEvery)
-	e.srv.sweepOnce(t.Context())
+	e.srv.flushRefusals(t.Context())
 	if n := len(e.logLines("control refusals suppressed")); n != 3 {
 		t.Errorf("%d summaries after a quiet minute, want still 3", n)
+	}
+}
+
+// TestRefusalSummaryWithoutSweeper: a replica that runs no sweeper (over a
+// shared store, one that does not lead) still writes the summary of its
+// suppressed refusals, on its own ticker, and once more when it stops.
+func TestRefusalSummaryWithoutSweeper(t *testing.T) {
+	e := newEnv(t)
+	flood := func(n int) {
+		for range n {
+			wantError(t, e.post("/market/vm-images/ticket", "", `{}`), 401, "unauthorized")
+		}
+	}
+	flood(refusalBurst + 7)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); e.srv.runRefusalSummary(ctx, 10*time.Millisecond) }()
+	summaries := func() []string { return e.logLines("control refusals suppressed") }
+	for i := 0; len(summaries()) == 0; i++ {
+		if i == 500 {
+			t.Fatal("no summary of the suppressed refusals within 5 s of ticks")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log, bounded
+	}
+	if sum := summaries(); len(sum) != 1 || !strings.Contains(sum[0], "reason=unauthorized suppressed=7 ") {
+		t.Fatalf("summaries %q, want one for unauthorized 7", sum)
+	}
+	flood(3) // the bucket is still empty: all three are counted
+	stop()
+	withTimeout(t, done, "the summary's loop to end")
+	// Ticks may have come between the three: the summaries since count
+	// them all, the last written as the loop ended.
+	counted := 0
+	for _, l := range summaries()[1:] {
+		m := regexp.MustCompile(`suppressed=(\d+) `).FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("summary without a count: %s", l)
+		}
+		n, _ := strconv.Atoi(m[1])
+		counted += n
+	}
+	if counted != 3 {
+		t.Errorf("summaries %q count %d refusals after the first, want 3", summaries(), counted)
 	}
 }
 

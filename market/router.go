@@ -12,7 +12,7 @@ import (
 // router maps an exact path to its methods. It is deliberately smaller than
 // http.ServeMux: no prefix ("/x/") patterns, no redirects for trailing
 // slashes or unclean paths, and its own JSON 404/405, so that every answer of
-// the control plane has the SPEC "Errors" shape.
+// the control plane has the shape of docs/api.md "Errors".
 type router struct {
 	routes map[string]*route
 	// observe is told the route label and status of every request; it is

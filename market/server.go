@@ -32,7 +32,8 @@ type Config struct {
 	PublicURL string
 	// TicketTTL is how long an upload ticket stays usable.
 	TicketTTL time.Duration
-	// ImagesPerTenant is the image quota (SPEC: 3 by default).
+	// ImagesPerTenant is the image quota (--images-per-tenant, 3 by
+	// default).
 	ImagesPerTenant int
 	// UploadMax, MaxVirtualSize and MaxTransfers are the data plane's
 	// limits (--upload-max-gib, --max-virtual-gib, --max-transfers). The
@@ -252,7 +253,7 @@ func writeCacheable(w http.ResponseWriter, status int, body []byte, cacheControl
 	_, _ = w.Write(body) // a client that hung up is not our error
 }
 
-// fail writes err as the SPEC error body. Errors that are not an
+// fail writes err as the error body of docs/api.md "Errors". Errors that are not an
 // *apierr.Error become a 500 whose text stays in the log. It logs one line:
 // server faults at Error, refusals (4xx) at Info with the client's address,
 // sampled per reason (see refusalLog). Nothing logged here carries a token:

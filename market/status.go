@@ -34,7 +34,7 @@ type statusAnswer struct {
 }
 
 // limits are the edge's limits a client should know before it uploads
-// (SPEC's status line is silent on them; a page that learns the quota
+// (the status answer first lacked them; a page that learns the quota
 // only from a 409 after the user picked a file is what users complain of).
 type limits struct {
 	ImagesPerTenant int    `json:"images_per_tenant"`

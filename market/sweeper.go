@@ -12,9 +12,10 @@ const ticketRetention = 7 * 24 * time.Hour
 // RunSweeper sweeps the tickets now and then every `every` until ctx is
 // done: it counts tickets that expired unused
 // (vmshelf_tickets_expired_total) and forgets those ended more than 7 days
-// ago, writes the count of refusals whose log lines were suppressed, and
-// settles unpaid orders whose checkout is overdue (sweepCheckouts). A
-// failed sweep is logged and retried at the next tick.
+// ago, and settles unpaid orders whose checkout is overdue
+// (sweepCheckouts). A failed sweep is logged and retried at the next tick.
+// It acts on every record, so over a shared store only the leader runs
+// it; what each replica does for itself is RunRefusalSummary's.
 func (s *Server) RunSweeper(ctx context.Context, every time.Duration) {
 	if every <= 0 {
 		every = time.Minute
@@ -32,9 +33,6 @@ func (s *Server) RunSweeper(ctx context.Context, every time.Duration) {
 }
 
 func (s *Server) sweepOnce(ctx context.Context) {
-	// The refusals' summary is written at least this often, also when no
-	// further refusal comes to write it.
-	s.refusals.flush(ctx, s.cfg.Now())
 	n, err := s.st.SweepTickets(ctx, s.cfg.Now(), ticketRetention)
 	if err != nil && ctx.Err() == nil {
 		s.log.Error("sweeping tickets failed", "err", err.Error())
@@ -46,4 +44,32 @@ func (s *Server) sweepOnce(ctx context.Context) {
 	if s.afterSweep != nil {
 		s.afterSweep(n, err)
 	}
+}
+
+// RunRefusalSummary writes the summary of this replica's suppressed
+// refusal lines (see refusalLog) every suppressedEvery, also when no
+// further refusal comes to write it, and once more when ctx ends. Every
+// replica runs it for its own log: the counts are its own, and the leader
+// cannot write them.
+func (s *Server) RunRefusalSummary(ctx context.Context) {
+	s.runRefusalSummary(ctx, suppressedEvery)
+}
+
+func (s *Server) runRefusalSummary(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.flushRefusals(context.WithoutCancel(ctx))
+			return
+		case <-t.C:
+			s.flushRefusals(ctx)
+		}
+	}
+}
+
+// flushRefusals writes the refusals' summary now.
+func (s *Server) flushRefusals(ctx context.Context) {
+	s.refusals.flush(ctx, s.cfg.Now())
 }

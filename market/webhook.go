@@ -56,6 +56,15 @@ type webhookAnswer struct {
 	Result   string `json:"result"`
 }
 
+// webhookBound is how long an event is handled once Stripe's request
+// was read, whether or not Stripe still waits for the answer: one
+// session read from Stripe (billing.DefaultTimeout, 15 s, bounds it) and
+// a few store transactions (each bounded by the store: SQLite's busy
+// timeout and PostgreSQL's statement timeout are 10 s) fit with room to
+// spare. Past it something is wedged; the event is then not recorded, so
+// Stripe's next delivery handles it again.
+const webhookBound = time.Minute
+
 // webhook is POST /market/stripe/webhook. The body is read raw (the
 // signature covers its exact bytes), verified, and each event id handled
 // once: an event seen before is answered 200 and changes nothing. An event
@@ -86,7 +95,10 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, apierr.Wrap(err, http.StatusBadRequest, "badRequest", "the body is not a Stripe event"))
 		return
 	}
-	ctx := context.WithoutCancel(r.Context()) // Stripe hanging up must not cut a state change in half
+	// Stripe hanging up must not cut a state change in half, so the
+	// event is handled to its end; but not for ever: see webhookBound.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), webhookBound)
+	defer cancel()
 	seen, err := s.st.WebhookEventSeen(ctx, ev.ID)
 	if err != nil {
 		s.fail(w, r, err)

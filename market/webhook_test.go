@@ -2,12 +2,16 @@ package market
 
 import (
 	"bytes"
+	"context"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/billing/stripetest"
 	"github.com/vmshelf/vmshelf/imagestore"
 )
@@ -395,5 +399,74 @@ func TestMarketMetrics(t *testing.T) {
 	)
 	if !strings.Contains(text, `vmshelf_stripe_request_duration_seconds_count{call="create_checkout",outcome="ok"} 3`) {
 		t.Errorf("no Stripe latency of the 3 checkouts:\n%s", text)
+	}
+}
+
+// deadlines records the deadline of every Stripe call it passes on.
+type deadlines struct {
+	billing.Payments
+	mu   sync.Mutex
+	seen map[string][]time.Time // by call; the zero time for none
+}
+
+func (d *deadlines) note(ctx context.Context, call string) {
+	at, _ := ctx.Deadline()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seen == nil {
+		d.seen = map[string][]time.Time{}
+	}
+	d.seen[call] = append(d.seen[call], at)
+}
+
+func (d *deadlines) of(call string) []time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.seen[call])
+}
+
+func (d *deadlines) CreateCheckout(ctx context.Context, c billing.Checkout) (billing.Session, error) {
+	d.note(ctx, "CreateCheckout")
+	return d.Payments.CreateCheckout(ctx, c)
+}
+
+func (d *deadlines) Session(ctx context.Context, id string) (billing.Session, error) {
+	d.note(ctx, "Session")
+	return d.Payments.Session(ctx, id)
+}
+
+// TestDetachedWorkHasDeadlines: the work an order and a webhook finish
+// whatever the client does (they are detached from the request) still
+// runs under a deadline, the one its constant names: a wedged Stripe or
+// store cannot hold it for ever.
+func TestDetachedWorkHasDeadlines(t *testing.T) {
+	d := &deadlines{}
+	m := newMarket(t, func(c *Config) { d.Payments = c.Payments; c.Payments = d })
+	e := m.e
+	within := func(call string, bound time.Duration, before, after time.Time) {
+		t.Helper()
+		got := d.of(call)
+		if len(got) != 1 {
+			t.Fatalf("%s called %d times, want once", call, len(got))
+		}
+		if got[0].IsZero() {
+			t.Fatalf("%s ran without a deadline, want one %v after the request", call, bound)
+		}
+		if got[0].Before(before.Add(bound)) || got[0].After(after.Add(bound)) {
+			t.Errorf("%s's deadline %v is not %v after the request (%v to %v)", call, got[0], bound, before, after)
+		}
+	}
+	before := time.Now()
+	id, cs := m.order()
+	within("CreateCheckout", checkoutBound, before, time.Now())
+
+	if err := e.stripe.Pay(cs); err != nil {
+		t.Fatal(err)
+	}
+	before = time.Now()
+	wantResult(t, e.event("evt_1", eventCompleted, cs, e.clock.Now()), resultPaid)
+	within("Session", webhookBound, before, time.Now())
+	if o := e.storedOrder(id); o.State != imagestore.OrderPaid {
+		t.Errorf("order %s, want paid", o.State)
 	}
 }

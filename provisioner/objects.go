@@ -40,7 +40,8 @@ const (
 // configuration defines it under this name.
 const CertResolver = "letsencrypt"
 
-// Names of the objects of order o (SPEC "Provisioning").
+// Names of the objects of order o (docs/operations.md "Provisioning"
+// lists them for the cluster's operator).
 func namespaceName(buyerID int64) string { return "market-" + strconv.FormatInt(buyerID, 10) }
 func vmName(o string, i int) string      { return fmt.Sprintf("vm-%s-%d", o, i) }
 func diskName(o string, i int) string    { return vmName(o, i) + "-disk" }

@@ -220,6 +220,23 @@ func (p *Provisioner) succeeded(id string) {
 	delete(p.backoff, id)
 }
 
+// forgetOthers drops the backoff of every order not in due: an order that
+// left paid and active (cancelled, refunded, expired elsewhere) is no
+// longer worked on, and the map must not keep it for the process's life.
+func (p *Provisioner) forgetOthers(due []imagestore.Order) {
+	keep := make(map[string]bool, len(due))
+	for _, o := range due {
+		keep[o.ID] = true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id := range p.backoff {
+		if !keep[id] {
+			delete(p.backoff, id)
+		}
+	}
+}
+
 // ReconcileOnce is one pass over every paid and active order. When the
 // cluster does not answer, it only notes so on the paid orders. Each order
 // is handled on its own: one that fails gets a note, is counted and tried
@@ -249,6 +266,7 @@ func (p *Provisioner) ReconcileOnce(ctx context.Context) error {
 		}
 		orders = append(orders, os...)
 	}
+	p.forgetOthers(orders)
 	var errs []error
 	for _, o := range orders {
 		if ctx.Err() != nil {

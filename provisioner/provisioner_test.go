@@ -918,6 +918,70 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+// refuseVMsOf makes the cluster refuse the VirtualMachines of order o.
+func (h *harness) refuseVMsOf(o imagestore.Order) {
+	h.react("create", "virtualmachines", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if vm := a.(k8stesting.CreateAction).GetObject().(*kubevirtv1.VirtualMachine); strings.HasPrefix(vm.Name, "vm-"+o.ID+"-") {
+			return true, nil, apierrors.NewForbidden(testGR, vm.Name, errors.New("quota exceeded"))
+		}
+		return false, nil, nil
+	})
+}
+
+// TestBackoffForgetsEndedOrders: the backoff of an order that left paid
+// and active by another way than this provisioner (here its month ended
+// and another replica expired it) is forgotten at the next pass, so the
+// map does not grow with every order that ever failed.
+func TestBackoffForgetsEndedOrders(t *testing.T) {
+	h := newHarness(t)
+	a := h.order(1, imagestore.ImageCatalogue, "debian-13", "")
+	b := h.order(1, imagestore.ImageCatalogue, "debian-13", "")
+	h.refuseVMsOf(a)
+	h.refuseVMsOf(b)
+	_ = h.reconcileFailing()
+	if n := len(h.p.backoff); n != 2 {
+		t.Fatalf("backoff holds %d orders after both failed, want 2", n)
+	}
+	h.clock.Set(a.ExpiresAt)
+	for _, o := range []imagestore.Order{a, b} {
+		if err := h.st.ExpireOrder(t.Context(), o.ID, a.ExpiresAt); err != nil {
+			t.Fatalf("ExpireOrder(%s): %v", o.ID, err)
+		}
+	}
+	h.reconcile()
+	if n := len(h.p.backoff); n != 0 {
+		t.Errorf("backoff %v after its orders ended, want empty", h.p.backoff)
+	}
+}
+
+// TestBackoffSkipsOnlyItsOrder: an order in backoff is skipped, and the
+// orders after it are reconciled in the same pass.
+func TestBackoffSkipsOnlyItsOrder(t *testing.T) {
+	h := newHarness(t)
+	first := h.order(1, imagestore.ImageCatalogue, "debian-13", "")
+	h.refuseVMsOf(first)
+	_ = h.reconcileFailing()
+	if h.p.due(first.ID, h.clock.Now()) {
+		t.Fatal("the failed order is not in backoff")
+	}
+	h.clearActions()
+	later := []imagestore.Order{
+		h.order(1, imagestore.ImageCatalogue, "debian-13", ""),
+		h.order(2, imagestore.ImageCatalogue, "ubuntu-24-04", ""),
+	}
+	h.reconcile() // the first order is still backing off
+	for _, o := range later {
+		if got := h.stored(o.ID); got.State != imagestore.OrderActive {
+			t.Errorf("order %s after the backing-off one: %s, want active in the same pass", o.ID, got.State)
+		}
+	}
+	for _, c := range h.creates() {
+		if strings.Contains(c, first.ID) {
+			t.Errorf("the order in backoff was tried: %s", c)
+		}
+	}
+}
+
 // TestNewRefuses: a config that cannot provision is refused at start.
 func TestNewRefuses(t *testing.T) {
 	good := Config{CPU: 1, MemoryMiB: 2048, DiskGiB: 20, StorageClass: "losos-vm-local", FetchBase: "https://edge.example.org"}

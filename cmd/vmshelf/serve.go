@@ -34,9 +34,10 @@ import (
 	"github.com/vmshelf/vmshelf/provisioner"
 )
 
-// serveFlags are SPEC's serve flags. Those later stages use (VMs, Stripe)
-// are parsed and validated now so that a unit file written today keeps
-// working.
+// serveFlags are serve's flags (docs/operations.md "Flags"). Every flag is
+// parsed and checked at start, also those of parts a deployment does not
+// use (the VM market's without --vms-enable), so that a mistake in a unit
+// file is refused at once, not the day the part is turned on.
 type serveFlags struct {
 	dataDir, dataAddr, controlAddr, publicURL string
 	uploadMaxGiB, maxVirtualGiB               float64
@@ -590,6 +591,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if st.local != nil {
 		go keepReserve(sweepCtx, st.local, time.Minute, log)
 	}
+	// Every replica writes the summary of its own suppressed refusals,
+	// leader or not.
+	go mk.RunRefusalSummary(sweepCtx)
 	// The work that acts on every record runs once: on the only replica,
 	// or over a shared store on the one that holds the leader lease.
 	lead := func(ctx context.Context) {

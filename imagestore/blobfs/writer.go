@@ -21,16 +21,6 @@ import (
 // (and starve other writers meanwhile).
 const writebackWindow = 32 << 20
 
-type writerState int
-
-const (
-	stateWriting writerState = iota
-	stateCommitted
-	stateFailed // Commit failed; Abort cleans up
-	stateAborted
-	stateClosed // Close: the partial file stays for Resume; Abort removes it
-)
-
 // writer is a blob being written to .partial/<id>, from Create or Resume.
 // Its methods lock, so an Abort or Close from another goroutine (say, on
 // shutdown) is safe, but the bytes of one blob come from one goroutine.
@@ -39,7 +29,7 @@ type writer struct {
 	fs      *FS
 	id      string
 	file    *os.File // nil once closed
-	state   writerState
+	life    imagestore.WriterLife
 	written int64
 	// flushed is where the next writeback window starts.
 	flushed int64
@@ -63,6 +53,7 @@ func newWriter(f *FS, id string, file *os.File, off int64) *writer {
 		fs:      f,
 		id:      id,
 		file:    file,
+		life:    imagestore.NewWriterLife("blobfs", id),
 		written: off,
 		// Whole windows before off were written out by the writer that
 		// wrote them (or by the fsync Resume relies on); the window off
@@ -79,8 +70,8 @@ func newWriter(f *FS, id string, file *os.File, off int64) *writer {
 func (w *writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != stateWriting {
-		return 0, fmt.Errorf("blobfs: write %s: %w", w.id, os.ErrClosed)
+	if err := w.life.Usable("write"); err != nil {
+		return 0, err
 	}
 	if w.werr != nil {
 		return 0, w.werr
@@ -146,8 +137,8 @@ func startWriteback(f *os.File, off, n int64) error {
 func (w *writer) Sync() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != stateWriting {
-		return fmt.Errorf("blobfs: sync %s: %w", w.id, os.ErrClosed)
+	if err := w.life.Usable("sync"); err != nil {
+		return err
 	}
 	if w.werr != nil {
 		return w.werr
@@ -169,10 +160,9 @@ func (w *writer) Sync() error {
 func (w *writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != stateWriting {
+	if !w.life.Close() {
 		return nil
 	}
-	w.state = stateClosed
 	if err := w.closeFile(); err != nil {
 		return fmt.Errorf("blobfs: close %s: %w", w.id, err)
 	}
@@ -185,7 +175,7 @@ func (w *writer) ReadAt(p []byte, off int64) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.file == nil {
-		return 0, fmt.Errorf("blobfs: read %s: %w", w.id, os.ErrClosed)
+		return 0, w.life.Refused("read")
 	}
 	n, err := w.file.ReadAt(p, off)
 	if err != nil && err != io.EOF {
@@ -201,18 +191,10 @@ func (w *writer) ReadAt(p []byte, off int64) (int, error) {
 func (w *writer) Commit(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch w.state {
-	case stateCommitted:
-		return fmt.Errorf("blobfs: commit %s: already committed", w.id)
-	case stateFailed, stateAborted, stateClosed:
-		return fmt.Errorf("blobfs: commit %s: %w", w.id, os.ErrClosed)
+	if err := w.life.StartCommit(); err != nil {
+		return err
 	}
-	if err := w.commit(ctx); err != nil {
-		w.state = stateFailed
-		return fmt.Errorf("blobfs: commit %s: %w", w.id, err)
-	}
-	w.state = stateCommitted
-	return nil
+	return w.life.EndCommit(w.commit(ctx))
 }
 
 func (w *writer) commit(ctx context.Context) error {
@@ -287,7 +269,7 @@ func renameNoReplace(from, to string) error {
 func (w *writer) Abort() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state == stateCommitted || w.state == stateAborted {
+	if !w.life.AbortNeeded() {
 		return nil
 	}
 	// A close error means nothing here: the bytes are being thrown away.
@@ -303,13 +285,6 @@ func (w *writer) Abort() error {
 			w.leftover = ""
 		}
 	}
-	if len(errs) > 0 {
-		// Stay abortable so that a retry can finish the job.
-		if w.state == stateWriting {
-			w.state = stateFailed
-		}
-		return fmt.Errorf("blobfs: abort %s: %w", w.id, errors.Join(errs...))
-	}
-	w.state = stateAborted
-	return nil
+	// A failed Abort stays to be done: a retry can finish the job.
+	return w.life.EndAbort(errors.Join(errs...))
 }

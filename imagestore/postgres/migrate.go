@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"io/fs"
 	"slices"
@@ -41,6 +42,20 @@ func migrate(ctx context.Context, db *sql.DB, steps []string) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close()
+	// The store's statement and lock timeouts are for the records' quick
+	// statements: waiting for another replica's migration, or a step
+	// that rewrites a large table, may take longer. Off on this
+	// connection, and back to the connection's own before the pool
+	// hands it out again.
+	if _, err := conn.ExecContext(ctx, `SET statement_timeout = 0; SET lock_timeout = 0`); err != nil {
+		return fmt.Errorf("lift the timeouts for the migration: %w", err)
+	}
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), `RESET statement_timeout; RESET lock_timeout`); err != nil {
+			// Not back to the store's timeouts: not back to the pool either.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
 	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
 		return fmt.Errorf("take the migration lock: %w", err)
 	}

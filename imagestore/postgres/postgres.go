@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,22 @@ import (
 // transaction at a time, and PostgreSQL's default max_connections (100)
 // is shared by every replica.
 const maxConns = 16
+
+// statementTimeout bounds every statement on the store's connections
+// (PostgreSQL's statement_timeout, set as each connection starts): the
+// records' statements touch a handful of rows and end in milliseconds, so
+// one still running after this is wedged, and its caller gets the store's
+// error instead of waiting for ever. It matches SQLite's busy timeout
+// (imagestore/sqlite), so both stores fail a stuck call alike, and it
+// fits several times into the market's bounds on the work it does for
+// Stripe (market's webhookBound and checkoutBound, a minute).
+const statementTimeout = 10 * time.Second
+
+// lockTimeout bounds a statement's wait for a lock another transaction
+// holds (lock_timeout): shorter than statementTimeout, so that a wait
+// behind a stuck transaction is reported as such (lock_not_available)
+// rather than as a slow statement.
+const lockTimeout = 5 * time.Second
 
 // Serialization failures are retried this many times: a write transaction
 // here is a handful of single-row statements, so more conflicts than this
@@ -57,12 +74,21 @@ var migrationFiles embed.FS
 // A database migrated by a newer binary is refused. The password, if url
 // holds one, appears in no error.
 func Open(ctx context.Context, url string) (*Store, error) {
+	return open(ctx, url, statementTimeout, lockTimeout)
+}
+
+// open is Open with the timeouts given (tests shorten them).
+func open(ctx context.Context, url string, statement, lock time.Duration) (*Store, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		// pgx's own message repeats the URL (with its password masked);
 		// say only what is wrong.
 		return nil, errors.New("postgres: not a valid PostgreSQL connection URL")
 	}
+	// Runtime parameters of the connection's start-up: every connection
+	// of the pool has them, also one opened again after a failure.
+	cfg.RuntimeParams["statement_timeout"] = millis(statement)
+	cfg.RuntimeParams["lock_timeout"] = millis(lock)
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
@@ -79,6 +105,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	s.Store = sqlstore.New(engine{s})
 	return s, nil
 }
+
+// millis is d as PostgreSQL reads a time setting without a unit.
+func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 // Close closes the pool.
 func (s *Store) Close() error {

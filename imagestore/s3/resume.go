@@ -124,7 +124,7 @@ func (s *Store) resumeUpload(ctx context.Context, id, uploadID string, offset, d
 	if err != nil {
 		return nil, err
 	}
-	w := &writer{s: s, id: id, key: key, uploadID: uploadID, base: base, durable: offset}
+	w := &writer{s: s, id: id, life: imagestore.NewWriterLife("s3", id), key: key, uploadID: uploadID, base: base, durable: offset}
 	for _, p := range parts {
 		if p.PartNumber > full {
 			break // written past offset, or cut off before: sent anew
@@ -203,7 +203,7 @@ func (s *Store) resumeStaged(ctx context.Context, id string, staged minio.Object
 		return nil, fmt.Errorf("offset %d is past the %d bytes staged", offset, staged.Size)
 	}
 	if offset == staged.Size {
-		return &writer{s: s, id: id, key: key, staged: true, size: staged.Size, etag: staged.ETag, durable: offset}, nil
+		return &writer{s: s, id: id, life: imagestore.NewWriterLife("s3", id), key: key, staged: true, size: staged.Size, etag: staged.ETag, durable: offset}, nil
 	}
 	if err := s.removeAll(ctx, s.partialDir(id)); err != nil {
 		return nil, err
@@ -215,7 +215,7 @@ func (s *Store) resumeStaged(ctx context.Context, id string, staged minio.Object
 	P := s.partSize
 	full := int(offset / P)
 	base := int64(full) * P
-	w := &writer{s: s, id: id, key: key, uploadID: uploadID, base: base, durable: offset}
+	w := &writer{s: s, id: id, life: imagestore.NewWriterLife("s3", id), key: key, uploadID: uploadID, base: base, durable: offset}
 	for k := 1; k <= full; k++ {
 		cctx, cancel := s.copyCall(ctx, P)
 		p, err := s.core.CopyObjectPart(cctx, s.bucket, key, s.bucket, key, uploadID, k, int64(k-1)*P, P, nil)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,19 +15,6 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-)
-
-type writerState int
-
-const (
-	stateWriting writerState = iota
-	// stateStaged: the upload is completed into images/<id>.qcow2 (for
-	// ReadAt), not yet committed; no byte may follow.
-	stateStaged
-	stateCommitted
-	stateFailed // Commit failed; Abort cleans up
-	stateAborted
-	stateClosed // Close: the unfinished blob stays for Resume
 )
 
 // writer is a blob being written as one multipart upload, from Create or
@@ -48,7 +34,7 @@ type writer struct {
 	// the durable object records.
 	synced  int
 	durable int64
-	state   writerState
+	life    imagestore.WriterLife
 	// staged: the multipart upload is completed into key; size and etag
 	// are the staged object's.
 	staged bool
@@ -128,7 +114,7 @@ func (s *Store) Create(ctx context.Context, id string) (imagestore.BlobWriter, e
 	if err != nil {
 		return nil, s.errorf(err, "create %s", id)
 	}
-	return &writer{s: s, id: id, key: key, uploadID: uploadID}, nil
+	return &writer{s: s, id: id, life: imagestore.NewWriterLife("s3", id), key: key, uploadID: uploadID}, nil
 }
 
 // newUpload starts a multipart upload of key.
@@ -171,8 +157,11 @@ func (s *Store) removeAll(ctx context.Context, prefix string) error {
 func (w *writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != stateWriting || w.staged {
-		return 0, fmt.Errorf("s3: write %s: %w", w.id, os.ErrClosed)
+	if err := w.life.Usable("write"); err != nil {
+		return 0, err
+	}
+	if w.staged { // the upload is completed: no byte may follow
+		return 0, w.life.Refused("write")
 	}
 	if w.werr != nil {
 		return 0, w.werr
@@ -250,8 +239,8 @@ func (w *writer) written() int64 { return w.base + int64(len(w.buf)) }
 func (w *writer) Sync() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != stateWriting {
-		return fmt.Errorf("s3: sync %s: %w", w.id, os.ErrClosed)
+	if err := w.life.Usable("sync"); err != nil {
+		return err
 	}
 	if w.werr != nil {
 		return w.werr
@@ -330,10 +319,9 @@ func (s *Store) getDurable(ctx context.Context, id string) (off int64, found boo
 func (w *writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != stateWriting {
+	if !w.life.Close() {
 		return nil
 	}
-	w.state = stateClosed
 	w.dropBuffer()
 	return nil
 }
@@ -421,8 +409,8 @@ const headSize = 2 << 20
 func (w *writer) ReadAt(p []byte, off int64) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != stateWriting {
-		return 0, fmt.Errorf("s3: read %s: %w", w.id, os.ErrClosed)
+	if err := w.life.Usable("read"); err != nil {
+		return 0, err
 	}
 	if !w.staged && off >= 0 && off+int64(len(p)) <= min(headSize, w.written()) {
 		if w.base == 0 { // still in the first part: the bytes are in buf
@@ -492,19 +480,14 @@ func (s *Store) rangeGet(ctx context.Context, key, etag string, off, n int64) (i
 func (w *writer) Commit(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch w.state {
-	case stateCommitted:
-		return fmt.Errorf("s3: commit %s: already committed", w.id)
-	case stateFailed, stateAborted, stateClosed:
-		return fmt.Errorf("s3: commit %s: %w", w.id, os.ErrClosed)
+	if err := w.life.StartCommit(); err != nil {
+		return err
 	}
-	if err := w.commit(ctx); err != nil {
-		w.state = stateFailed
+	err := w.commit(ctx)
+	if err != nil {
 		w.dropBuffer()
-		return fmt.Errorf("s3: commit %s: %w", w.id, err)
 	}
-	w.state = stateCommitted
-	return nil
+	return w.life.EndCommit(err)
 }
 
 func (w *writer) commit(ctx context.Context) error {
@@ -540,7 +523,7 @@ func (w *writer) commit(ctx context.Context) error {
 func (w *writer) Abort() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state == stateCommitted || w.state == stateAborted {
+	if !w.life.AbortNeeded() {
 		return nil
 	}
 	w.dropBuffer()
@@ -562,15 +545,8 @@ func (w *writer) Abort() error {
 	if err := w.s.removeAll(ctx, w.s.partialDir(w.id)); err != nil {
 		errs = append(errs, w.s.errorf(err, "remove tails"))
 	}
-	if len(errs) > 0 {
-		// Stay abortable so that a retry can finish the job.
-		if w.state == stateWriting {
-			w.state = stateFailed
-		}
-		return fmt.Errorf("s3: abort %s: %w", w.id, errors.Join(errs...))
-	}
-	w.state = stateAborted
-	return nil
+	// A failed Abort stays to be done: a retry can finish the job.
+	return w.life.EndAbort(errors.Join(errs...))
 }
 
 // removeStaged deletes images/<id>.qcow2 unless a marker says it is

@@ -44,8 +44,7 @@ func scanListing(r scanner) (imagestore.Listing, error) {
 
 // listing reads one listing inside tx; ErrNotFound.
 func listing(ctx context.Context, tx *Tx, id string) (imagestore.Listing, error) {
-	l, err := scanListing(tx.QueryRowContext(ctx, `SELECT `+listingCols+` FROM listings l WHERE l.id = ?`, id))
-	return l, notFound("listing", err)
+	return queryOne(ctx, tx, "listing", scanListing, `SELECT `+listingCols+` FROM listings l WHERE l.id = ?`, id)
 }
 
 func queryListings(ctx context.Context, tx *Tx, query string, args ...any) ([]imagestore.Listing, error) {
@@ -136,9 +135,8 @@ UPDATE listings SET closed_at = ? WHERE id = ? AND host_id = ? AND closed_at IS 
 		if n, err := res.RowsAffected(); err != nil || n == 1 {
 			return err
 		}
-		var one int
-		err = tx.QueryRowContext(ctx, `SELECT 1 FROM listings WHERE id = ? AND host_id = ?`, id, hostID).Scan(&one)
-		return notFound("listing", err)
+		_, err = queryOne(ctx, tx, "listing", scanValue[int], `SELECT 1 FROM listings WHERE id = ? AND host_id = ?`, id, hostID)
+		return err
 	})
 }
 
@@ -225,12 +223,7 @@ func (s *Store) CreateOrder(ctx context.Context, o imagestore.Order, userData st
 	return s.write(ctx, "create order", func(tx *Tx) error {
 		// A retry after a lost answer must hear that its order exists,
 		// not that its own reservation took the last replica.
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM orders WHERE id = ?`, o.ID).Scan(&one)
-		if err == nil {
-			return fmt.Errorf("order: %w", imagestore.ErrExists)
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		if err := absent(ctx, tx, "order", `SELECT 1 FROM orders WHERE id = ?`, o.ID); err != nil {
 			return err
 		}
 		if maxUnpaid > 0 {
@@ -268,9 +261,8 @@ SELECT count(*) FROM (SELECT 1 FROM orders WHERE buyer_id = ? AND state = 'await
 			return fmt.Errorf("listing has %d free, order wants %d: %w", l.Free(), o.Quantity, imagestore.ErrNoCapacity)
 		}
 		if o.ImageKind == imagestore.ImageUpload {
-			err := tx.QueryRowContext(ctx, `SELECT 1 FROM images WHERE upload_id = ? AND tenant_id = ?`, o.Image, o.BuyerID).Scan(&one)
-			if err != nil {
-				return notFound("image", err)
+			if _, err := queryOne(ctx, tx, "image", scanValue[int], `SELECT 1 FROM images WHERE upload_id = ? AND tenant_id = ?`, o.Image, o.BuyerID); err != nil {
+				return err
 			}
 		}
 		_, err = tx.ExecContext(ctx, `
@@ -292,9 +284,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'awaitingPayment', ?, ?, ?)`,
 // orderState reads an order's state inside tx, for a state change whose
 // conditional UPDATE changed nothing; ErrNotFound.
 func orderState(ctx context.Context, tx *Tx, id string) (imagestore.OrderState, error) {
-	var st string
-	err := tx.QueryRowContext(ctx, `SELECT state FROM orders WHERE id = ?`, id).Scan(&st)
-	return imagestore.OrderState(st), notFound("order", err)
+	st, err := queryOne(ctx, tx, "order", scanValue[string], `SELECT state FROM orders WHERE id = ?`, id)
+	return imagestore.OrderState(st), err
 }
 
 // transition runs one conditional UPDATE of order id and, when it changed
@@ -341,12 +332,7 @@ UPDATE orders SET checkout_id = ?, checkout_url = ? WHERE id = ? AND state = 'aw
 
 // Order returns the order without its user data; ErrNotFound.
 func (s *Store) Order(ctx context.Context, id string) (imagestore.Order, error) {
-	var o imagestore.Order
-	err := s.read(ctx, "order", func(tx *Tx) (err error) {
-		o, err = scanOrder(tx.QueryRowContext(ctx, `SELECT `+orderCols+` FROM orders WHERE id = ?`, id))
-		return notFound("order", err)
-	})
-	return o, err
+	return readOne(ctx, s, "order", "order", scanOrder, `SELECT `+orderCols+` FROM orders WHERE id = ?`, id)
 }
 
 // Orders returns the buyer's orders, newest first (then by id, descending).
@@ -373,11 +359,7 @@ WHERE state = ? ORDER BY created_at, id`, string(state))
 
 // OrderUserData returns the user data column alone; ErrNotFound.
 func (s *Store) OrderUserData(ctx context.Context, id string) (string, error) {
-	var ud string
-	err := s.read(ctx, "order user data", func(tx *Tx) error {
-		return notFound("order", tx.QueryRowContext(ctx, `SELECT user_data FROM orders WHERE id = ?`, id).Scan(&ud))
-	})
-	return ud, err
+	return readOne(ctx, s, "order user data", "order", scanValue[string], `SELECT user_data FROM orders WHERE id = ?`, id)
 }
 
 // MarkOrderPaid: awaitingPayment → paid; see imagestore.MarketStore.
@@ -480,10 +462,9 @@ func (s *Store) SetReplicaStates(ctx context.Context, orderID string, states []i
 		}
 	}
 	return s.write(ctx, "set replica states", func(tx *Tx) error {
-		var quantity int
-		err := tx.QueryRowContext(ctx, `SELECT quantity FROM orders WHERE id = ?`, orderID).Scan(&quantity)
+		quantity, err := queryOne(ctx, tx, "order", scanValue[int], `SELECT quantity FROM orders WHERE id = ?`, orderID)
 		if err != nil {
-			return notFound("order", err)
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM replica_states WHERE order_id = ?`, orderID); err != nil {
 			return err
@@ -507,9 +488,8 @@ INSERT INTO replica_states (order_id, replica, name, state, detail, progress, ob
 func (s *Store) ReplicaStates(ctx context.Context, orderID string) ([]imagestore.ReplicaState, error) {
 	var states []imagestore.ReplicaState
 	err := s.read(ctx, "replica states", func(tx *Tx) error {
-		var one int
-		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM orders WHERE id = ?`, orderID).Scan(&one); err != nil {
-			return notFound("order", err)
+		if _, err := queryOne(ctx, tx, "order", scanValue[int], `SELECT 1 FROM orders WHERE id = ?`, orderID); err != nil {
+			return err
 		}
 		rows, err := tx.QueryContext(ctx, `
 SELECT replica, name, state, detail, progress, observed_at FROM replica_states WHERE order_id = ? ORDER BY replica`, orderID)

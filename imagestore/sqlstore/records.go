@@ -119,33 +119,18 @@ RETURNING id`,
 
 // Tenant returns the tenant called name; ErrNotFound if there is none.
 func (s *Store) Tenant(ctx context.Context, name string) (imagestore.Tenant, error) {
-	var t imagestore.Tenant
-	err := s.read(ctx, "tenant", func(tx *Tx) (err error) {
-		t, err = scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE name = ?`, name))
-		return notFound("tenant", err)
-	})
-	return t, err
+	return readOne(ctx, s, "tenant", "tenant", scanTenant, `SELECT `+tenantCols+` FROM tenants WHERE name = ?`, name)
 }
 
 // TenantByToken returns the tenant whose token hashes to token; ErrNotFound
 // if there is none.
 func (s *Store) TenantByToken(ctx context.Context, token imagestore.Hash) (imagestore.Tenant, error) {
-	var t imagestore.Tenant
-	err := s.read(ctx, "tenant by token", func(tx *Tx) (err error) {
-		t, err = scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE token_hash = ?`, token[:]))
-		return notFound("tenant", err)
-	})
-	return t, err
+	return readOne(ctx, s, "tenant by token", "tenant", scanTenant, `SELECT `+tenantCols+` FROM tenants WHERE token_hash = ?`, token[:])
 }
 
 // TenantByID returns the tenant with id; ErrNotFound if there is none.
 func (s *Store) TenantByID(ctx context.Context, id int64) (imagestore.Tenant, error) {
-	var t imagestore.Tenant
-	err := s.read(ctx, "tenant by id", func(tx *Tx) (err error) {
-		t, err = scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
-		return notFound("tenant", err)
-	})
-	return t, err
+	return readOne(ctx, s, "tenant by id", "tenant", scanTenant, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id)
 }
 
 // Tenants returns all tenants ordered by name.
@@ -287,12 +272,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?)`,
 
 // Ticket returns the ticket without using it; ErrNotFound if there is none.
 func (s *Store) Ticket(ctx context.Context, ticket imagestore.Hash) (imagestore.Ticket, error) {
-	var tk imagestore.Ticket
-	err := s.read(ctx, "ticket", func(tx *Tx) (err error) {
-		tk, err = scanTicket(tx.QueryRowContext(ctx, `SELECT `+ticketCols+` FROM tickets WHERE hash = ?`, ticket[:]))
-		return notFound("ticket", err)
-	})
-	return tk, err
+	return readOne(ctx, s, "ticket", "ticket", scanTicket, `SELECT `+ticketCols+` FROM tickets WHERE hash = ?`, ticket[:])
 }
 
 // ConsumeTicket marks the ticket used at now and its plain upload running
@@ -436,12 +416,7 @@ func (s *Store) AddImage(ctx context.Context, img imagestore.Image, quota int) e
 	return s.write(ctx, "add image", func(tx *Tx) error {
 		// A retried AddImage should hear that the image is already there,
 		// not that the quota it fills is full.
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM images WHERE upload_id = ?`, img.UploadID).Scan(&one)
-		if err == nil {
-			return fmt.Errorf("image: %w", imagestore.ErrExists)
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		if err := absent(ctx, tx, "image", `SELECT 1 FROM images WHERE upload_id = ?`, img.UploadID); err != nil {
 			return err
 		}
 		if err := checkQuota(ctx, tx, img.TenantID, quota); err != nil {
@@ -471,12 +446,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 
 // Image returns the image; ErrNotFound if there is none.
 func (s *Store) Image(ctx context.Context, uploadID string) (imagestore.Image, error) {
-	var img imagestore.Image
-	err := s.read(ctx, "image", func(tx *Tx) (err error) {
-		img, err = scanImage(tx.QueryRowContext(ctx, `SELECT `+imageCols+` FROM images WHERE upload_id = ?`, uploadID))
-		return notFound("image", err)
-	})
-	return img, err
+	return readOne(ctx, s, "image", "image", func(r scanner) (imagestore.Image, error) { return scanImage(r) },
+		`SELECT `+imageCols+` FROM images WHERE upload_id = ?`, uploadID)
 }
 
 // Images returns the tenant's images, oldest first; ties are broken by
@@ -549,12 +520,10 @@ func (s *Store) CreateFetchToken(ctx context.Context, token imagestore.Hash, ft 
 		return fmt.Errorf("create fetch token: %w", err)
 	}
 	return s.write(ctx, "create fetch token", func(tx *Tx) error {
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM images WHERE upload_id = ?`, ft.UploadID).Scan(&one)
-		if err != nil {
-			return notFound("image", err)
+		if _, err := queryOne(ctx, tx, "image", scanValue[int], `SELECT 1 FROM images WHERE upload_id = ?`, ft.UploadID); err != nil {
+			return err
 		}
-		_, err = tx.ExecContext(ctx, `
+		_, err := tx.ExecContext(ctx, `
 INSERT INTO fetch_tokens (hash, upload_id, order_id, expires_at) VALUES (?, ?, ?, ?)`,
 			token[:], ft.UploadID, ft.OrderID, expires)
 		if isUnique(err) {
@@ -571,21 +540,21 @@ func (s *Store) ImageForToken(ctx context.Context, token imagestore.Hash, now ti
 	if err != nil {
 		return imagestore.Image{}, time.Time{}, fmt.Errorf("image for token: %w", err)
 	}
-	var (
+	type found struct {
 		img     imagestore.Image
 		expires int64
-	)
-	err = s.read(ctx, "image for token", func(tx *Tx) (err error) {
-		img, err = scanImage(tx.QueryRowContext(ctx, `
+	}
+	f, err := readOne(ctx, s, "image for token", "fetch token", func(r scanner) (f found, err error) {
+		f.img, err = scanImage(r, &f.expires)
+		return f, err
+	}, `
 SELECT i.upload_id, i.tenant_id, i.name, i.efi, i.size, i.virtual_size, i.sha256, i.created_at, f.expires_at
 FROM fetch_tokens f JOIN images i ON i.upload_id = f.upload_id
-WHERE f.hash = ? AND f.revoked_at IS NULL AND f.expires_at > ?`, token[:], at), &expires)
-		return notFound("fetch token", err)
-	})
+WHERE f.hash = ? AND f.revoked_at IS NULL AND f.expires_at > ?`, token[:], at)
 	if err != nil {
 		return imagestore.Image{}, time.Time{}, err
 	}
-	return img, fromNanos(expires), nil
+	return f.img, fromNanos(f.expires), nil
 }
 
 // RevokeOrderTokens revokes the order's live fetch tokens at now and
@@ -690,12 +659,7 @@ RETURNING `+sessionCols,
 // (the caller compares ExpiresAt with its clock); ErrNotFound if there is
 // none.
 func (s *Store) Session(ctx context.Context, session imagestore.Hash) (imagestore.UploadSession, error) {
-	var us imagestore.UploadSession
-	err := s.read(ctx, "session", func(tx *Tx) (err error) {
-		us, err = scanSession(tx.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM upload_sessions WHERE hash = ?`, session[:]))
-		return notFound("upload session", err)
-	})
-	return us, err
+	return readOne(ctx, s, "session", "upload session", scanSession, `SELECT `+sessionCols+` FROM upload_sessions WHERE hash = ?`, session[:])
 }
 
 // SaveProgress records offset and hashState and sets the expiry to
@@ -794,7 +758,7 @@ func (s *Store) SessionUploadIDs(ctx context.Context) ([]string, error) {
 
 // queryIDs runs a query yielding one text column and collects it.
 func queryIDs(ctx context.Context, tx *Tx, query string, args ...any) ([]string, error) {
-	return queryAll(ctx, tx, func(r scanner) (id string, err error) { return id, r.Scan(&id) }, query, args...)
+	return queryAll(ctx, tx, scanValue[string], query, args...)
 }
 
 // Stats returns the number of images and their total size.

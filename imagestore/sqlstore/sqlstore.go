@@ -25,6 +25,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/vmshelf/vmshelf/imagestore"
 )
 
 // Engine is what the records need of a SQL database.
@@ -197,6 +199,44 @@ func queryAll[T any](ctx context.Context, tx *Tx, scan func(scanner) (T, error),
 		all = append(all, v)
 	}
 	return all, rows.Err()
+}
+
+// queryOne runs a query of at most one row and scans it with scan, as
+// queryAll scans each of its rows; no row is ErrNotFound, naming what
+// (never the key: keys may be secret hashes).
+func queryOne[T any](ctx context.Context, tx *Tx, what string, scan func(scanner) (T, error), query string, args ...any) (T, error) {
+	v, err := scan(tx.QueryRowContext(ctx, query, args...))
+	return v, notFound(what, err)
+}
+
+// readOne is queryOne in a read transaction of its own, named op.
+func readOne[T any](ctx context.Context, s *Store, op, what string, scan func(scanner) (T, error), query string, args ...any) (T, error) {
+	var v T
+	err := s.read(ctx, op, func(tx *Tx) (err error) {
+		v, err = queryOne(ctx, tx, what, scan, query, args...)
+		return err
+	})
+	return v, err
+}
+
+// absent is nil if query finds no row, and ErrExists, naming what, if it
+// finds one: a retried insert hears that its row is there already.
+func absent(ctx context.Context, tx *Tx, what, query string, args ...any) error {
+	_, err := queryOne(ctx, tx, what, scanValue[int], query, args...)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%s: %w", what, imagestore.ErrExists)
+	case errors.Is(err, imagestore.ErrNotFound):
+		return nil
+	}
+	return err
+}
+
+// scanValue scans a row of one column.
+func scanValue[T any](r scanner) (T, error) {
+	var v T
+	err := r.Scan(&v)
+	return v, err
 }
 
 // execCount runs one statement in a write transaction and returns how

@@ -10,7 +10,7 @@ import (
 )
 
 // Error is an error a client is meant to see: a status, a stable reason code
-// (SPEC "Errors") and a human sentence. Err, if set, is the internal cause;
+// (docs/api.md "Errors" lists them) and a human sentence. Err, if set, is the internal cause;
 // it is never shown to the client.
 type Error struct {
 	Status int

@@ -42,10 +42,11 @@ const DefaultTTL = 15 * time.Second
 type Config struct {
 	// Leases is the store the replicas share.
 	Leases imagestore.Leases
-	// Name is the lease the replicas compete for ("provisioner").
+	// Name is the lease the replicas compete for (serve's is "leader").
 	Name string
-	// Holder names this replica, distinct among the replicas (host name
-	// and process id); it appears in the others' logs.
+	// Holder names this replica, distinct among the replicas (serve's is
+	// the host name and 8 random hex digits, new at every start); it
+	// appears in the others' logs.
 	Holder string
 	// TTL is the lease time; DefaultTTL if zero. The leader renews every
 	// TTL/3.

@@ -64,8 +64,8 @@ const (
 	maxURLLen    = 2048      // bytes of a url
 )
 
-// Entry is one system of the catalogue. The JSON names are the SPEC's
-// (plus format).
+// Entry is one system of the catalogue. The JSON names are those of
+// docs/catalogue.md "Fields" and of the public GET /market/vm-images.
 type Entry struct {
 	// ID names the entry in an order's "image"; a DNS label.
 	ID string `json:"id"`
