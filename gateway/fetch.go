@@ -114,7 +114,7 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	if err != nil {
 		release()
 		inFlight.Dec()
-		aerr := apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the image")
+		aerr := storageFailure(err, "could not read the image")
 		g.refused(dirFetch, aerr)
 		writeError(ctx, aerr)
 		return

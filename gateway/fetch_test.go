@@ -421,7 +421,7 @@ func compareWithSource(t *testing.T, src, raw string) {
 
 // openFails is blobs whose Open fails: the blob a large transfer opens for
 // itself (the shared one comes from openBlobs, opened before).
-type openFails struct{ imagestore.Blobs }
+type openFails struct{ Blobs }
 
 func (openFails) Open(context.Context, string) (imagestore.Blob, error) {
 	return nil, errors.New("open: input/output error")
