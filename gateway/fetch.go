@@ -137,7 +137,7 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability) (im
 	// always served, whoever else guessed from the same address.
 	unknown := func() *apierr.Error {
 		if !g.misses.miss(g.clientAddr(ctx), now) {
-			return g.tooManyMisses(ctx)
+			return g.tooManyMisses()
 		}
 		return apierr.New(fasthttp.StatusNotFound, "tokenUnknown", "no such fetch token, or it was revoked or has expired")
 	}

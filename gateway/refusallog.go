@@ -29,7 +29,8 @@ func (g *Gateway) logRefusal(ctx *fasthttp.RequestCtx, e *apierr.Error) {
 		return
 	}
 	level := slog.LevelInfo
-	if e.Status >= 500 && e.Reason != "busy" && e.Reason != "shuttingDown" && e.Reason != "clientGone" {
+	// Being full, restarting or left by the client is no fault of ours.
+	if e.Status >= 500 && !isAny(e, answerBusy, answerShuttingDown, answerClientGone) {
 		level = slog.LevelWarn
 	}
 	attrs := []any{"status", e.Status, "reason", e.Reason, "method", string(ctx.Method()),
