@@ -36,50 +36,76 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 		writeError(ctx, aerr)
 		return
 	}
-	size := blob.Size()
+	etag := imageHeaders(&ctx.Response.Header, img)
+	part, ok := g.choosePart(ctx, blob, etag, img.CreatedAt)
+	if !ok {
+		return
+	}
+	// HEAD holds no slot: it moves no image bytes. fasthttp writes the
+	// headers of a body stream for HEAD and closes it without reading.
+	if ctx.IsHead() {
+		ctx.SetStatusCode(part.status)
+		ctx.SetBodyStream(&fetchStream{g: g, ctx: ctx, src: eofReader{}, size: part.n, blob: blob}, int(part.n))
+		return
+	}
+	g.sendPart(ctx, fc.token, img, blob, part, start)
+}
+
+// imageHeaders sets the headers every answer about img carries, and
+// returns its ETag.
+func imageHeaders(h *fasthttp.ResponseHeader, img imagestore.Image) string {
 	etag := `"` + img.SHA256 + `"`
-	h := &ctx.Response.Header
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("ETag", etag)
 	var date [len(http.TimeFormat)]byte
 	h.SetBytesV("Last-Modified", fasthttp.AppendHTTPDate(date[:0], img.CreatedAt))
 	h.Set("Cache-Control", "private, no-transform")
 	h.SetContentType("application/octet-stream")
+	return etag
+}
 
+// fetchPart is the part of the image an answer sends: n bytes from off,
+// with status 200 (the whole image) or 206.
+type fetchPart struct {
+	off, n int64
+	status int
+}
+
+// choosePart reads If-None-Match, Range and If-Range into the part to
+// send. When they decide the answer themselves (304, 416) it answers,
+// closes blob and returns false.
+func (g *Gateway) choosePart(ctx *fasthttp.RequestCtx, blob imagestore.Blob, etag string, modified time.Time) (fetchPart, bool) {
+	size := blob.Size()
 	if inm := string(ctx.Request.Header.Peek("If-None-Match")); inm != "" && etagMatches(inm, etag) {
 		blob.Close()
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
-		return
+		return fetchPart{}, false
 	}
-	off, n, status := int64(0), size, fasthttp.StatusOK
-	if rng := string(ctx.Request.Header.Peek("Range")); rng != "" && g.ifRange(ctx, etag, img.CreatedAt) {
-		var ok, satisfiable bool
-		off, n, ok, satisfiable = parseRange(rng, size)
-		switch {
-		case ok && !satisfiable:
-			blob.Close()
-			h.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
-			aerr := apierr.New(fasthttp.StatusRequestedRangeNotSatisfiable, "rangeNotSatisfiable", "the range lies outside the image")
-			g.refused(dirFetch, aerr)
-			writeError(ctx, aerr)
-			return
-		case ok:
-			status = fasthttp.StatusPartialContent
-			h.Set("Content-Range", "bytes "+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10)+"/"+strconv.FormatInt(size, 10))
-		default: // a form we do not serve (several ranges): the whole image, as RFC 9110 allows
-			off, n = 0, size
-		}
+	whole := fetchPart{off: 0, n: size, status: fasthttp.StatusOK}
+	rng := string(ctx.Request.Header.Peek("Range"))
+	if rng == "" || !g.ifRange(ctx, etag, modified) {
+		return whole, true
 	}
+	off, n, ok, satisfiable := parseRange(rng, size)
+	switch {
+	case ok && !satisfiable:
+		blob.Close()
+		aerr := apierr.New(fasthttp.StatusRequestedRangeNotSatisfiable, "rangeNotSatisfiable", "the range lies outside the image").
+			WithHeader("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
+		g.refused(dirFetch, aerr)
+		writeError(ctx, aerr)
+		return fetchPart{}, false
+	case ok:
+		ctx.Response.Header.Set("Content-Range", "bytes "+strconv.FormatInt(off, 10)+"-"+strconv.FormatInt(off+n-1, 10)+"/"+strconv.FormatInt(size, 10))
+		return fetchPart{off: off, n: n, status: fasthttp.StatusPartialContent}, true
+	}
+	return whole, true // a form we do not serve (several ranges): the whole image, as RFC 9110 allows
+}
 
-	// HEAD holds no slot: it moves no image bytes. fasthttp writes the
-	// headers of a body stream for HEAD and closes it without reading.
-	if ctx.IsHead() {
-		ctx.SetStatusCode(status)
-		ctx.SetBodyStream(&fetchStream{g: g, ctx: ctx, src: eofReader{}, size: n, blob: blob}, int(n))
-		return
-	}
-	// A GET shares its token's slot, or waits for one (bounded).
-	release, aerr := g.acquireFetchSlot(ctx, fc.token)
+// sendPart sends a GET's part once it shares its token's slot or got one
+// after a (bounded) wait. blob is closed, or handed to the body stream.
+func (g *Gateway) sendPart(ctx *fasthttp.RequestCtx, token string, img imagestore.Image, blob imagestore.Blob, part fetchPart, start time.Time) {
+	release, aerr := g.acquireFetchSlot(ctx, token)
 	if aerr != nil {
 		blob.Close()
 		g.refused(dirFetch, aerr)
@@ -88,15 +114,15 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	}
 	inFlight := g.metrics.fetch.inFlight
 	inFlight.Inc()
-	partial := status == fasthttp.StatusPartialContent
-	if n <= smallRange {
+	partial := part.status == fasthttp.StatusPartialContent
+	if part.n <= smallRange {
 		// pread from the shared blob straight into the server's write
 		// buffer, behind the headers: one write for the whole answer.
-		ctx.SetStatusCode(status)
+		ctx.SetStatusCode(part.status)
 		ctx.SetBodyStream(&fetchStream{
-			g: g, ctx: ctx, src: io.NewSectionReader(blob, off, n), size: n, blob: blob, release: release,
+			g: g, ctx: ctx, src: io.NewSectionReader(blob, part.off, part.n), size: part.n, blob: blob, release: release,
 			start: start, uploadID: img.UploadID, remoteOf: ctx, partial: partial,
-		}, int(n))
+		}, int(part.n))
 		return
 	}
 	// The shared blob must not be seeked: sendfile(2) reads from the
@@ -107,7 +133,7 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	blob.Close()
 	var src io.Reader
 	if err == nil {
-		if src, err = own.Section(off, n); err != nil {
+		if src, err = own.Section(part.off, part.n); err != nil {
 			own.Close()
 		}
 	}
@@ -119,11 +145,11 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 		writeError(ctx, aerr)
 		return
 	}
-	ctx.SetStatusCode(status)
+	ctx.SetStatusCode(part.status)
 	ctx.SetBodyStream(&fetchStream{
-		g: g, ctx: ctx, src: src, size: n, blob: own, release: release,
+		g: g, ctx: ctx, src: src, size: part.n, blob: own, release: release,
 		start: start, uploadID: img.UploadID, remote: g.clientAddr(ctx), partial: partial,
-	}, int(n))
+	}, int(part.n))
 }
 
 // smallRange is the largest answer read from the blob kept open for the
@@ -139,7 +165,7 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability) (im
 	// always served, whoever else guessed from the same address.
 	unknown := func() *apierr.Error {
 		if !g.misses.miss(g.clientAddr(ctx), now) {
-			return g.tooManyMisses(ctx)
+			return g.tooManyMisses()
 		}
 		return apierr.New(fasthttp.StatusNotFound, "tokenUnknown", "no such fetch token, or it was revoked or has expired")
 	}

@@ -85,14 +85,13 @@ func (g *Gateway) waitFetchSlot(ctx *fasthttp.RequestCtx, token string) (joined 
 		case g.slots <- struct{}{}:
 			return false, nil
 		case <-timer.C:
-			return false, g.busy(ctx)
+			return false, answerBusy
 		case <-g.stopping:
-			ctx.Response.Header.Set("Retry-After", "5")
-			return false, apierr.New(fasthttp.StatusServiceUnavailable, "shuttingDown", "the edge is restarting; retry after a few seconds")
+			return false, answerShuttingDown
 		case <-poll.C:
 			if peerClosed(ctx.Conn()) {
 				ctx.SetConnectionClose()
-				return false, apierr.Wrap(errClientGone, fasthttp.StatusServiceUnavailable, "clientGone", "the client went away while waiting for a slot")
+				return false, answerClientGone
 			}
 			if g.fetches.join(token) {
 				return true, nil

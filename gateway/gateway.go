@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -416,14 +415,13 @@ func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	writeError(ctx, apierr.New(fasthttp.StatusMethodNotAllowed, "methodNotAllowed", "method not allowed here; allowed: "+allow))
 }
 
-// writeError answers with the JSON error shape of docs/api.md "Errors".
+// writeError answers with the JSON error shape of docs/api.md "Errors" and
+// the headers the error carries (Retry-After, Upload-Offset...).
 // The handler's wrapper logs it once the handler returns (logAnswer).
 func writeError(ctx *fasthttp.RequestCtx, e *apierr.Error) {
 	ctx.SetUserValue(refusalKey, e)
 	ctx.Response.SetStatusCode(e.Status)
-	if e.RetryAfter > 0 {
-		ctx.Response.Header.Set("Retry-After", strconv.Itoa(e.RetryAfter))
-	}
+	e.EachHeader(ctx.Response.Header.Set)
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.Response.SetBody(e.JSON())
 }
@@ -440,9 +438,9 @@ func (g *Gateway) refused(dir string, e *apierr.Error) {
 }
 
 // tooManyMisses is the 429 for an address that guessed too often.
-func (g *Gateway) tooManyMisses(ctx *fasthttp.RequestCtx) *apierr.Error {
-	ctx.Response.Header.Set("Retry-After", strconv.Itoa(int(max(g.cfg.MissEvery/time.Second, 1))))
-	return apierr.New(fasthttp.StatusTooManyRequests, "rateLimited", "too many unknown tickets or tokens from this address; wait and retry")
+func (g *Gateway) tooManyMisses() *apierr.Error {
+	return apierr.New(fasthttp.StatusTooManyRequests, "rateLimited", "too many unknown tickets or tokens from this address; wait and retry").
+		WithRetryAfter(int(max(g.cfg.MissEvery/time.Second, 1)))
 }
 
 // redactingLogger keeps capabilities out of fasthttp's own log lines (they

@@ -161,15 +161,13 @@ func (g *Gateway) read(ctx *fasthttp.RequestCtx, in *intake, wb *writeBehind, ch
 		case rerr == io.EOF:
 			return nil
 		case (errors.Is(rerr, errTakenOver) || (stop != nil && stop.Load() && isTimeout(rerr))) && g.closing.Load():
-			ctx.Response.Header.Set("Retry-After", "5")
-			return apierr.Wrap(errShuttingDown, fasthttp.StatusServiceUnavailable, "shuttingDown",
-				"the edge is restarting; the bytes so far are kept: resume with HEAD and PATCH")
+			return answerShuttingDown.WithMsg("the edge is restarting; the bytes so far are kept: resume with HEAD and PATCH").
+				WithCause(errShuttingDown)
 		case errors.Is(rerr, errTakenOver) || (stop != nil && stop.Load() && isTimeout(rerr)):
-			return apierr.Wrap(errTakenOver, fasthttp.StatusLocked, "takenOver",
-				"a newer request for this upload took it over; this one stopped")
+			return answerTakenOver
 		case rerr != nil && isTimeout(rerr):
-			return apierr.Wrap(rerr, fasthttp.StatusRequestTimeout, "idle",
-				"no data arrived for "+g.cfg.IdleTimeout.String()+"; the upload was abandoned")
+			return answerIdle.WithMsg("no data arrived for " + g.cfg.IdleTimeout.String() + "; the upload was abandoned").
+				WithCause(rerr)
 		case rerr != nil:
 			return incomplete(rerr)
 		}
@@ -209,7 +207,7 @@ func (g *Gateway) finish(w imagestore.BlobWriter, in *intake, img imagestore.Ima
 	if err := g.store.AddImage(cctx, img, g.cfg.ImagesPerTenant); err != nil {
 		g.dropUnrecorded(cctx, img.UploadID, err)
 		if errors.Is(err, imagestore.ErrQuota) {
-			return imagestore.Image{}, apierr.New(fasthttp.StatusConflict, "imageQuota", "you already hold as many images as this edge allows; remove one first")
+			return imagestore.Image{}, answerImageQuota
 		}
 		return imagestore.Image{}, recordFailure(err)
 	}

@@ -28,10 +28,7 @@ func (g *Gateway) logRefusal(ctx *fasthttp.RequestCtx, e *apierr.Error) {
 	if !g.refusals.Allow(e.Reason, g.cfg.Now()) {
 		return
 	}
-	level := slog.LevelInfo
-	if e.Status >= 500 && e.Reason != "busy" && e.Reason != "shuttingDown" && e.Reason != "clientGone" {
-		level = slog.LevelWarn
-	}
+	level := refusalLevel(e)
 	attrs := []any{"status", e.Status, "reason", e.Reason, "method", string(ctx.Method()),
 		"path", logsample.Redact(string(ctx.Path())), "remote", g.clientAddr(ctx)}
 	if e.Err != nil {
@@ -39,6 +36,15 @@ func (g *Gateway) logRefusal(ctx *fasthttp.RequestCtx, e *apierr.Error) {
 		attrs = append(attrs, "err", redactHead(e.Err.Error()))
 	}
 	g.log.Log(context.Background(), level, "refused", attrs...)
+}
+
+// refusalLevel is WARN for an answer that is our fault (a 5xx), INFO for
+// the rest: being full, restarting or left by the client is no fault of ours.
+func refusalLevel(e *apierr.Error) slog.Level {
+	if e.Status >= 500 && !isAny(e, answerBusy, answerShuttingDown, answerClientGone) {
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
 }
 
 // logAnswer is called after a handler: it logs the refusal writeError

@@ -156,10 +156,10 @@ func (g *Gateway) grant(c *spaceClaim, size int64, keep bool) (*spaceClaim, *api
 	defer l.mu.Unlock()
 	growth := size - c.size // c's own outstanding bytes are counted already
 	if mine := l.outstanding(c.tenant); mine+growth > g.cfg.TenantReserveMax {
-		return nil, apierr.Wrap(fmt.Errorf("tenant %d: %d bytes held by its running uploads, %d more asked, at most %d",
-			c.tenant, mine, growth, g.cfg.TenantReserveMax), fasthttp.StatusInsufficientStorage, "noSpace",
-			"your uploads running now already hold "+strconv.FormatInt(mine, 10)+" bytes of this edge's disk, and one tenant may hold at most "+
-				strconv.FormatInt(g.cfg.TenantReserveMax, 10)+"; try again when one of them has finished")
+		return nil, answerNoSpace.WithMsg("your uploads running now already hold " + strconv.FormatInt(mine, 10) + " bytes of this edge's disk, and one tenant may hold at most " +
+			strconv.FormatInt(g.cfg.TenantReserveMax, 10) + "; try again when one of them has finished").
+			WithCause(fmt.Errorf("tenant %d: %d bytes held by its running uploads, %d more asked, at most %d",
+				c.tenant, mine, growth, g.cfg.TenantReserveMax))
 	}
 	octx, cancel := op()
 	defer cancel()
@@ -168,9 +168,9 @@ func (g *Gateway) grant(c *spaceClaim, size int64, keep bool) (*spaceClaim, *api
 		return nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the free disk space")
 	}
 	if promised := l.outstanding(-1); avail < growth+g.cfg.Headroom+promised {
-		return nil, apierr.Wrap(fmt.Errorf("%d bytes free; need %d for the image, %d of headroom and %d promised to running uploads",
-			avail, growth, g.cfg.Headroom, promised), fasthttp.StatusInsufficientStorage, "noSpace",
-			spaceMessage(c.ahead > 0, growth))
+		return nil, answerNoSpace.WithMsg(spaceMessage(c.ahead > 0, growth)).
+			WithCause(fmt.Errorf("%d bytes free; need %d for the image, %d of headroom and %d promised to running uploads",
+				avail, growth, g.cfg.Headroom, promised))
 	}
 	if !keep {
 		return nil, nil

@@ -51,14 +51,17 @@ func (g *Gateway) handleOptions(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 }
 
+// answerTusVersion is the 412 of a request for another tus version than
+// the one served, which it names.
+var answerTusVersion = apierr.New(fasthttp.StatusPreconditionFailed, "tusVersion",
+	"resumable uploads need the header Tus-Resumable: "+tusVersion).WithHeader("Tus-Version", tusVersion)
+
 // tusRequest checks the protocol version a tus request names and marks the
 // answer as tus.
 func tusRequest(ctx *fasthttp.RequestCtx) *apierr.Error {
 	ctx.Response.Header.Set("Tus-Resumable", tusVersion)
 	if v := string(ctx.Request.Header.Peek("Tus-Resumable")); v != tusVersion {
-		ctx.Response.Header.Set("Tus-Version", tusVersion)
-		return apierr.New(fasthttp.StatusPreconditionFailed, "tusVersion",
-			"resumable uploads need the header Tus-Resumable: "+tusVersion)
+		return answerTusVersion
 	}
 	return nil
 }
@@ -92,14 +95,14 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	}
 	withBody := hasBody(ctx)
 	if aerr == nil && withBody && string(ctx.Request.Header.ContentType()) != offsetOctets {
-		aerr = badContentType()
+		aerr = answerBadContentType
 	}
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
 		return
 	}
 	if withBody && !g.slots.tryAcquire() {
-		g.refuseUpload(ctx, g.busy(ctx), start, "")
+		g.refuseUpload(ctx, answerBusy, start, "")
 		return
 	}
 	if withBody {
@@ -186,20 +189,20 @@ func (g *Gateway) admitPatch(ctx *fasthttp.RequestCtx, id string) (imagestore.Up
 		return sess, 0, aerr
 	}
 	if string(ctx.Request.Header.ContentType()) != offsetOctets {
-		return sess, 0, badContentType()
+		return sess, 0, answerBadContentType
 	}
 	off, err := strconv.ParseInt(string(ctx.Request.Header.Peek("Upload-Offset")), 10, 64)
 	if err != nil || off < 0 {
 		return sess, 0, apierr.New(fasthttp.StatusBadRequest, "badRequest", "a PATCH needs Upload-Offset, a byte count")
 	}
 	if off != sess.Offset {
-		return sess, off, offsetMismatch(ctx, sess.Offset)
+		return sess, off, offsetMismatch(sess.Offset)
 	}
 	if cl := int64(ctx.Request.Header.ContentLength()); cl > sess.Length-off {
 		return sess, off, exceedsLength(sess.Length)
 	}
 	if !g.slots.free() {
-		return sess, off, g.busy(ctx)
+		return sess, off, answerBusy
 	}
 	if _, aerr := g.claimSession(sess.TenantID, requestBytes(ctx, sess.Length-off), false); aerr != nil {
 		return sess, off, aerr
@@ -216,7 +219,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 		return
 	}
 	if !g.slots.tryAcquire() {
-		g.refuseUpload(ctx, g.busy(ctx), start, "")
+		g.refuseUpload(ctx, answerBusy, start, "")
 		return
 	}
 	defer g.releaseSlot(dirUpload)
@@ -230,7 +233,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 	// taken over may have saved more.
 	sess, aerr = g.lookupSession(ctx, id)
 	if aerr == nil && off != sess.Offset {
-		aerr = offsetMismatch(ctx, sess.Offset)
+		aerr = offsetMismatch(sess.Offset)
 	}
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
@@ -250,7 +253,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 	// have saved more before it let go.
 	if lease != nil {
 		if sess, aerr = g.lookupSession(ctx, id); aerr == nil && off != sess.Offset {
-			aerr = offsetMismatch(ctx, sess.Offset)
+			aerr = offsetMismatch(sess.Offset)
 		}
 		if aerr != nil {
 			g.refuseUpload(ctx, aerr, start, "")
@@ -261,8 +264,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 	// rather than after its bytes.
 	claim, aerr := g.claimSession(sess.TenantID, requestBytes(ctx, sess.Length-sess.Offset), true)
 	if aerr != nil {
-		ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(sess.Offset, 10))
-		g.refuseUpload(ctx, aerr, start, "")
+		g.refuseUpload(ctx, aerr.WithHeader("Upload-Offset", strconv.FormatInt(sess.Offset, 10)), start, "")
 		return
 	}
 	defer claim.release()
@@ -458,11 +460,12 @@ func (g *Gateway) cutBack(uploadID string, offset int64) {
 	}
 }
 
-// endsSession: a verdict on the image itself ends the upload; a broken or
-// stalled connection, a full disk or a client error does not.
+// endsSession: a verdict on the image itself ends the upload (imageError's
+// 415 and 422, the image quota at the commit); a broken or stalled
+// connection, a full disk or a client error does not.
 func endsSession(e *apierr.Error) bool {
-	return e.Status == fasthttp.StatusUnsupportedMediaType && e.Reason != "badContentType" ||
-		e.Status == fasthttp.StatusUnprocessableEntity || e.Reason == "imageQuota"
+	return e.Status == fasthttp.StatusUnsupportedMediaType && !errors.Is(e, answerBadContentType) ||
+		e.Status == fasthttp.StatusUnprocessableEntity || errors.Is(e, answerImageQuota)
 }
 
 // tusProgress answers a PATCH or creation with the session's offset.
@@ -531,7 +534,7 @@ func (g *Gateway) lookupSession(ctx *fasthttp.RequestCtx, id string) (imagestore
 	now := g.cfg.Now()
 	unknown := func() *apierr.Error {
 		if !g.misses.miss(g.clientAddr(ctx), now) {
-			return g.tooManyMisses(ctx)
+			return g.tooManyMisses()
 		}
 		return apierr.New(fasthttp.StatusNotFound, "sessionUnknown", "no such upload session, or it ended or expired")
 	}
@@ -571,19 +574,17 @@ func uploadLength(ctx *fasthttp.RequestCtx) (int64, *apierr.Error) {
 	return n, nil
 }
 
-func badContentType() *apierr.Error {
-	return apierr.New(fasthttp.StatusUnsupportedMediaType, "badContentType", "upload bytes need Content-Type: "+offsetOctets)
-}
-
 func exceedsLength(length int64) *apierr.Error {
 	return apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
 		"more bytes than the Upload-Length of "+strconv.FormatInt(length, 10)+" announced")
 }
 
-func offsetMismatch(ctx *fasthttp.RequestCtx, have int64) *apierr.Error {
-	ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(have, 10))
+// offsetMismatch is the 409 of a PATCH at another offset than the one
+// stored, which its Upload-Offset tells.
+func offsetMismatch(have int64) *apierr.Error {
 	return apierr.New(fasthttp.StatusConflict, "offsetMismatch",
-		"Upload-Offset does not match the "+strconv.FormatInt(have, 10)+" bytes stored; ask with HEAD and continue from there")
+		"Upload-Offset does not match the "+strconv.FormatInt(have, 10)+" bytes stored; ask with HEAD and continue from there").
+		WithHeader("Upload-Offset", strconv.FormatInt(have, 10))
 }
 
 func emptyHashState() []byte {

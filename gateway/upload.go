@@ -39,7 +39,7 @@ func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) (im
 		// The limiter is asked only now: a valid ticket is always served,
 		// whoever else guessed from the same address.
 		if errors.Is(err, imagestore.ErrNotFound) && !g.misses.miss(g.clientAddr(ctx), now) {
-			return tk, g.tooManyMisses(ctx)
+			return tk, g.tooManyMisses()
 		}
 		return tk, ticketError(err)
 	}
@@ -50,7 +50,7 @@ func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) (im
 		return tk, ticketError(imagestore.ErrTicketExpired)
 	}
 	if !g.slots.free() {
-		return tk, g.busy(ctx)
+		return tk, answerBusy
 	}
 	if size > g.cfg.UploadMax {
 		return tk, g.tooLarge()
@@ -72,11 +72,6 @@ func (g *Gateway) lookupTicket(ticket string) (imagestore.Ticket, error) {
 func (g *Gateway) tooLarge() *apierr.Error {
 	return apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
 		"the image is larger than this edge accepts ("+strconv.FormatInt(g.cfg.UploadMax, 10)+" bytes)")
-}
-
-func (g *Gateway) busy(ctx *fasthttp.RequestCtx) *apierr.Error {
-	ctx.Response.Header.Set("Retry-After", "5")
-	return apierr.New(fasthttp.StatusServiceUnavailable, "busy", "the edge is running as many transfers as it may; retry after a few seconds")
 }
 
 func ticketError(err error) *apierr.Error {
@@ -106,7 +101,7 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 		return
 	}
 	if !g.slots.tryAcquire() {
-		g.refuseUpload(ctx, g.busy(ctx), start, "")
+		g.refuseUpload(ctx, answerBusy, start, "")
 		return
 	}
 	defer g.releaseSlot(dirUpload)
@@ -172,7 +167,7 @@ func (g *Gateway) refuseUpload(ctx *fasthttp.RequestCtx, aerr *apierr.Error, sta
 // to resume once space is freed: a creation's answer keeps its Location
 // for that.
 func (g *Gateway) refuseStaying(ctx *fasthttp.RequestCtx, aerr *apierr.Error, start time.Time, uploadID string) {
-	if aerr.Reason != "noSpace" {
+	if !errors.Is(aerr, answerNoSpace) {
 		ctx.Response.Header.Del("Location")
 	}
 	g.answerRefusal(ctx, aerr, start, uploadID)
@@ -259,9 +254,9 @@ func underlyingTCP(c net.Conn) (*net.TCPConn, bool) {
 // outcomeOf sorts an error into the transfers_total outcomes.
 func outcomeOf(e *apierr.Error) string {
 	switch {
-	case e.Reason == "idle" || e.Reason == "incompleteBody" || e.Reason == "takenOver" || e.Reason == "shuttingDown" || e.Reason == "clientGone":
+	case isAny(e, answerIdle, answerIncomplete, answerTakenOver, answerShuttingDown, answerClientGone):
 		return outcomeAborted
-	case e.Status >= 500 && e.Reason != "busy" && e.Reason != "noSpace":
+	case e.Status >= 500 && !isAny(e, answerBusy, answerNoSpace):
 		return outcomeFailed
 	}
 	return outcomeRejected
@@ -307,7 +302,7 @@ func (g *Gateway) abort(w imagestore.BlobWriter, uploadID string) {
 }
 
 func incomplete(err error) *apierr.Error {
-	return apierr.Wrap(err, fasthttp.StatusBadRequest, "incompleteBody", "the connection ended before the whole image arrived")
+	return answerIncomplete.WithCause(err)
 }
 
 // imageError turns an inspection verdict into the 415/422 answers of
@@ -327,7 +322,7 @@ func imageError(err error) *apierr.Error {
 // other storage errors (500).
 func writeFailure(err error) *apierr.Error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, imagestore.ErrNoSpace) {
-		return apierr.Wrap(err, fasthttp.StatusInsufficientStorage, "noSpace", "the edge ran out of disk space while storing the image; try again later")
+		return answerNoSpace.WithCause(err)
 	}
 	return storageFailure(err, "could not store the image")
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -65,8 +64,7 @@ func (g *Gateway) takeUploadLease(ctx *fasthttp.RequestCtx, uploadID string, onL
 	l, err := g.store.AcquireLease(octx, uploadLeaseName(uploadID), g.cfg.Replica, uploadLeaseTTL, now)
 	if errors.Is(err, imagestore.ErrLeaseHeld) {
 		wait := max(1, int(l.ExpiresAt.Sub(now).Seconds()+0.999))
-		ctx.Response.Header.Set("Retry-After", strconv.Itoa(wait))
-		return nil, apierr.New(fasthttp.StatusLocked, "locked", "another replica is still writing this upload; retry")
+		return nil, apierr.New(fasthttp.StatusLocked, "locked", "another replica is still writing this upload; retry").WithRetryAfter(wait)
 	}
 	if err != nil {
 		return nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not take the upload for this request")

@@ -72,13 +72,13 @@ var (
 		"the listing's host no longer hosts machines or has no payout account")
 )
 
-// stripeUnavailable is the 503 of a Stripe call that got no answer; the
+// errStripeNoAnswer is the 503 of a Stripe call that got no answer; the
 // client may retry.
-func stripeUnavailable(w http.ResponseWriter, err error) error {
-	w.Header().Set("Retry-After", "30")
-	return apierr.Wrap(err, http.StatusServiceUnavailable, "paymentsUnavailable",
-		"the payment provider did not answer; try again in a minute")
-}
+var errStripeNoAnswer = apierr.New(http.StatusServiceUnavailable, "paymentsUnavailable",
+	"the payment provider did not answer; try again in a minute").WithRetryAfter(30)
+
+// stripeUnavailable is errStripeNoAnswer caused by err.
+func stripeUnavailable(err error) error { return errStripeNoAnswer.WithCause(err) }
 
 // machinesUnavailable is why tenant t cannot use the VM market, or nil:
 // not sharing, VMs not offered, or (payments) no Stripe keys. Status
@@ -152,7 +152,7 @@ func (s *Server) createListing(w http.ResponseWriter, r *http.Request, t imagest
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.checkHost(r.Context(), w, t); err != nil {
+	if err := s.checkHost(r.Context(), t); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -223,7 +223,7 @@ func gateRefusal(o imagestore.Order, err error) error {
 // active — asked from Stripe, since only Stripe knows. Stripe's "no" (no
 // such account, not connected to this platform) is noPayoutAccount; no
 // answer is a 503, never a "no".
-func (s *Server) checkHost(ctx context.Context, w http.ResponseWriter, t imagestore.Tenant) error {
+func (s *Server) checkHost(ctx context.Context, t imagestore.Tenant) error {
 	if !t.InMesh || !t.HostsVMs || t.Appliance == "" {
 		return errNotHosting
 	}
@@ -233,7 +233,7 @@ func (s *Server) checkHost(ctx context.Context, w http.ResponseWriter, t imagest
 	ok, err := s.cfg.Payments.TransfersActive(ctx, t.StripeAccount)
 	switch {
 	case errors.Is(err, billing.ErrUnavailable):
-		return stripeUnavailable(w, err)
+		return stripeUnavailable(err)
 	case err != nil: // not found, refused, malformed id: Stripe's answer
 		return apierr.Wrap(err, http.StatusConflict, "noPayoutAccount", errNoPayoutAccount.Msg)
 	case !ok:
@@ -385,7 +385,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		s.cancel(cctx, o.ID, "checkoutFailed", err)
 		switch {
 		case errors.Is(err, billing.ErrUnavailable):
-			s.fail(w, r, aboutOrder(o.ID, stripeUnavailable(w, err)))
+			s.fail(w, r, aboutOrder(o.ID, stripeUnavailable(err)))
 		case errors.Is(err, billing.ErrGate):
 			s.fail(w, r, aboutOrder(o.ID, gateRefusal(o, err)))
 		default:

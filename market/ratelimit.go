@@ -3,7 +3,6 @@ package market
 import (
 	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -95,11 +94,10 @@ func (l *tenantLimiter) size() int {
 	return len(l.buckets)
 }
 
-// errRateLimited is the 429 of a tenant over its ticket rate; it sets
-// Retry-After to wait in whole seconds, rounded up.
-func errRateLimited(w http.ResponseWriter, wait time.Duration) error {
-	secs := int64(math.Ceil(wait.Seconds()))
-	w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+// errRateLimited is the 429 of a tenant over its ticket rate, with
+// Retry-After: wait in whole seconds, rounded up.
+func errRateLimited(wait time.Duration) error {
+	secs := int(math.Ceil(wait.Seconds()))
 	return apierr.New(http.StatusTooManyRequests, "rateLimited",
-		"this box asked for tickets faster than the edge allows; wait Retry-After seconds and retry")
+		"this box asked for tickets faster than the edge allows; wait Retry-After seconds and retry").WithRetryAfter(max(secs, 1))
 }

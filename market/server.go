@@ -267,6 +267,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		err = errNoSpace(err)
 	}
 	e := apierr.From(err)
+	e.EachHeader(w.Header().Set) // Retry-After and the like: the error's own
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	}

@@ -50,7 +50,7 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	// The limit comes before any store write or disk question, so a
 	// tenant asking in a loop costs one authentication per request.
 	if wait, ok := s.tickets.take(t.ID, s.cfg.Now()); !ok {
-		s.fail(w, r, errRateLimited(w, wait))
+		s.fail(w, r, errRateLimited(wait))
 		return
 	}
 

@@ -108,7 +108,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	if !seen {
 		if result, err = s.handleEvent(ctx, ev); err != nil {
 			if errors.Is(err, billing.ErrUnavailable) {
-				err = stripeUnavailable(w, err)
+				err = stripeUnavailable(err)
 			}
 			if imagestore.ValidOrderID(ev.OrderID) {
 				err = aboutOrder(ev.OrderID, err)

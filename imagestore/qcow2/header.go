@@ -128,82 +128,13 @@ var magic = [4]byte{'Q', 'F', 'I', 0xfb}
 // each as soon as its bytes are there, so the verdict depends only on the
 // bytes and never on how the stream was chunked.
 func parseFixed(b []byte, l Limits) (*Header, int, *Reject) {
-	be := binary.BigEndian
-	for i := 0; i < len(magic) && i < len(b); i++ {
-		if b[i] != magic[i] {
-			return nil, 0, reject(ReasonNotQcow2, "not a QCOW2 image: bad magic at byte %d", i)
+	h := &Header{}
+	// Each part reads the fields of its stretch of the header, in order,
+	// and stops at the first byte it still lacks.
+	for _, part := range []func([]byte, *Header, Limits) (int, *Reject){parseIdentity, parseGeometry, parseTables} {
+		if need, r := part(b, h, l); r != nil || need > 0 {
+			return nil, need, r
 		}
-	}
-	if len(b) < len(magic) {
-		return nil, len(b) + 1, nil // a wrong magic is decided byte by byte
-	}
-	if len(b) < 8 {
-		return nil, 8, nil
-	}
-	h := &Header{Version: be.Uint32(b[4:])}
-	if h.Version != 2 && h.Version != 3 {
-		return nil, 0, reject(ReasonNotQcow2, "unsupported QCOW2 version %d (want 2 or 3)", h.Version)
-	}
-	if len(b) < 20 {
-		return nil, 20, nil
-	}
-	if off, n := be.Uint64(b[8:]), be.Uint32(b[16:]); off != 0 || n != 0 {
-		return nil, 0, reject(ReasonBackingFile, "image has a backing file (offset %d, name length %d); upload a standalone image (qemu-img convert)", off, n)
-	}
-	if len(b) < 24 {
-		return nil, 24, nil
-	}
-	h.ClusterBits = be.Uint32(b[20:])
-	if h.ClusterBits < minClusterBits || h.ClusterBits > maxClusterBits {
-		return nil, 0, reject(ReasonBadHeader, "cluster_bits %d outside %d..%d", h.ClusterBits, minClusterBits, maxClusterBits)
-	}
-	cs := h.ClusterSize()
-	if len(b) < 32 {
-		return nil, 32, nil
-	}
-	h.VirtualSize = be.Uint64(b[24:])
-	if h.VirtualSize == 0 {
-		return nil, 0, reject(ReasonBadHeader, "virtual size is 0")
-	}
-	if h.VirtualSize > l.MaxVirtualSize {
-		return nil, 0, reject(ReasonVirtualSizeTooLarge, "virtual size %d bytes exceeds the limit of %d bytes", h.VirtualSize, l.MaxVirtualSize)
-	}
-	if len(b) < 36 {
-		return nil, 36, nil
-	}
-	if m := be.Uint32(b[32:]); m != 0 {
-		return nil, 0, reject(ReasonEncrypted, "image is encrypted (crypt_method %d)", m)
-	}
-	if len(b) < 48 {
-		return nil, 48, nil
-	}
-	h.L1Size = be.Uint32(b[36:]) // checked below, once extended L2 is known
-	h.L1TableOffset = be.Uint64(b[40:])
-	if h.L1TableOffset%cs != 0 {
-		return nil, 0, reject(ReasonBadHeader, "L1 table offset %d is not cluster-aligned", h.L1TableOffset)
-	}
-	if len(b) < 60 {
-		return nil, 60, nil
-	}
-	h.RefcountTableOffset = be.Uint64(b[48:])
-	if h.RefcountTableOffset%cs != 0 {
-		return nil, 0, reject(ReasonBadHeader, "refcount table offset %d is not cluster-aligned", h.RefcountTableOffset)
-	}
-	h.RefcountTableClusters = be.Uint32(b[56:])
-	// < 2^32 clusters of <= 2^21 bytes: the product fits in 64 bits.
-	if rt := uint64(h.RefcountTableClusters) * cs; rt == 0 || rt > maxRefcountTableBytes {
-		return nil, 0, reject(ReasonBadHeader, "refcount table of %d clusters (%d bytes) outside 1 cluster..%d bytes", h.RefcountTableClusters, rt, maxRefcountTableBytes)
-	}
-	if len(b) < 72 {
-		return nil, 72, nil
-	}
-	h.NbSnapshots = be.Uint32(b[60:])
-	if h.NbSnapshots > maxSnapshots {
-		return nil, 0, reject(ReasonBadHeader, "%d snapshots exceed the limit of %d", h.NbSnapshots, maxSnapshots)
-	}
-	h.SnapshotsOffset = be.Uint64(b[64:])
-	if h.SnapshotsOffset%cs != 0 {
-		return nil, 0, reject(ReasonBadHeader, "snapshot table offset %d is not cluster-aligned", h.SnapshotsOffset)
 	}
 	if h.Version == 2 {
 		h.RefcountOrder = 4
@@ -214,6 +145,102 @@ func parseFixed(b []byte, l Limits) (*Header, int, *Reject) {
 		return h, 0, nil
 	}
 	return parseV3(b, h)
+}
+
+// parseIdentity reads bytes 0-7: the magic, decided byte by byte, and the
+// version.
+func parseIdentity(b []byte, h *Header, _ Limits) (int, *Reject) {
+	for i := 0; i < len(magic) && i < len(b); i++ {
+		if b[i] != magic[i] {
+			return 0, reject(ReasonNotQcow2, "not a QCOW2 image: bad magic at byte %d", i)
+		}
+	}
+	if len(b) < len(magic) {
+		return len(b) + 1, nil // a wrong magic is decided byte by byte
+	}
+	if len(b) < 8 {
+		return 8, nil
+	}
+	h.Version = binary.BigEndian.Uint32(b[4:])
+	if h.Version != 2 && h.Version != 3 {
+		return 0, reject(ReasonNotQcow2, "unsupported QCOW2 version %d (want 2 or 3)", h.Version)
+	}
+	return 0, nil
+}
+
+// parseGeometry reads bytes 8-35, what the image is made of: no backing
+// file, the cluster size, the virtual size and no encryption.
+func parseGeometry(b []byte, h *Header, l Limits) (int, *Reject) {
+	be := binary.BigEndian
+	if len(b) < 20 {
+		return 20, nil
+	}
+	if off, n := be.Uint64(b[8:]), be.Uint32(b[16:]); off != 0 || n != 0 {
+		return 0, reject(ReasonBackingFile, "image has a backing file (offset %d, name length %d); upload a standalone image (qemu-img convert)", off, n)
+	}
+	if len(b) < 24 {
+		return 24, nil
+	}
+	h.ClusterBits = be.Uint32(b[20:])
+	if h.ClusterBits < minClusterBits || h.ClusterBits > maxClusterBits {
+		return 0, reject(ReasonBadHeader, "cluster_bits %d outside %d..%d", h.ClusterBits, minClusterBits, maxClusterBits)
+	}
+	if len(b) < 32 {
+		return 32, nil
+	}
+	h.VirtualSize = be.Uint64(b[24:])
+	if h.VirtualSize == 0 {
+		return 0, reject(ReasonBadHeader, "virtual size is 0")
+	}
+	if h.VirtualSize > l.MaxVirtualSize {
+		return 0, reject(ReasonVirtualSizeTooLarge, "virtual size %d bytes exceeds the limit of %d bytes", h.VirtualSize, l.MaxVirtualSize)
+	}
+	if len(b) < 36 {
+		return 36, nil
+	}
+	if m := be.Uint32(b[32:]); m != 0 {
+		return 0, reject(ReasonEncrypted, "image is encrypted (crypt_method %d)", m)
+	}
+	return 0, nil
+}
+
+// parseTables reads bytes 36-71, where the tables are: L1, refcount and
+// snapshots, each cluster-aligned and within QEMU's bounds.
+func parseTables(b []byte, h *Header, _ Limits) (int, *Reject) {
+	be := binary.BigEndian
+	cs := h.ClusterSize()
+	if len(b) < 48 {
+		return 48, nil
+	}
+	h.L1Size = be.Uint32(b[36:]) // checked by checkL1, once extended L2 is known
+	h.L1TableOffset = be.Uint64(b[40:])
+	if h.L1TableOffset%cs != 0 {
+		return 0, reject(ReasonBadHeader, "L1 table offset %d is not cluster-aligned", h.L1TableOffset)
+	}
+	if len(b) < 60 {
+		return 60, nil
+	}
+	h.RefcountTableOffset = be.Uint64(b[48:])
+	if h.RefcountTableOffset%cs != 0 {
+		return 0, reject(ReasonBadHeader, "refcount table offset %d is not cluster-aligned", h.RefcountTableOffset)
+	}
+	h.RefcountTableClusters = be.Uint32(b[56:])
+	// < 2^32 clusters of <= 2^21 bytes: the product fits in 64 bits.
+	if rt := uint64(h.RefcountTableClusters) * cs; rt == 0 || rt > maxRefcountTableBytes {
+		return 0, reject(ReasonBadHeader, "refcount table of %d clusters (%d bytes) outside 1 cluster..%d bytes", h.RefcountTableClusters, rt, maxRefcountTableBytes)
+	}
+	if len(b) < 72 {
+		return 72, nil
+	}
+	h.NbSnapshots = be.Uint32(b[60:])
+	if h.NbSnapshots > maxSnapshots {
+		return 0, reject(ReasonBadHeader, "%d snapshots exceed the limit of %d", h.NbSnapshots, maxSnapshots)
+	}
+	h.SnapshotsOffset = be.Uint64(b[64:])
+	if h.SnapshotsOffset%cs != 0 {
+		return 0, reject(ReasonBadHeader, "snapshot table offset %d is not cluster-aligned", h.SnapshotsOffset)
+	}
+	return 0, nil
 }
 
 // parseV3 goes on from byte 72 of a version 3 header.

@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"errors"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/vmshelf/vmshelf/internal/apierr"
+)
+
+// The answers the gateway's own logic tells apart: how a transfer is
+// counted (outcomeOf), the level of its log line (logRefusal), whether a
+// resumable upload ends (endsSession) and whether a 507 keeps Location
+// (refuseStaying). Each is declared here once, every answer of its kind is
+// a copy of it (the With* methods of apierr.Error, which leave it as it
+// is), and the logic recognises it with errors.Is: a misspelt name does
+// not compile, where a misspelt reason literal would have moved the answer
+// to another class without a sound.
+var (
+	// answerBusy: every slot is taken; the client retries shortly.
+	answerBusy = apierr.New(fasthttp.StatusServiceUnavailable, "busy",
+		"the edge is running as many transfers as it may; retry after a few seconds").WithRetryAfter(5)
+	// answerShuttingDown: Shutdown stopped the request; another
+	// replica, or this one restarted, takes the retry.
+	answerShuttingDown = apierr.New(fasthttp.StatusServiceUnavailable, "shuttingDown",
+		"the edge is restarting; retry after a few seconds").WithRetryAfter(5)
+	// answerClientGone: the client left while its fetch waited for a
+	// slot; nobody reads this answer, the log and the counters do.
+	answerClientGone = apierr.Wrap(errClientGone, fasthttp.StatusServiceUnavailable, "clientGone",
+		"the client went away while waiting for a slot")
+	// answerIdle: no byte arrived within the idle timeout (the message
+	// names it).
+	answerIdle = apierr.New(fasthttp.StatusRequestTimeout, "idle",
+		"no data arrived in time; the upload was abandoned")
+	// answerIncomplete: the body ended before the length it announced.
+	answerIncomplete = apierr.New(fasthttp.StatusBadRequest, "incompleteBody",
+		"the connection ended before the whole image arrived")
+	// answerTakenOver: a newer request of the same upload took over.
+	answerTakenOver = apierr.Wrap(errTakenOver, fasthttp.StatusLocked, "takenOver",
+		"a newer request for this upload took it over; this one stopped")
+	// answerNoSpace: the disk, or the tenant's share of it, is full; the
+	// client may retry once space is freed, a session resumes.
+	answerNoSpace = apierr.New(fasthttp.StatusInsufficientStorage, "noSpace",
+		"the edge ran out of disk space while storing the image; try again later")
+	// answerBadContentType: tus bytes without their media type, a client
+	// error that does not end the session (unlike the 415 of notQcow2).
+	answerBadContentType = apierr.New(fasthttp.StatusUnsupportedMediaType, "badContentType",
+		"upload bytes need Content-Type: "+offsetOctets)
+	// answerImageQuota: the tenant holds as many images as it may.
+	answerImageQuota = apierr.New(fasthttp.StatusConflict, "imageQuota",
+		"you already hold as many images as this edge allows; remove one first")
+)
+
+// isAny reports whether e is one of the declared answers.
+func isAny(e *apierr.Error, answers ...*apierr.Error) bool {
+	for _, a := range answers {
+		if errors.Is(e, a) {
+			return true
+		}
+	}
+	return false
+}
