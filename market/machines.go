@@ -322,27 +322,9 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		s.fail(w, r, err)
 		return
 	}
-	l, err := s.st.Listing(ctx, req.ListingID)
-	switch {
-	case errors.Is(err, imagestore.ErrNotFound):
-		s.fail(w, r, errListingUnknown)
-		return
-	case err != nil:
-		s.fail(w, r, err)
-		return
-	case l.HostID == t.ID:
-		s.fail(w, r, errOwnListing)
-		return
-	}
-	host, err := s.st.TenantByID(ctx, l.HostID)
+	l, host, err := s.orderListing(ctx, t, req.ListingID)
 	if err != nil {
 		s.fail(w, r, err)
-		return
-	}
-	// The host may have stopped hosting since it listed; a payment to it
-	// now would run no machine.
-	if !canHost(host) {
-		s.fail(w, r, errHostGone)
 		return
 	}
 	now := s.cfg.Now().UTC()
@@ -355,56 +337,90 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		UnitPrice: l.UnitPrice, Total: total, Fee: fee, Currency: l.Currency, Destination: host.StripeAccount,
 		State: imagestore.OrderAwaitingPayment, ReserveUntil: expires.Add(s.cfg.CheckoutGrace), CreatedAt: now,
 	}
-	switch err := s.st.CreateOrder(ctx, o, req.UserData, maxUnpaidOrders); {
-	case errors.Is(err, imagestore.ErrTooManyUnpaid):
-		s.fail(w, r, errTooManyUnpaid)
-		return
-	case errors.Is(err, imagestore.ErrNoCapacity):
-		s.fail(w, r, apierr.Wrap(err, http.StatusConflict, "noCapacity",
-			fmt.Sprintf("the listing has fewer than %d replicas free (or is closed)", req.Quantity)))
-		return
-	case errors.Is(err, imagestore.ErrOwnListing):
-		s.fail(w, r, errOwnListing)
-		return
-	case errors.Is(err, imagestore.ErrNotFound):
-		s.fail(w, r, errListingUnknown)
-		return
-	case err != nil:
+	if err := s.placeOrder(ctx, o, req.UserData); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	s.metrics.ordersPlaced.Inc()
-
-	// The order holds its capacity now. Whatever happens to the request,
-	// the checkout is opened (or the order cancelled) to the end, within
-	// checkoutBound.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkoutBound)
-	defer cancel()
-	sess, err := s.cfg.Payments.CreateCheckout(cctx, s.checkoutFor(o, host.Name, expires))
+	sess, err := s.openCheckout(ctx, o, host.Name, expires)
 	if err != nil {
-		s.cancel(cctx, o.ID, "checkoutFailed", err)
-		switch {
-		case errors.Is(err, billing.ErrUnavailable):
-			s.fail(w, r, aboutOrder(o.ID, stripeUnavailable(err)))
-		case errors.Is(err, billing.ErrGate):
-			s.fail(w, r, aboutOrder(o.ID, gateRefusal(o, err)))
-		default:
-			s.fail(w, r, aboutOrder(o.ID, apierr.Wrap(err, http.StatusBadGateway, "paymentRefused",
-				"the payment provider refused to open the checkout; the order is cancelled")))
-		}
-		return
-	}
-	if err := s.st.SetCheckout(cctx, o.ID, sess.ID, sess.URL); err != nil {
-		// The session exists but the order does not know it: the webhook
-		// still finds the order by its metadata, and the sweeper releases
-		// it if it is never paid.
-		s.fail(w, r, aboutOrder(o.ID, fmt.Errorf("order %s: record its checkout: %w", o.ID, err)))
+		s.fail(w, r, aboutOrder(o.ID, err))
 		return
 	}
 	s.log.Info("order placed", "order_id", o.ID, "buyer", t.Name, "listing_id", l.ID,
 		"quantity", o.Quantity, "total", o.Total, "fee", o.Fee)
 	s.writeJSON(w, r, http.StatusCreated, orderAnswer{OrderID: o.ID, State: o.State, CheckoutURL: sess.URL,
 		ExpiresAt: expires, Total: o.Total, Currency: o.Currency})
+}
+
+// orderListing finds the listing an order names and its host, refusing
+// the buyer's own listing and a host that stopped hosting since it listed
+// (a payment to it now would run no machine).
+func (s *Server) orderListing(ctx context.Context, t imagestore.Tenant, id string) (imagestore.Listing, imagestore.Tenant, error) {
+	l, err := s.st.Listing(ctx, id)
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound):
+		return l, imagestore.Tenant{}, errListingUnknown
+	case err != nil:
+		return l, imagestore.Tenant{}, err
+	case l.HostID == t.ID:
+		return l, imagestore.Tenant{}, errOwnListing
+	}
+	host, err := s.st.TenantByID(ctx, l.HostID)
+	if err != nil {
+		return l, host, err
+	}
+	if !canHost(host) {
+		return l, host, errHostGone
+	}
+	return l, host, nil
+}
+
+// placeOrder records o with its capacity reserved, in one store
+// transaction, and says in the buyer's words why it could not.
+func (s *Server) placeOrder(ctx context.Context, o imagestore.Order, userData string) error {
+	switch err := s.st.CreateOrder(ctx, o, userData, maxUnpaidOrders); {
+	case errors.Is(err, imagestore.ErrTooManyUnpaid):
+		return errTooManyUnpaid
+	case errors.Is(err, imagestore.ErrNoCapacity):
+		return apierr.Wrap(err, http.StatusConflict, "noCapacity",
+			fmt.Sprintf("the listing has fewer than %d replicas free (or is closed)", o.Quantity))
+	case errors.Is(err, imagestore.ErrOwnListing):
+		return errOwnListing
+	case errors.Is(err, imagestore.ErrNotFound):
+		return errListingUnknown
+	default:
+		return err
+	}
+}
+
+// openCheckout opens the Stripe Checkout of the placed order o and
+// records it. The order holds its capacity now, so whatever happens to
+// the request this runs to the end, within checkoutBound; an order whose
+// checkout could not be opened is cancelled at once.
+func (s *Server) openCheckout(ctx context.Context, o imagestore.Order, hostName string, expires time.Time) (billing.Session, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkoutBound)
+	defer cancel()
+	sess, err := s.cfg.Payments.CreateCheckout(cctx, s.checkoutFor(o, hostName, expires))
+	if err != nil {
+		s.cancel(cctx, o.ID, "checkoutFailed", err)
+		switch {
+		case errors.Is(err, billing.ErrUnavailable):
+			return sess, stripeUnavailable(err)
+		case errors.Is(err, billing.ErrGate):
+			return sess, gateRefusal(o, err)
+		default:
+			return sess, apierr.Wrap(err, http.StatusBadGateway, "paymentRefused",
+				"the payment provider refused to open the checkout; the order is cancelled")
+		}
+	}
+	if err := s.st.SetCheckout(cctx, o.ID, sess.ID, sess.URL); err != nil {
+		// The session exists but the order does not know it: the webhook
+		// still finds the order by its metadata, and the sweeper releases
+		// it if it is never paid.
+		return sess, fmt.Errorf("order %s: record its checkout: %w", o.ID, err)
+	}
+	return sess, nil
 }
 
 // checkOrderRequest checks what an order request says by itself.
