@@ -9,10 +9,11 @@ package billing
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/baseurl"
 )
 
 // Checkout is one order's payment: Quantity replicas at UnitAmount each (in
@@ -202,6 +203,6 @@ func Gate(c Checkout, now time.Time) error {
 
 // absoluteHTTP reports whether s is an absolute http(s) URL with a host.
 func absoluteHTTP(s string) bool {
-	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" && u.User == nil
+	u, err := baseurl.Parse(s)
+	return err == nil && u.User == nil
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/baseurl"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/market/catalogue"
 	"github.com/vmshelf/vmshelf/market/web"
@@ -134,9 +134,8 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer, gather pr
 		return nil, errors.New("market: store, blobs, registerer and gatherer are all required")
 	}
 	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
-	u, err := url.Parse(cfg.PublicURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+	var err error
+	if _, err = baseurl.ParseBase(cfg.PublicURL); err != nil {
 		return nil, fmt.Errorf("market: public URL %q is not an http(s) base URL like http://host:port", cfg.PublicURL)
 	}
 	if cfg.TicketTTL <= 0 {
@@ -186,7 +185,7 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer, gather pr
 		return nil, fmt.Errorf("market: currency %q is not one the payment gate knows", cfg.Currency)
 	}
 	if cfg.Payments != nil {
-		if u, err := url.Parse(cfg.CheckoutReturnURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if _, err := baseurl.Parse(cfg.CheckoutReturnURL); err != nil {
 			return nil, fmt.Errorf("market: checkout return URL %q is not an http(s) URL", cfg.CheckoutReturnURL)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +25,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/baseurl"
 	"github.com/vmshelf/vmshelf/market/catalogue"
 )
 
@@ -118,8 +118,7 @@ func New(cfg Config, st Store, c Cluster, reg prometheus.Registerer) (*Provision
 		return nil, fmt.Errorf("provisioner: the time between passes %v is negative", cfg.Every)
 	}
 	cfg.FetchBase = strings.TrimRight(cfg.FetchBase, "/")
-	if u, err := url.Parse(cfg.FetchBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+	if _, err := baseurl.ParseBase(cfg.FetchBase); err != nil {
 		return nil, fmt.Errorf("provisioner: fetch base %q is not an http(s) base URL", cfg.FetchBase)
 	}
 	if cfg.Catalogue == nil {

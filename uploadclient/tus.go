@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/baseurl"
 )
 
 // The tus 1.0.0 client side of the upload, and the control-plane request
@@ -216,8 +218,7 @@ func (c *uploadClient) ticket(ctx context.Context, control, token, name string, 
 	if err := json.NewDecoder(io.LimitReader(resp.Body, answerLimit)).Decode(&tk); err != nil {
 		return ticket{}, netFailure(fmt.Errorf("reading the ticket: %w", err), nil)
 	}
-	u, err := url.Parse(tk.UploadURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || tk.UploadID == "" {
+	if _, err := baseurl.Parse(tk.UploadURL); err != nil || tk.UploadID == "" {
 		return ticket{}, &apiError{Status: resp.StatusCode, Msg: "the control plane's ticket has no usable upload URL or upload id", Offset: -1}
 	}
 	return tk, nil

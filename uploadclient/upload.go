@@ -30,6 +30,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/baseurl"
 )
 
 // Config is one upload.
@@ -218,8 +220,8 @@ func (u *uploader) resumable(ctx context.Context) (*session, error) {
 		u.forget()
 		return nil, nil
 	}
-	loc, perr := url.Parse(st.SessionURL)
-	if perr != nil || (loc.Scheme != "http" && loc.Scheme != "https") || loc.Host == "" {
+	loc, perr := baseurl.Parse(st.SessionURL)
+	if perr != nil {
 		u.say("ignoring %s (no usable session in it); starting a new upload", u.statePath)
 		u.forget()
 		return nil, nil

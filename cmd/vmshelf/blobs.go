@@ -42,7 +42,8 @@ func (f *serveFlags) validateBlobs() error {
 	if _, _, err := s3.ParseURL(f.blobs); err != nil {
 		return usagef("--blobs %q: %v", f.blobs, err)
 	}
-	if _, err := gib(f.blobCapacityGiB, "blob-capacity-gib"); err != nil {
+	var err error
+	if f.blobCapacity, err = gib(f.blobCapacityGiB, "blob-capacity-gib"); err != nil {
 		return usagef("--blobs s3://… needs --blob-capacity-gib, what the bucket may hold for vmshelf, in GiB")
 	}
 	return nil
@@ -70,9 +71,7 @@ func openBlobs(ctx context.Context, f *serveFlags, getenv func(string) string) (
 		}
 		return &openedBlobs{Blobs: b, where: dir}, nil
 	}
-	maxImage, _ := gib(f.uploadMaxGiB, "upload-max-gib")
-	capacity, _ := gib(f.blobCapacityGiB, "blob-capacity-gib")
-	b, err := openBucket(ctx, f.blobs, maxImage, capacity, getenv)
+	b, err := openBucket(ctx, f.blobs, f.uploadMax, f.blobCapacity, getenv)
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,6 @@ import (
 	"net"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/vmshelf/vmshelf/internal/connlimit"
 )
 
@@ -65,19 +63,13 @@ func (f *serveFlags) resolveDataMaxConns(fs *flag.FlagSet) {
 	f.dataMaxConns = maxDefaultDataConns
 }
 
-// connLimits wraps both planes' listeners in their connection caps, with
-// one eviction counter labelled by plane, and warns when the caps together
-// do not fit the descriptor limit (the accept retry keeps serve alive
-// then, but a new client waits for a descriptor).
-func connLimits(dataLn, ctlLn net.Listener, f *serveFlags, reg prometheus.Registerer, log *slog.Logger) (data, ctl *connlimit.Listener) {
-	evicted := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vmshelf_connections_evicted_total",
-		Help: "Connections closed at a plane's connection cap to make room for a new client (the longest waiting first, then the slowest body reader)."},
-		[]string{"plane"})
-	reg.MustRegister(evicted)
-	data = connlimit.New(dataLn, f.dataMaxConns, connlimit.OnEvict(evicted.WithLabelValues("data").Inc),
-		connlimit.WithLog(log.With("plane", "data")))
-	ctl = connlimit.New(ctlLn, f.controlMaxConns, connlimit.OnEvict(evicted.WithLabelValues("control").Inc),
-		connlimit.WithLog(log.With("plane", "control")))
+// connLimits wraps both planes' listeners in their connection caps,
+// counting each plane's evictions, and warns when the caps together do
+// not fit the descriptor limit (the accept retry keeps serve alive then,
+// but a new client waits for a descriptor).
+func connLimits(dataLn, ctlLn net.Listener, f *serveFlags, evicted *connlimit.Evictions, log *slog.Logger) (data, ctl *connlimit.Listener) {
+	data = connlimit.New(dataLn, f.dataMaxConns, evicted.Counted("data"), connlimit.WithLog(log.With("plane", "data")))
+	ctl = connlimit.New(ctlLn, f.controlMaxConns, evicted.Counted("control"), connlimit.WithLog(log.With("plane", "control")))
 	if n := noFileLimit(); n > 0 && uint64(f.dataMaxConns+f.controlMaxConns+descriptorReserve) > n {
 		log.Warn("the connection caps do not fit the descriptor limit: at the limit new clients wait",
 			"data_max_conns", f.dataMaxConns, "control_max_conns", f.controlMaxConns, "reserve", descriptorReserve, "nofile", n)

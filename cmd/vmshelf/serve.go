@@ -27,7 +27,9 @@ import (
 	"github.com/vmshelf/vmshelf/gateway"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/internal/baseurl"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
+	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/internal/leader"
 	"github.com/vmshelf/vmshelf/market"
 	"github.com/vmshelf/vmshelf/market/catalogue"
@@ -69,6 +71,11 @@ type serveFlags struct {
 
 	logLevelName string
 	logLevel     slog.Level // from logLevelName by validate
+
+	// Worked out by validate: the sizes in bytes (tenantReserve is
+	// uploadMax unless given) and the base of the URLs handed out.
+	uploadMax, maxVirtual, tenantReserve, blobCapacity int64
+	base                                               string
 
 	// Passed to the gateway and the market.
 	trustedProxiesList string
@@ -160,14 +167,16 @@ func (f *serveFlags) validate() error {
 			return usagef("--%s %q: %v", name, addr, err)
 		}
 	}
-	if _, err := gib(f.uploadMaxGiB, "upload-max-gib"); err != nil {
+	var err error
+	if f.uploadMax, err = gib(f.uploadMaxGiB, "upload-max-gib"); err != nil {
 		return err
 	}
-	if _, err := gib(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
+	if f.maxVirtual, err = gib(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
 		return err
 	}
+	f.tenantReserve = f.uploadMax
 	if f.tenantReserveGiB != 0 {
-		if _, err := gib(f.tenantReserveGiB, "tenant-reserve-gib"); err != nil {
+		if f.tenantReserve, err = gib(f.tenantReserveGiB, "tenant-reserve-gib"); err != nil {
 			return err
 		}
 		// Below the largest image, a PUT of an image the edge accepts
@@ -179,6 +188,45 @@ func (f *serveFlags) validate() error {
 	if err := f.validateBlobs(); err != nil {
 		return err
 	}
+	if err := f.validateLimits(); err != nil {
+		return err
+	}
+	f.currency = strings.ToLower(f.currency)
+	if _, ok := billing.MinimumAmount(f.currency); !ok {
+		return usagef("--currency %q is not one the payment gate knows the minimum charge of (eur, usd, chf, gbp, dkk, nok, sek, pln)", f.currency)
+	}
+	if f.vmsDomain != "" && !isDomain(f.vmsDomain) {
+		return usagef("--vms-domain %q is not a DNS domain like vms.example.org", f.vmsDomain)
+	}
+	if f.base, err = publicBase(f.publicURL, f.dataAddr); err != nil {
+		return err
+	}
+	if f.logLevel, err = parseLogLevel(f.logLevelName); err != nil {
+		return err
+	}
+	if f.trustedProxies, err = clientaddr.Parse(f.trustedProxiesList); err != nil {
+		return usagef("--trusted-proxies: %v", err)
+	}
+	for name, u := range map[string]string{"stripe-api-base": f.stripeAPIBase, "checkout-return-url": f.checkoutReturnURL} {
+		if u == "" {
+			continue
+		}
+		if _, err := baseurl.Parse(u); err != nil {
+			return usagef("--%s %q is not an http(s) URL", name, u)
+		}
+	}
+	if f.vmCatalogue != "" {
+		// The whole file is checked now: a bad entry would otherwise only
+		// show when a buyer's import fails.
+		if f.catalogue, err = catalogue.Load(f.vmCatalogue); err != nil {
+			return usagef("--vm-catalogue: %v", err)
+		}
+	}
+	return nil
+}
+
+// validateLimits checks the numbers, durations and origin of the flags.
+func (f *serveFlags) validateLimits() error {
 	switch {
 	case f.idleTimeout <= 0:
 		return usagef("--idle-timeout must be positive")
@@ -208,39 +256,6 @@ func (f *serveFlags) validate() error {
 		return usagef("--fetch-queue-wait must be positive (a fetch beyond the cap waits at most this long)")
 	case f.corsOrigin != "" && f.corsOrigin != "*" && !isOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
-	}
-	f.currency = strings.ToLower(f.currency)
-	if _, ok := billing.MinimumAmount(f.currency); !ok {
-		return usagef("--currency %q is not one the payment gate knows the minimum charge of (eur, usd, chf, gbp, dkk, nok, sek, pln)", f.currency)
-	}
-	if f.vmsDomain != "" && !isDomain(f.vmsDomain) {
-		return usagef("--vms-domain %q is not a DNS domain like vms.example.org", f.vmsDomain)
-	}
-	if _, err := publicBase(f.publicURL, f.dataAddr); err != nil {
-		return err
-	}
-	lvl, err := parseLogLevel(f.logLevelName)
-	if err != nil {
-		return err
-	}
-	f.logLevel = lvl
-	if f.trustedProxies, err = clientaddr.Parse(f.trustedProxiesList); err != nil {
-		return usagef("--trusted-proxies: %v", err)
-	}
-	for name, u := range map[string]string{"stripe-api-base": f.stripeAPIBase, "checkout-return-url": f.checkoutReturnURL} {
-		if u == "" {
-			continue
-		}
-		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return usagef("--%s %q is not an http(s) URL", name, u)
-		}
-	}
-	if f.vmCatalogue != "" {
-		// The whole file is checked now: a bad entry would otherwise only
-		// show when a buyer's import fails.
-		if f.catalogue, err = catalogue.Load(f.vmCatalogue); err != nil {
-			return usagef("--vm-catalogue: %v", err)
-		}
 	}
 	return nil
 }
@@ -276,24 +291,10 @@ func isDomain(s string) bool {
 
 var dnsLabelPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
-// stripeSecrets are the two Stripe secrets, each from its variable or
-// from the file its _FILE variable names (a mounted Kubernetes Secret),
-// never from a flag: a command line is visible to every user of the
+// secretFromEnv reads $name, or the file $name_FILE names (a mounted
+// Kubernetes Secret); both set is an error, neither is "". A secret never
+// comes from a flag: a command line is visible to every user of the
 // machine.
-type stripeSecrets struct{ key, webhook string }
-
-func readStripeSecrets() (stripeSecrets, error) {
-	var s stripeSecrets
-	var err error
-	if s.key, err = secretFromEnv("STRIPE_SECRET_KEY"); err != nil {
-		return s, err
-	}
-	s.webhook, err = secretFromEnv("STRIPE_WEBHOOK_SECRET")
-	return s, err
-}
-
-// secretFromEnv reads $name, or the file $name_FILE names; both set is
-// an error, neither is "".
 func secretFromEnv(name string) (string, error) {
 	v, path := os.Getenv(name), os.Getenv(name+"_FILE")
 	switch {
@@ -338,9 +339,8 @@ func (f *serveFlags) pageOrigin() string {
 
 // isOrigin accepts a web origin: scheme, host, optional port, nothing else.
 func isOrigin(s string) bool {
-	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" &&
-		u.Path == "" && u.RawQuery == "" && u.Fragment == "" && u.User == nil
+	u, err := baseurl.ParseBase(s)
+	return err == nil && u.Path == ""
 }
 
 // checkListenAddr accepts host:port with a port 0..65535.
@@ -362,9 +362,7 @@ func publicBase(public, dataAddr string) (string, error) {
 	if public == "" {
 		return "http://" + dataAddr, nil
 	}
-	u, err := url.Parse(public)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-		u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.Contains(public, "#") {
+	if _, err := baseurl.ParseBase(public); err != nil || strings.Contains(public, "#") {
 		return "", usagef("--public-url %q is not an http(s) base URL (scheme, host, optional path)", public)
 	}
 	return strings.TrimRight(public, "/"), nil
@@ -383,55 +381,121 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
-	// The Stripe secrets are configuration like the flags: a bad one is
-	// refused before the data dir is created or touched (and before --dev
-	// writes a token), so that a refused start leaves nothing behind.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	secrets, err := readStripeSecrets()
+	peers, err := configurePeers(f, reg, log)
 	if err != nil {
 		return err
 	}
-	var payments billing.Payments
-	if secrets.key != "" {
-		if payments, err = billing.NewStripe(billing.StripeConfig{SecretKey: secrets.key, APIBase: f.stripeAPIBase, Metrics: reg}); err != nil {
-			return usagef("STRIPE_SECRET_KEY or --stripe-api-base: %v", err)
-		}
-	}
-	// The cluster's configuration too: a bad --kubeconfig stops here. A
-	// cluster that does not answer does not: uploads and the market work
-	// without it, and the provisioner keeps asking.
-	var cluster provisioner.Cluster
-	if f.vmsEnable {
-		if cluster, err = kubeCluster(f.kubeconfig, log); err != nil {
-			return err
-		}
-	}
-	if err := prepareDataDir(f.dataDir); err != nil {
+	sh, err := openShelf(ctx, f, log, stdout)
+	if err != nil {
 		return err
+	}
+	defer sh.close()
+	p, err := buildPlanes(f, sh, peers, reg, log)
+	if err != nil {
+		return err
+	}
+	return p.run(ctx, f, sh, log)
+}
+
+// peers are the services serve talks to besides its store: Stripe and the
+// cluster. They are configuration like the flags, so a bad secret or
+// kubeconfig is refused before the data dir is created or touched (and
+// before --dev writes a token): a refused start leaves nothing behind. A
+// cluster that does not answer is no refusal: uploads and the market work
+// without it, and the provisioner keeps asking.
+type peers struct {
+	payments      billing.Payments // nil: no STRIPE_SECRET_KEY
+	webhookSecret string
+	cluster       provisioner.Cluster
+}
+
+func configurePeers(f *serveFlags, reg prometheus.Registerer, log *slog.Logger) (*peers, error) {
+	var p peers
+	key, err := secretFromEnv("STRIPE_SECRET_KEY")
+	if err != nil {
+		return nil, err
+	}
+	if p.webhookSecret, err = secretFromEnv("STRIPE_WEBHOOK_SECRET"); err != nil {
+		return nil, err
+	}
+	if key != "" {
+		if p.payments, err = billing.NewStripe(billing.StripeConfig{SecretKey: key, APIBase: f.stripeAPIBase, Metrics: reg}); err != nil {
+			return nil, usagef("STRIPE_SECRET_KEY or --stripe-api-base: %v", err)
+		}
+	}
+	if f.vmsEnable {
+		if p.cluster, err = kubeCluster(f.kubeconfig, log); err != nil {
+			return nil, err
+		}
+	}
+	return &p, nil
+}
+
+// shelf is the store serve opened: the locked data dir, the records, the
+// image bytes, and this replica's name over a shared store ("" alone).
+type shelf struct {
+	lock    *os.File
+	st      *records
+	blobs   *openedBlobs
+	replica string
+}
+
+func (sh *shelf) close() { sh.st.Close(); sh.lock.Close() }
+
+// openShelf opens the store in the data dir and refuses to start on one
+// that is damaged or whose records are not those of the image files.
+func openShelf(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Writer) (_ *shelf, err error) {
+	if err := prepareDataDir(f.dataDir); err != nil {
+		return nil, err
 	}
 	lock, err := lockDataDir(f.dataDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer lock.Close()
 	st, err := openRecords(ctx, f.dataDir, true, os.Getenv, sqlite.WithReserve(storeReserve))
 	if errors.Is(err, imagestore.ErrDamaged) {
 		// A zero-filled or overwritten vmshelf.db: refused like a damaged one.
-		return usagef("data dir %s: %s is damaged or is not a vmshelf database (%v); refusing to start: stop, "+
+		err = usagef("data dir %s: %s is damaged or is not a vmshelf database (%v); refusing to start: stop, "+
 			"move it aside (keep it) and put back the newest backup of %s, then start again", f.dataDir, dbFile, err, dbFile)
 	}
 	if err != nil {
-		return err
+		lock.Close()
+		return nil, err
 	}
-	defer st.Close()
-	blobs, err := openBlobs(ctx, f, os.Getenv)
-	if err != nil {
-		return err
+	sh := &shelf{lock: lock, st: st}
+	defer func() {
+		if err != nil {
+			sh.close()
+		}
+	}()
+	if sh.blobs, err = openBlobs(ctx, f, os.Getenv); err != nil {
+		return nil, err
 	}
 	if st.local != nil {
-		blobs.Blobs = refillAfterDelete{Blobs: blobs.Blobs, st: st.local, log: log}
+		sh.blobs.Blobs = sqlite.RefillAfterDelete(sh.blobs.Blobs, st.local, log)
 	}
+	if err := sh.check(ctx, f, log); err != nil {
+		return nil, err
+	}
+	if f.dev {
+		if err := ensureDevTenant(ctx, st, f.dataDir, stdout); err != nil {
+			return nil, err
+		}
+	}
+	// Over a shared store, each replica writes resumable uploads under
+	// their leases in the store, as a holder of this name.
+	if st.shared() {
+		sh.replica = leader.HolderName()
+	}
+	return sh, nil
+}
+
+// check is start-up's check of the store: its integrity, then that the
+// records and the image files are one store's.
+func (sh *shelf) check(ctx context.Context, f *serveFlags, log *slog.Logger) error {
+	st, blobs := sh.st, sh.blobs
 	// A damaged db must stop here: reading it as it is could make images
 	// look unrecorded, and every tenant request would fail later anyway.
 	if err := st.Verify(ctx); err != nil {
@@ -458,120 +522,146 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	if f.dev {
-		if err := ensureDevTenant(ctx, st, f.dataDir, stdout); err != nil {
-			return err
-		}
-	}
+	return nil
+}
 
-	checkpoint := int64(f.tusCheckpointMiB) << 20
-	if blobs.part > 0 {
-		checkpoint = blobs.part
-	}
-	// Over a shared store, each replica writes resumable uploads under
-	// their leases in the store, as a holder of this name.
-	replica := ""
-	if st.shared() {
-		replica = replicaName()
-	}
+// planes are the data plane, the control plane (the market) and what runs
+// beside them: the provisioner (nil without --vms-enable) and the job of
+// the leader, which runs the work that acts on every record once.
+type planes struct {
+	gw        *gateway.Gateway
+	mk        *market.Server
+	prov      *provisioner.Provisioner
+	job       *leader.Job
+	evictions *connlimit.Evictions
+}
+
+func buildPlanes(f *serveFlags, sh *shelf, peers *peers, reg *prometheus.Registry, log *slog.Logger) (*planes, error) {
+	var p planes
+	var err error
 	// Every plane shares one token cache: a revocation or removal made by
 	// the market or the provisioner empties it for the data plane at once.
-	shared := imagestore.CacheTokens(st, imagestore.TokenCacheTTL)
-	uploadMax, _ := gib(f.uploadMaxGiB, "upload-max-gib")
-	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
-	tenantReserve := uploadMax
-	if f.tenantReserveGiB != 0 {
-		tenantReserve, _ = gib(f.tenantReserveGiB, "tenant-reserve-gib")
+	shared := imagestore.CacheTokens(sh.st, imagestore.TokenCacheTTL)
+	if p.gw, err = newGateway(f, sh, shared, reg, log); err != nil {
+		return nil, err
 	}
-	base, _ := publicBase(f.publicURL, f.dataAddr)
-	returnURL := f.pageURL()
-	gw, err := gateway.New(gateway.Config{
-		// Every tenant's share of the disk's promises (gateway/space.go).
-		TenantReserveMax: tenantReserve,
-
-		UploadMax:       uploadMax,
-		MaxVirtualSize:  uint64(maxVirtual),
-		IdleTimeout:     f.idleTimeout,
-		MaxTransfers:    f.maxTransfers,
-		ImagesPerTenant: f.imagesPerTenant,
-		PublicURL:       base,
-		CORSOrigin:      f.pageOrigin(),
-		CheckpointBytes: checkpoint,
-		Replica:         replica,
-		Headroom:        int64(f.headroomMiB) << 20,
-		TrustedProxies:  f.trustedProxies,
-		FetchQueueWait:  f.fetchQueueWait,
-		Log:             log.With("plane", "data"),
-	}, shared, blobs.Blobs, reg)
-	if err != nil {
-		return err
-	}
-	if f.vmsEnable && payments == nil {
+	if f.vmsEnable && peers.payments == nil {
 		log.Warn("--vms-enable without STRIPE_SECRET_KEY: listings and orders answer 503 paymentsUnavailable")
 	}
-	if f.vmsEnable && secrets.webhook == "" {
+	if f.vmsEnable && peers.webhookSecret == "" {
 		log.Warn("--vms-enable without STRIPE_WEBHOOK_SECRET: the webhook answers 503 and no payment is confirmed")
 	}
 	var (
-		prov         *provisioner.Provisioner
 		onPaid       func(string)
 		clusterReady func() error
 	)
 	if f.vmsEnable {
-		prov, err = provisioner.New(provisioner.Config{
+		p.prov, err = provisioner.New(provisioner.Config{
 			CPU:          f.vmCPU,
 			MemoryMiB:    f.vmMemoryMiB,
 			DiskGiB:      f.vmDiskGiB,
 			StorageClass: f.vmStorageClass,
 			Domain:       f.vmsDomain,
-			FetchBase:    base,
+			FetchBase:    f.base,
 			Catalogue:    f.catalogue,
 			Log:          log.With("component", "provisioner"),
-		}, shared, cluster, reg)
+		}, shared, peers.cluster, reg)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		onPaid, clusterReady = prov.Kick, prov.Ready
+		onPaid, clusterReady = p.prov.Kick, p.prov.Ready
 	}
 	// Over a shared store the provisioner and the sweepers run on one
-	// replica, the holder of the leader lease (ldr, made below); another
-	// replica's /readyz speaks only for its own part.
-	var ldr *leader.Leader
-	if clusterReady != nil && st.shared() {
-		ready := clusterReady
-		clusterReady = func() error {
-			if ldr != nil && !ldr.Leading() {
-				return nil
-			}
-			return ready()
-		}
+	// replica, the holder of the leader lease; another replica's /readyz
+	// speaks only for its own part.
+	var leases imagestore.Leases // nil: alone on its store, this process always leads
+	if sh.st.shared() {
+		leases = sh.st
 	}
-	mk, err := market.New(market.Config{
-		PublicURL:         base,
+	if p.job, err = leader.NewJob(leader.Config{Leases: leases, Name: leaderLease, Holder: sh.replica,
+		Log: log.With("component", "leader")}, reg); err != nil {
+		return nil, err
+	}
+	if p.mk, err = newMarket(f, peers, shared, sh.blobs, onPaid, p.job.WhileLeading(clusterReady), reg, log); err != nil {
+		return nil, err
+	}
+	if p.evictions, err = connlimit.NewEvictions(reg); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func newGateway(f *serveFlags, sh *shelf, shared imagestore.Store, reg prometheus.Registerer, log *slog.Logger) (*gateway.Gateway, error) {
+	checkpoint := int64(f.tusCheckpointMiB) << 20
+	if sh.blobs.part > 0 {
+		checkpoint = sh.blobs.part
+	}
+	return gateway.New(gateway.Config{
+		// Every tenant's share of the disk's promises (gateway/space.go).
+		TenantReserveMax: f.tenantReserve,
+
+		UploadMax:       f.uploadMax,
+		MaxVirtualSize:  uint64(f.maxVirtual),
+		IdleTimeout:     f.idleTimeout,
+		MaxTransfers:    f.maxTransfers,
+		ImagesPerTenant: f.imagesPerTenant,
+		PublicURL:       f.base,
+		CORSOrigin:      f.pageOrigin(),
+		CheckpointBytes: checkpoint,
+		Replica:         sh.replica,
+		Headroom:        int64(f.headroomMiB) << 20,
+		TrustedProxies:  f.trustedProxies,
+		FetchQueueWait:  f.fetchQueueWait,
+		Log:             log.With("plane", "data"),
+	}, shared, sh.blobs.Blobs, reg)
+}
+
+func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs imagestore.Blobs, onPaid func(string),
+	clusterReady func() error, reg *prometheus.Registry, log *slog.Logger) (*market.Server, error) {
+	return market.New(market.Config{
+		PublicURL:         f.base,
 		TicketTTL:         f.ticketTTL,
 		TicketRate:        rate.Limit(f.ticketRate),
 		TicketBurst:       f.ticketBurst,
 		ImagesPerTenant:   f.imagesPerTenant,
-		UploadMax:         uploadMax,
-		MaxVirtualSize:    uint64(maxVirtual),
+		UploadMax:         f.uploadMax,
+		MaxVirtualSize:    uint64(f.maxVirtual),
 		MaxTransfers:      f.maxTransfers,
 		VMsEnabled:        f.vmsEnable,
 		Headroom:          int64(f.headroomMiB) << 20,
 		TrustedProxies:    f.trustedProxies,
 		Catalogue:         f.catalogue,
-		Payments:          payments,
-		WebhookSecret:     secrets.webhook,
+		Payments:          peers.payments,
+		WebhookSecret:     peers.webhookSecret,
 		Currency:          f.currency,
-		CheckoutReturnURL: returnURL,
+		CheckoutReturnURL: f.pageURL(),
 		VMsDomain:         f.vmsDomain,
 		OnPaid:            onPaid,
 		ClusterReady:      clusterReady,
 		Log:               log.With("plane", "control"),
-	}, shared, blobs.Blobs, reg, reg)
-	if err != nil {
-		return err
-	}
+	}, shared, blobs, reg, reg)
+}
 
+// leaderWork is what runs once over the replicas (planes.job): the
+// sweepers, the pending removals and the provisioner.
+func (p *planes) leaderWork(sh *shelf, log *slog.Logger) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		var wg sync.WaitGroup
+		wg.Go(func() { p.mk.RunSweeper(ctx, time.Minute) })
+		wg.Go(func() { p.gw.RunSweeper(ctx, time.Minute) })
+		wg.Go(func() {
+			imagestore.RunRemovals(ctx, sh.st, sh.blobs.Blobs, time.Minute, log.With("component", "removals"))
+		})
+		if p.prov != nil {
+			wg.Go(func() { p.prov.Run(ctx) })
+		}
+		wg.Wait()
+	}
+}
+
+// run serves both planes until ctx ends (SIGTERM, SIGINT) or a plane
+// fails, then lets the running transfers finish within shutdownBound.
+func (p *planes) run(ctx context.Context, f *serveFlags, sh *shelf, log *slog.Logger) error {
 	dataLn, err := net.Listen("tcp", f.dataAddr)
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
@@ -581,52 +671,24 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		dataLn.Close()
 		return fmt.Errorf("control plane: %w", err)
 	}
-	ctl := controlServer(mk.Handler(), f, log)
-	dataLim, ctlLim := connLimits(dataLn, ctlLn, f, reg, log)
+	ctl := controlServer(p.mk.Handler(), f, log)
+	dataLim, ctlLim := connLimits(dataLn, ctlLn, f, p.evictions, log)
 	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLim.Addr().String(),
-		"public_url", base, "data_dir", f.dataDir, "images", blobs.where, "store", st.short, "replica", replica)
+		"public_url", f.base, "data_dir", f.dataDir, "images", sh.blobs.where, "store", sh.st.short, "replica", sh.replica)
 
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
-	if st.local != nil {
-		go keepReserve(sweepCtx, st.local, time.Minute, log)
+	if sh.st.local != nil {
+		go sh.st.local.KeepReserve(sweepCtx, time.Minute, log)
 	}
 	// Every replica writes the summary of its own suppressed refusals,
 	// leader or not.
-	go mk.RunRefusalSummary(sweepCtx)
-	// The work that acts on every record runs once: on the only replica,
-	// or over a shared store on the one that holds the leader lease.
-	lead := func(ctx context.Context) {
-		var wg sync.WaitGroup
-		wg.Go(func() { mk.RunSweeper(ctx, time.Minute) })
-		wg.Go(func() { gw.RunSweeper(ctx, time.Minute) })
-		wg.Go(func() { imagestore.RunRemovals(ctx, st, blobs.Blobs, time.Minute, log.With("component", "removals")) })
-		if prov != nil {
-			wg.Go(func() { prov.Run(ctx) })
-		}
-		wg.Wait()
-	}
+	go p.mk.RunRefusalSummary(sweepCtx)
 	leadDone := make(chan struct{})
-	if st.shared() {
-		if ldr, err = leader.New(leader.Config{Leases: st, Name: leaderLease, Holder: replica, Lead: lead,
-			Log: log.With("component", "leader")}); err != nil {
-			return err
-		}
-		go func() { defer close(leadDone); ldr.Run(sweepCtx) }()
-	} else {
-		go func() { defer close(leadDone); lead(sweepCtx) }()
-	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vmshelf_leader",
-		Help: "1 while this replica runs the provisioner and the sweepers: always alone on its store, over a shared store while it holds the leader lease."},
-		func() float64 {
-			if ldr == nil || ldr.Leading() {
-				return 1
-			}
-			return 0
-		}))
+	go func() { defer close(leadDone); p.job.Run(sweepCtx, p.leaderWork(sh, log)) }()
 
 	errs := make(chan error, 2)
-	go func() { errs <- gw.Serve(dataLim) }()
+	go func() { errs <- p.gw.Serve(dataLim) }()
 	go func() { errs <- ctlLim.Serve(ctl) }()
 	var serveErr error
 	select {
@@ -641,7 +703,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	<-leadDone
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownBound)
 	defer cancel()
-	if err := gw.Shutdown(sctx); err != nil {
+	if err := p.gw.Shutdown(sctx); err != nil {
 		log.Warn("data plane shutdown", "err", err)
 	}
 	if err := ctl.Shutdown(sctx); err != nil {
@@ -706,68 +768,6 @@ const defaultMemoryLimit = 32 << 20
 // storeReserve is the emergency space kept beside the db: on a full disk
 // it is released so that removes can still commit (sqlite.WithReserve).
 const storeReserve = 16 << 20
-
-// keepReserve takes the store's emergency space back once the disk has
-// room again, until ctx ends.
-func keepReserve(ctx context.Context, st *sqlite.Store, every time.Duration, log *slog.Logger) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := st.RefillReserve(); err != nil && !errors.Is(err, imagestore.ErrNoSpace) {
-				log.Warn("store reserve", "err", err)
-			}
-		}
-	}
-}
-
-// refillAfterDelete takes the store's emergency space back as soon as a
-// deletion freed room: on a disk that something else fills again (another
-// program, an upload), the next remove must find the reserve held, not
-// wait for keepReserve's next tick. Taking it is a no-op while it is held.
-type refillAfterDelete struct {
-	imagestore.Blobs
-	st  *sqlite.Store
-	log *slog.Logger
-}
-
-func (b refillAfterDelete) refill() {
-	if err := b.st.RefillReserve(); err != nil && !errors.Is(err, imagestore.ErrNoSpace) {
-		b.log.Warn("store reserve", "err", err)
-	}
-}
-
-func (b refillAfterDelete) Delete(ctx context.Context, id string) error {
-	err := b.Blobs.Delete(ctx, id)
-	b.refill()
-	return err
-}
-
-func (b refillAfterDelete) RemovePartial(ctx context.Context, id string) error {
-	err := b.Blobs.RemovePartial(ctx, id)
-	b.refill()
-	return err
-}
-
-func (b refillAfterDelete) RemoveQuarantined(ctx context.Context, id string) error {
-	err := b.Blobs.RemoveQuarantined(ctx, id)
-	b.refill()
-	return err
-}
-
-// replicaName names this process among the replicas: the host's name (a
-// pod's) and a random suffix, so that a restarted process is a new
-// holder of the leases and two processes never share a name.
-func replicaName() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "replica"
-	}
-	return host + "-" + imagestore.NewSecret()[:8]
-}
 
 // leaderLease is the lease the replicas of a shared store compete for;
 // its holder runs the provisioner and the sweepers (internal/leader).

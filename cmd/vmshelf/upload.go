@@ -5,11 +5,11 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"net/url"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/vmshelf/vmshelf/internal/baseurl"
 	"github.com/vmshelf/vmshelf/uploadclient"
 )
 
@@ -106,9 +106,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // controlURL checks --control: an http(s) URL of the control plane, kept
 // without a trailing slash.
 func controlURL(control string) (string, error) {
-	u, err := url.Parse(control)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+	if _, err := baseurl.ParseBase(control); err != nil {
 		return "", usagef("--control %q is not an http(s) URL of the control plane", control)
 	}
 	return strings.TrimRight(control, "/"), nil

@@ -18,11 +18,12 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"path"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/baseurl"
 )
 
 // The page's files, named one by one: static/README.md (where tus.min.js
@@ -81,8 +82,8 @@ func New(dataPlaneURL string) (*Page, error) {
 
 // originOf is scheme://host[:port] of an absolute http(s) URL.
 func originOf(raw string) (string, error) {
-	u, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+	u, err := baseurl.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || u.User != nil {
 		return "", fmt.Errorf("web: data plane URL %q is not an http(s) URL like http://host:port", raw)
 	}
 	return u.Scheme + "://" + u.Host, nil
