@@ -156,6 +156,37 @@ func (s *Server) Pause(t testing.TB) {
 	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP versitygw: %v", err)
 	}
+	// kill(2) returns before every thread has stopped: a thread busy on
+	// the other core could still answer a request sent at once. Wait until
+	// the kernel reports each thread stopped.
+	deadline := time.Now().Add(10 * time.Second)
+	for !allStopped(s.cmd.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("versitygw's threads did not all stop within 10 s of SIGSTOP")
+		}
+		time.Sleep(time.Millisecond) // polling the kernel's view; bounded above
+	}
+}
+
+// allStopped reports whether every thread of pid is stopped ('T' or 't'
+// in /proc/PID/task/TID/stat).
+func allStopped(pid int) bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return false
+	}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 // Continue undoes Pause (SIGCONT); a server that ended is left alone.
