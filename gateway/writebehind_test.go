@@ -82,7 +82,10 @@ func TestWriteBehindKeepsOrder(t *testing.T) {
 func TestWriteBehindFlushWaits(t *testing.T) {
 	w := &gatedWriter{gate: make(chan struct{})}
 	wb := newWriteBehind(w, nil, make([]byte, 4*4096))
-	defer wb.stop()
+	// Open the gate before stopping: a failure below leaves the writer
+	// waiting on it, and stop would wait on the writer until the
+	// package's timeout.
+	defer func() { close(w.gate); wb.stop() }()
 	data := bytes.Repeat([]byte("x"), 3*4096+100) // three full buffers and a part
 	feed(t, wb, data, 4096)
 	flushed := make(chan error)
