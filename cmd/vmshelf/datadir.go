@@ -12,6 +12,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/postgres"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/internal/cli"
 )
 
 // The layout of --data-dir.
@@ -75,7 +76,7 @@ const storeURLEnv = "VMSHELF_STORE_URL"
 
 // storeURLVar is its line in the help of every command that opens the
 // store.
-var storeURLVar = envVar{storeURLEnv, "postgres://user:password@host/db: the records in " +
+var storeURLVar = cli.EnvVar{Name: storeURLEnv, About: "postgres://user:password@host/db: the records in " +
 	"PostgreSQL instead of the SQLite file in --data-dir, shared by every serve replica " +
 	"(docs/scale-out.md). Never a flag: the URL may carry a password."}
 

@@ -28,6 +28,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/baseurl"
+	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/internal/leader"
@@ -84,26 +85,26 @@ type serveFlags struct {
 }
 
 // serveHelp is "vmshelf serve -h".
-var serveHelp = helpDoc{
-	args:    "[flags]",
-	summary: "run the data plane, the control plane and the metrics",
-	about: `Runs the edge over the store in --data-dir: the data plane on --data-addr (uploads ` +
+var serveHelp = cli.Doc{
+	Args:    "[flags]",
+	Summary: "run the data plane, the control plane and the metrics",
+	About: `Runs the edge over the store in --data-dir: the data plane on --data-addr (uploads ` +
 		`and fetches), the control plane on --control-addr (the API, the Machines page, /metrics, ` +
 		`/healthz, /readyz) and, with --vms-enable, the KubeVirt reconciler that runs the paid ` +
 		`orders. Every setting is checked before a port is opened. SIGTERM or SIGINT stops ` +
 		`taking new work and lets the running transfers finish (at most ` + shutdownBound.String() + `).`,
-	env: append([]envVar{storeURLVar}, append(s3Vars, []envVar{
-		{"STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", "the Stripe secret key, or a file holding it " +
+	Env: append([]cli.EnvVar{storeURLVar}, append(s3Vars, []cli.EnvVar{
+		{Name: "STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", About: "the Stripe secret key, or a file holding it " +
 			"(a mounted Secret; set one of the two). Without it the market takes no payment: " +
 			"listings and orders answer 503. Never a flag: a command line is visible to every user."},
-		{"STRIPE_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET_FILE", "the signing secret of Stripe's " +
+		{Name: "STRIPE_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET_FILE", About: "the signing secret of Stripe's " +
 			"webhook, or a file holding it. Without it the webhook answers 503 and no payment is confirmed."},
-		{"GOMEMLIMIT", "the Go runtime's soft memory limit; when unset, serve sets " +
+		{Name: "GOMEMLIMIT", About: "the Go runtime's soft memory limit; when unset, serve sets " +
 			strconv.Itoa(defaultMemoryLimit>>20) + " MiB."},
-		{"KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT", "with --vms-enable and no " +
+		{Name: "KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT", About: "with --vms-enable and no " +
 			"--kubeconfig: the cluster serve runs in (Kubernetes sets them in every pod)."},
 	}...)...),
-	exits: []string{
+	Exits: []string{
 		"0  stopped by SIGTERM or SIGINT once the running transfers ended",
 		"1  failed while starting or running (a port in use, the store); the message says why",
 		"2  refused before any port was opened: a bad flag, variable, secret file, catalogue or " +
@@ -151,7 +152,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.blobs, "blobs", "", "where the images live: s3://bucket/prefix for an S3 bucket shared by every replica (default <data-dir>/vm-images)")
 	fs.Float64Var(&f.blobCapacityGiB, "blob-capacity-gib", 0, "with --blobs s3://…: what the bucket may hold for vmshelf, in GiB, in place of a disk's free space")
 	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	f.resolveDataMaxConns(fs)
@@ -168,15 +169,15 @@ func (f *serveFlags) validate() error {
 		}
 	}
 	var err error
-	if f.uploadMax, err = gib(f.uploadMaxGiB, "upload-max-gib"); err != nil {
+	if f.uploadMax, err = cli.GiB(f.uploadMaxGiB, "upload-max-gib"); err != nil {
 		return err
 	}
-	if f.maxVirtual, err = gib(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
+	if f.maxVirtual, err = cli.GiB(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
 		return err
 	}
 	f.tenantReserve = f.uploadMax
 	if f.tenantReserveGiB != 0 {
-		if f.tenantReserve, err = gib(f.tenantReserveGiB, "tenant-reserve-gib"); err != nil {
+		if f.tenantReserve, err = cli.GiB(f.tenantReserveGiB, "tenant-reserve-gib"); err != nil {
 			return err
 		}
 		// Below the largest image, a PUT of an image the edge accepts
