@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/time/rate"
-	"k8s.io/klog/v2"
 
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/gateway"
@@ -427,8 +426,13 @@ func configurePeers(f *serveFlags, reg prometheus.Registerer, log *slog.Logger) 
 		}
 	}
 	if f.vmsEnable {
-		if p.cluster, err = kubeCluster(f.kubeconfig, log); err != nil {
-			return nil, err
+		p.cluster, err = provisioner.Connect(f.kubeconfig, log)
+		var unreadable *provisioner.ConfigError
+		switch {
+		case errors.As(err, &unreadable):
+			return nil, usagef("--kubeconfig: %v", err)
+		case err != nil:
+			return nil, usagef("--kubeconfig %s: %v", f.kubeconfig, err)
 		}
 	}
 	return &p, nil
@@ -736,30 +740,6 @@ func storeLost(st *records, blobs *openedBlobs, lost *imagestore.StoreLostError)
 	return usagef("%s; refusing to start so that none is lost: keep a copy of %s as it is now, then restore %s from a backup "+
 		"(the newest made after these images were uploaded) and start again; or, to give those images up, "+
 		"move the files out of %s and start again", found, st.short, st.short, blobs.where)
-}
-
-// kubeCluster is the provisioner's cluster: the --kubeconfig file's, or
-// with none the pod's in-cluster configuration. A file that cannot be read
-// or parsed is a usage error. With no file outside a cluster, serve still
-// runs (the README's walk-through does): the provisioner then runs over a
-// cluster that cannot be reached, so /readyz and the paid orders' notes
-// say why nothing is provisioned.
-func kubeCluster(kubeconfig string, log *slog.Logger) (provisioner.Cluster, error) {
-	// client-go logs through klog; its lines go where vmshelf's go.
-	klog.SetSlogLogger(log.With("component", "client-go"))
-	rc, err := provisioner.RESTConfig(kubeconfig)
-	if err != nil && kubeconfig == "" {
-		log.Warn("--vms-enable without --kubeconfig outside a cluster: paid orders are not provisioned", "err", err)
-		return provisioner.Unreachable(errors.New("no --kubeconfig is given and vmshelf does not run in a cluster")), nil
-	}
-	if err != nil {
-		return nil, usagef("--kubeconfig: %s", strings.Join(strings.Fields(err.Error()), " "))
-	}
-	c, err := provisioner.ClusterFromConfig(rc)
-	if err != nil {
-		return nil, usagef("--kubeconfig %s: %s", kubeconfig, strings.Join(strings.Fields(err.Error()), " "))
-	}
-	return c, nil
 }
 
 // defaultMemoryLimit is the runtime's soft memory limit unless GOMEMLIMIT
