@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,18 +262,14 @@ func (f *serveFlags) validateLimits() error {
 }
 
 // parseLogLevel accepts the four names of --log-level, in any case.
+// slog.Level's own parser reads them, but also offsets like "INFO+2",
+// which the help does not promise: those are refused.
 func parseLogLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(s) {
-	case "debug":
-		return slog.LevelDebug, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "warn":
-		return slog.LevelWarn, nil
-	case "error":
-		return slog.LevelError, nil
+	var l slog.Level
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(s)) || l.UnmarshalText([]byte(s)) != nil {
+		return 0, usagef("--log-level %q is not one of debug, info, warn, error", s)
 	}
-	return 0, usagef("--log-level %q is not one of debug, info, warn, error", s)
+	return l, nil
 }
 
 // isDomain accepts a DNS name of lower-case labels, at least two.
