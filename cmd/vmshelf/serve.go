@@ -255,7 +255,7 @@ func (f *serveFlags) validateLimits() error {
 		return usagef("--control-header-timeout must be positive and at most %v", controlReadTimeout)
 	case f.fetchQueueWait <= 0:
 		return usagef("--fetch-queue-wait must be positive (a fetch beyond the cap waits at most this long)")
-	case f.corsOrigin != "" && f.corsOrigin != "*" && !isOrigin(f.corsOrigin):
+	case f.corsOrigin != "" && f.corsOrigin != "*" && !baseurl.IsOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
 	}
 	return nil
@@ -334,12 +334,6 @@ func (f *serveFlags) pageOrigin() string {
 	return u.Scheme + "://" + u.Host
 }
 
-// isOrigin accepts a web origin: scheme, host, optional port, nothing else.
-func isOrigin(s string) bool {
-	u, err := baseurl.ParseBase(s)
-	return err == nil && u.Path == ""
-}
-
 // checkListenAddr accepts host:port with a port 0..65535.
 func checkListenAddr(addr string) error {
 	_, port, err := net.SplitHostPort(addr)
@@ -359,10 +353,11 @@ func publicBase(public, dataAddr string) (string, error) {
 	if public == "" {
 		return "http://" + dataAddr, nil
 	}
-	if _, err := baseurl.ParseBase(public); err != nil || strings.Contains(public, "#") {
+	base, err := baseurl.Base(public)
+	if err != nil {
 		return "", usagef("--public-url %q is not an http(s) base URL (scheme, host, optional path)", public)
 	}
-	return strings.TrimRight(public, "/"), nil
+	return base, nil
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
