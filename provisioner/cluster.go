@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	kubevirtclient "kubevirt.io/client-go/kubevirt"
@@ -110,6 +113,45 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	return c, nil
 }
+
+// Connect is the provisioner's cluster: the kubeconfig file's, or with ""
+// the pod's in-cluster configuration. With "" outside a cluster it is no
+// error: the service still runs (the README's walk-through does), over a
+// cluster that cannot be reached, so that readiness and the paid orders'
+// notes say why nothing is provisioned. Its errors are one line; a file
+// that cannot be read or parsed is a *ConfigError. client-go's own log
+// lines go to log.
+func Connect(kubeconfig string, log *slog.Logger) (Cluster, error) {
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	rc, err := RESTConfig(kubeconfig)
+	if err != nil && kubeconfig == "" {
+		log.Warn("--vms-enable without --kubeconfig outside a cluster: paid orders are not provisioned", "err", err)
+		return Unreachable(errors.New("no --kubeconfig is given and vmshelf does not run in a cluster")), nil
+	}
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	c, err := ClusterFromConfig(rc)
+	if err != nil {
+		return nil, lineError{err}
+	}
+	return c, nil
+}
+
+// ConfigError is Connect's refusal of a kubeconfig that cannot be read or
+// parsed, as against clients that cannot be built from one that was. Its
+// text is Err's on one line.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return lineError{e.Err}.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// lineError is err with its runs of white space (client-go's errors span
+// lines) made single spaces.
+type lineError struct{ err error }
+
+func (e lineError) Error() string { return strings.Join(strings.Fields(e.err.Error()), " ") }
+func (e lineError) Unwrap() error { return e.err }
 
 // Ping asks for the server version. The discovery call takes no context,
 // so it runs aside and Ping returns when ctx ends; the request itself ends

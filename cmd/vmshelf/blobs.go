@@ -9,17 +9,18 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/imagestore/s3"
+	"github.com/vmshelf/vmshelf/internal/cli"
 )
 
 // s3Vars are the environment variables the S3 blobs read, the standard
 // ones of AWS's tools, so that a Secret mounted for those works for
 // vmshelf. Never flags: the keys are secrets.
-var s3Vars = []envVar{
-	{"AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3", "with --blobs s3://…: the S3 server " +
+var s3Vars = []cli.EnvVar{
+	{Name: "AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3", About: "with --blobs s3://…: the S3 server " +
 		"(http(s)://host[:port], addressed path-style); unset is AWS itself."},
-	{"AWS_REGION or AWS_DEFAULT_REGION", "with --blobs s3://…: the region requests are signed for (default us-east-1)."},
-	{"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY", "with --blobs s3://…: the static credentials, both required."},
-	{"AWS_SESSION_TOKEN", "with --blobs s3://…: the session token of temporary credentials, if any."},
+	{Name: "AWS_REGION or AWS_DEFAULT_REGION", About: "with --blobs s3://…: the region requests are signed for (default us-east-1)."},
+	{Name: "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY", About: "with --blobs s3://…: the static credentials, both required."},
+	{Name: "AWS_SESSION_TOKEN", About: "with --blobs s3://…: the session token of temporary credentials, if any."},
 }
 
 // blobsFlagS3 says whether --blobs names a bucket rather than the default
@@ -43,7 +44,7 @@ func (f *serveFlags) validateBlobs() error {
 		return usagef("--blobs %q: %v", f.blobs, err)
 	}
 	var err error
-	if f.blobCapacity, err = gib(f.blobCapacityGiB, "blob-capacity-gib"); err != nil {
+	if f.blobCapacity, err = cli.GiB(f.blobCapacityGiB, "blob-capacity-gib"); err != nil {
 		return usagef("--blobs s3://… needs --blob-capacity-gib, what the bucket may hold for vmshelf, in GiB")
 	}
 	return nil

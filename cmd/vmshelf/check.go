@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+	"github.com/vmshelf/vmshelf/internal/cli"
 )
 
 // errRefused is check's verdict "bad image": exit code 1, the line is
@@ -15,14 +16,14 @@ import (
 var errRefused = errors.New("image refused")
 
 // checkHelp is "vmshelf check -h".
-var checkHelp = helpDoc{
-	args:    "FILE [flags]",
-	summary: "run the gateway's QCOW2 checks on a local file, offline",
-	about: `Runs the checks the edge runs on an upload on the local FILE, so that a box owner ` +
+var checkHelp = cli.Doc{
+	Args:    "FILE [flags]",
+	Summary: "run the gateway's QCOW2 checks on a local file, offline",
+	About: `Runs the checks the edge runs on an upload on the local FILE, so that a box owner ` +
 		`learns before uploading whether the edge will take the image, and prints one verdict ` +
 		`line on stdout: "ok: " and the image's figures, or "refused (REASON): " and why. It reads ` +
 		`the header and the tables, never the data clusters, so it is fast on large images.`,
-	exits: []string{
+	Exits: []string{
 		`0  the image passes ("ok: ..." on stdout)`,
 		`1  the image is refused ("refused (REASON): ..." on stdout)`,
 		"2  FILE cannot be read, or a usage error (a bad flag, value or argument)",
@@ -40,7 +41,7 @@ func check(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		file, args = args[0], args[1:]
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if file == "" && fs.NArg() == 1 {
@@ -48,7 +49,7 @@ func check(_ context.Context, args []string, stdout, _ io.Writer) error {
 	} else if fs.NArg() > 0 || file == "" {
 		return usagef("check takes one FILE; see vmshelf check -h")
 	}
-	maxVirtual, err := gib(*maxVirtualGiB, "max-virtual-gib")
+	maxVirtual, err := cli.GiB(*maxVirtualGiB, "max-virtual-gib")
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/vmshelf/vmshelf/internal/cli"
 )
 
 // TestDefaultDataMaxConns: half the descriptors beyond the reserve of 128,
@@ -38,7 +40,7 @@ func TestDataMaxConnsFlag(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--data-max-conns", "0"}, {"--data-max-conns", "-1"}} {
 		_, err := parseServeFlags(args)
-		if ue := (usageError{}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "data-max-conns") {
+		if ue := (cli.UsageError{}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "data-max-conns") {
 			t.Errorf("%q: %v, want a usage error naming --data-max-conns", args, err)
 		}
 	}

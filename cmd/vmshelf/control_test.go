@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 )
 
@@ -88,7 +89,7 @@ func TestServeFlagsLimitsRefused(t *testing.T) {
 		{[]string{"--control-header-timeout", "31s"}, "control-header-timeout"},
 	} {
 		_, err := parseServeFlags(tc.args)
-		var ue usageError
+		var ue cli.UsageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%q: %v, want a usage error", tc.args, err)
 			continue

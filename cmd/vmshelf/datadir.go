@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/postgres"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/internal/cli"
+	"github.com/vmshelf/vmshelf/internal/datadir"
 )
 
 // The layout of --data-dir.
@@ -23,47 +23,12 @@ const (
 	defaultData = "./vmshelf-data"
 )
 
-// prepareDataDir creates dir (0700), tightens an existing one and its
-// image directory to 0700, and proves it writable, so that a bad
-// --data-dir is a one-line usage error before any port is opened.
+// prepareDataDir is datadir.Prepare of dir and its image directory; what
+// it refuses is a usage error: a bad --data-dir stops serve before any port
+// is opened.
 func prepareDataDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return usagef("data dir %s: %v", dir, err)
-	}
-	for _, d := range []string{dir, filepath.Join(dir, imagesDir)} {
-		if err := tightenDir(d); err != nil {
-			return err
-		}
-	}
-	probe, err := os.CreateTemp(dir, ".probe-*")
-	if err != nil {
-		return usagef("data dir %s is not writable: %v", dir, err)
-	}
-	probe.Close()
-	os.Remove(probe.Name())
-	return nil
-}
-
-// tightenDir makes an existing directory d 0700: the db, the tokens'
-// hashes and the images are no one else's business. A directory that is
-// missing is left to be created (0700); one that cannot be tightened (not
-// ours) is refused.
-func tightenDir(d string) error {
-	st, err := os.Stat(d)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return usagef("data dir: %v", err)
-	}
-	if !st.IsDir() {
-		return usagef("data dir: %s is not a directory", d)
-	}
-	if st.Mode().Perm()&0o077 == 0 {
-		return nil
-	}
-	if err := os.Chmod(d, 0o700); err != nil {
-		return usagef("data dir: %s is mode %04o and cannot be made 0700: %v", d, st.Mode().Perm(), err)
+	if err := datadir.Prepare(dir, imagesDir); err != nil {
+		return usagef("%v", err)
 	}
 	return nil
 }
@@ -75,7 +40,7 @@ const storeURLEnv = "VMSHELF_STORE_URL"
 
 // storeURLVar is its line in the help of every command that opens the
 // store.
-var storeURLVar = envVar{storeURLEnv, "postgres://user:password@host/db: the records in " +
+var storeURLVar = cli.EnvVar{Name: storeURLEnv, About: "postgres://user:password@host/db: the records in " +
 	"PostgreSQL instead of the SQLite file in --data-dir, shared by every serve replica " +
 	"(docs/scale-out.md). Never a flag: the URL may carry a password."}
 
@@ -124,16 +89,11 @@ func openRecords(ctx context.Context, dir string, create bool, getenv func(strin
 }
 
 // lockDataDir keeps a second serve off the same data dir: its start-up
-// cleanup would remove the first one's uploads in progress. The lock goes
-// with the process, however it ends.
+// cleanup would remove the first one's uploads in progress.
 func lockDataDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, serveLock), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock data dir: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+	f, err := datadir.Lock(dir, serveLock)
+	if errors.Is(err, datadir.ErrInUse) {
 		return nil, usagef("data dir %s is in use by another vmshelf serve", dir)
 	}
-	return f, nil
+	return f, err
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/cli"
 )
 
 // maxFetchURLTTL is the longest --ttl: 31 days, the longest month an order
@@ -20,16 +21,16 @@ import (
 const maxFetchURLTTL = 31 * 24 * time.Hour
 
 // fetchURLHelp is "vmshelf fetch-url -h".
-var fetchURLHelp = helpDoc{
-	args:    "UPLOAD_ID [flags]",
-	summary: "mint a fetch URL for an image and print it once",
-	about: `Mints a fetch capability for the image UPLOAD_ID in the store of --data-dir and ` +
+var fetchURLHelp = cli.Doc{
+	Args:    "UPLOAD_ID [flags]",
+	Summary: "mint a fetch URL for an image and print it once",
+	About: `Mints a fetch capability for the image UPLOAD_ID in the store of --data-dir and ` +
 		`prints its URL on stdout, once: the operator's way to hand an image to an importer ` +
 		`(CDI, curl, qemu-img) by hand. The URL works for --ttl, at most 744h (31 days, an ` +
 		`order's month); its base is --public-url, or ` +
 		`http://<data-addr>. Works while serve runs.`,
-	env: []envVar{storeURLVar},
-	exits: []string{"0  minted; the URL is on stdout", "1  no image UPLOAD_ID, or the store failed",
+	Env: []cli.EnvVar{storeURLVar},
+	Exits: []string{"0  minted; the URL is on stdout", "1  no image UPLOAD_ID, or the store failed",
 		"2  a usage error (a bad flag, value or UPLOAD_ID, or a data dir that is not one)"},
 }
 
@@ -45,7 +46,7 @@ func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		id, args = args[0], args[1:]
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if id == "" && fs.NArg() == 1 {

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/vmshelf/vmshelf/internal/cli"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/help/*.golden from the binary's -h output")
@@ -27,15 +29,15 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/help/*.golden fr
 // "vmshelf" alone.
 func helpPaths() (paths [][]string) {
 	paths = append(paths, nil)
-	var walk func(prefix []string, cmds []command)
-	walk = func(prefix []string, cmds []command) {
+	var walk func(prefix []string, cmds []cli.Command)
+	walk = func(prefix []string, cmds []cli.Command) {
 		for _, c := range cmds {
-			p := append(prefix[:len(prefix):len(prefix)], c.name)
+			p := append(prefix[:len(prefix):len(prefix)], c.Name)
 			switch {
-			case c.sub != nil:
+			case c.Sub != nil:
 				paths = append(paths, p)
-				walk(p, c.sub)
-			case c.run != nil: // a row whose command is not built yet has no help to show
+				walk(p, c.Sub)
+			case c.Run != nil: // a row whose command is not built yet has no help to show
 				paths = append(paths, p)
 			}
 		}
@@ -85,8 +87,8 @@ func TestHelp(t *testing.T) {
 					strings.Join(append([]string{"vmshelf"}, path...), " "), file, r.stdout)
 			}
 			for i, l := range strings.Split(r.stdout, "\n") {
-				if n := utf8.RuneCountInString(l); n > helpWidth {
-					t.Errorf("line %d has %d columns, over %d: %q", i+1, n, helpWidth, l)
+				if n := utf8.RuneCountInString(l); n > cli.Width {
+					t.Errorf("line %d has %d columns, over %d: %q", i+1, n, cli.Width, l)
 				}
 			}
 			for _, other := range [][]string{append(path, "--help"), append([]string{"help"}, path...)} {
@@ -113,16 +115,16 @@ func TestHelp(t *testing.T) {
 // variable serve reads itself in serve's help.
 func TestHelpNamesEveryFlag(t *testing.T) {
 	for _, path := range helpPaths() {
-		err := dispatch(context.Background(), "vmshelf", topHelp, commands, append(path, "-h"), io.Discard, io.Discard)
-		var h helpShown
+		err := cli.Dispatch(context.Background(), "vmshelf", topHelp, commands, append(path, "-h"), io.Discard, io.Discard)
+		var h cli.HelpShown
 		if !errors.As(err, &h) {
 			t.Fatalf("vmshelf %v -h: %v, want its help", path, err)
 		}
-		if h.fs == nil { // a group: no flags of its own
+		if h.Flags == nil { // a group: no flags of its own
 			continue
 		}
 		help := vmshelf(t, append(path, "-h")...).stdout
-		h.fs.VisitAll(func(f *flag.Flag) {
+		h.Flags.VisitAll(func(f *flag.Flag) {
 			env := "VMSHELF_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 			line := regexp.MustCompile(`(?m)^  --` + regexp.QuoteMeta(f.Name) + `\b.*$`).FindString(help)
 			if line == "" || !strings.Contains(line, env) {

@@ -12,20 +12,21 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/uploadclient"
 )
 
 // imagesHelp is "vmshelf images -h".
-var imagesHelp = helpDoc{
-	args:    "--control URL --token-file F [flags]",
-	summary: "list this box's images on the edge",
-	about: `Lists this box's images on the edge, oldest first, as the control plane's status ` +
+var imagesHelp = cli.Doc{
+	Args:    "--control URL --token-file F [flags]",
+	Summary: "list this box's images on the edge",
+	About: `Lists this box's images on the edge, oldest first, as the control plane's status ` +
 		`has them: a table of upload id, name, size, virtual size, when it was stored (UTC) and ` +
 		`the first 12 hex digits of its SHA-256. With --json, the list as the control plane sent ` +
 		`it: one JSON array on stdout.
 
 The token is read from the --token-file (never from a flag or the environment).`,
-	exits: []string{
+	Exits: []string{
 		"0  listed (no image: nothing on stdout, or [] with --json)",
 		"1  refused: the control plane said no (token, route); the message says why",
 		"2  a usage error, or the token file cannot be read",
@@ -34,17 +35,17 @@ The token is read from the --token-file (never from a flag or the environment).`
 }
 
 // rmHelp is "vmshelf rm -h".
-var rmHelp = helpDoc{
-	args:    "--control URL --token-file F [flags] UPLOAD_ID...",
-	summary: "remove this box's images from the edge",
-	about: `Removes images of this box from the edge, in the order given: each image's record ` +
+var rmHelp = cli.Doc{
+	Args:    "--control URL --token-file F [flags] UPLOAD_ID...",
+	Summary: "remove this box's images from the edge",
+	About: `Removes images of this box from the edge, in the order given: each image's record ` +
 		`and fetch URLs, then its file. Prints "removed UPLOAD_ID" for each. The edge keeps an ` +
 		`image an order still imports (awaiting payment, paid or running) until the order has ` +
 		`ended. The first refusal ends the command: the images before it are removed, the ones ` +
 		`after it are not tried. 'vmshelf images' lists the UPLOAD_IDs.
 
 The token is read from the --token-file (never from a flag or the environment).`,
-	exits: []string{
+	Exits: []string{
 		"0  every image given is removed",
 		"1  refused: the control plane said no (unknown image, in use by an order, not " +
 			"sharing, token); the message says why",
@@ -86,7 +87,7 @@ func (c *controlFlags) dial(cmd string) (uploadclient.Control, error) {
 // parseControlCommand parses the command line of images or rm: the
 // shared flags, the command's own (defined by more), and the arguments,
 // which may stand before, between or after the flags.
-func parseControlCommand(name string, doc helpDoc, args []string, more func(*flag.FlagSet)) (*controlFlags, []string, error) {
+func parseControlCommand(name string, doc cli.Doc, args []string, more func(*flag.FlagSet)) (*controlFlags, []string, error) {
 	cf := &controlFlags{}
 	fs := newFlagSet(name, doc)
 	cf.define(fs)

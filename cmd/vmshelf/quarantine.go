@@ -12,36 +12,37 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
+	"github.com/vmshelf/vmshelf/internal/cli"
 )
 
 // quarantineHelp is "vmshelf quarantine -h".
-var quarantineHelp = helpDoc{
-	args:    "COMMAND [arguments] [flags]",
-	summary: "list and remove the image files start-up set aside",
-	about: `An image file that serve finds at start-up with no record naming it is moved to ` +
+var quarantineHelp = cli.Doc{
+	Args:    "COMMAND [arguments] [flags]",
+	Summary: "list and remove the image files start-up set aside",
+	About: `An image file that serve finds at start-up with no record naming it is moved to ` +
 		`vm-images/.quarantine/ in the data dir and kept: it may be the only copy of somebody's ` +
 		`disk. These commands list those files and remove them, only the ones named. They work ` +
 		`while serve runs.`,
 }
 
 // quarantineCommands are "vmshelf quarantine COMMAND".
-var quarantineCommands = []command{
-	subCommand("list", quarantine, helpDoc{
-		args:    "[flags]",
-		summary: "list the quarantined image files",
-		about: `Prints the quarantined image files of --data-dir on stdout, one a line: the ` +
+var quarantineCommands = []cli.Command{
+	cli.SubCommand("list", quarantine, cli.Doc{
+		Args:    "[flags]",
+		Summary: "list the quarantined image files",
+		About: `Prints the quarantined image files of --data-dir on stdout, one a line: the ` +
 			`UPLOAD_ID, the size in bytes and when it was set aside (RFC 3339, UTC), separated by ` +
 			`tabs. With none, it says so on stderr and prints nothing.`,
-		env: s3Vars,
+		Env: s3Vars,
 	}),
-	subCommand("rm", quarantine, helpDoc{
-		args:    "UPLOAD_ID... [flags]",
-		summary: "delete the quarantined image files named (only these)",
-		about: `Deletes the quarantined image files UPLOAD_ID... of --data-dir, in turn, and ` +
+	cli.SubCommand("rm", quarantine, cli.Doc{
+		Args:    "UPLOAD_ID... [flags]",
+		Summary: "delete the quarantined image files named (only these)",
+		About: `Deletes the quarantined image files UPLOAD_ID... of --data-dir, in turn, and ` +
 			`prints "removed UPLOAD_ID" for each. An UPLOAD_ID not in quarantine stops the command ` +
 			`(the files before it are gone); nothing else is ever deleted.`,
-		env: s3Vars,
-		exits: []string{"0  all removed", "1  an UPLOAD_ID is not in quarantine, or removing failed",
+		Env: s3Vars,
+		Exits: []string{"0  all removed", "1  an UPLOAD_ID is not in quarantine, or removing failed",
 			"2  a usage error (no or a malformed UPLOAD_ID, a bad flag, a data dir that is not one)"},
 	}),
 }
@@ -50,7 +51,7 @@ var quarantineCommands = []command{
 // start-up set aside because no record named them, and removes them only
 // when the operator names them: they may be the only copy of somebody's
 // disk.
-func quarantine(ctx context.Context, sub string, doc helpDoc, args []string, stdout, stderr io.Writer) error {
+func quarantine(ctx context.Context, sub string, doc cli.Doc, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("quarantine "+sub, doc)
 	dataDir := fs.String("data-dir", defaultData, "directory of the store")
 	blobsURL := fs.String("blobs", "", "the images' S3 bucket, s3://bucket/prefix, as serve's --blobs (default <data-dir>/vm-images)")
@@ -58,7 +59,7 @@ func quarantine(ctx context.Context, sub string, doc helpDoc, args []string, std
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") { // ids may come before the flags
 		ids, args = append(ids, args[0]), args[1:]
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	ids = append(ids, fs.Args()...)

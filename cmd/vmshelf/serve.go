@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,13 +22,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/time/rate"
-	"k8s.io/klog/v2"
 
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/gateway"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/baseurl"
+	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/internal/leader"
@@ -84,26 +85,26 @@ type serveFlags struct {
 }
 
 // serveHelp is "vmshelf serve -h".
-var serveHelp = helpDoc{
-	args:    "[flags]",
-	summary: "run the data plane, the control plane and the metrics",
-	about: `Runs the edge over the store in --data-dir: the data plane on --data-addr (uploads ` +
+var serveHelp = cli.Doc{
+	Args:    "[flags]",
+	Summary: "run the data plane, the control plane and the metrics",
+	About: `Runs the edge over the store in --data-dir: the data plane on --data-addr (uploads ` +
 		`and fetches), the control plane on --control-addr (the API, the Machines page, /metrics, ` +
 		`/healthz, /readyz) and, with --vms-enable, the KubeVirt reconciler that runs the paid ` +
 		`orders. Every setting is checked before a port is opened. SIGTERM or SIGINT stops ` +
 		`taking new work and lets the running transfers finish (at most ` + shutdownBound.String() + `).`,
-	env: append([]envVar{storeURLVar}, append(s3Vars, []envVar{
-		{"STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", "the Stripe secret key, or a file holding it " +
+	Env: append([]cli.EnvVar{storeURLVar}, append(s3Vars, []cli.EnvVar{
+		{Name: "STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", About: "the Stripe secret key, or a file holding it " +
 			"(a mounted Secret; set one of the two). Without it the market takes no payment: " +
 			"listings and orders answer 503. Never a flag: a command line is visible to every user."},
-		{"STRIPE_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET_FILE", "the signing secret of Stripe's " +
+		{Name: "STRIPE_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET_FILE", About: "the signing secret of Stripe's " +
 			"webhook, or a file holding it. Without it the webhook answers 503 and no payment is confirmed."},
-		{"GOMEMLIMIT", "the Go runtime's soft memory limit; when unset, serve sets " +
+		{Name: "GOMEMLIMIT", About: "the Go runtime's soft memory limit; when unset, serve sets " +
 			strconv.Itoa(defaultMemoryLimit>>20) + " MiB."},
-		{"KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT", "with --vms-enable and no " +
+		{Name: "KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT", About: "with --vms-enable and no " +
 			"--kubeconfig: the cluster serve runs in (Kubernetes sets them in every pod)."},
 	}...)...),
-	exits: []string{
+	Exits: []string{
 		"0  stopped by SIGTERM or SIGINT once the running transfers ended",
 		"1  failed while starting or running (a port in use, the store); the message says why",
 		"2  refused before any port was opened: a bad flag, variable, secret file, catalogue or " +
@@ -151,7 +152,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.blobs, "blobs", "", "where the images live: s3://bucket/prefix for an S3 bucket shared by every replica (default <data-dir>/vm-images)")
 	fs.Float64Var(&f.blobCapacityGiB, "blob-capacity-gib", 0, "with --blobs s3://…: what the bucket may hold for vmshelf, in GiB, in place of a disk's free space")
 	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	f.resolveDataMaxConns(fs)
@@ -168,15 +169,15 @@ func (f *serveFlags) validate() error {
 		}
 	}
 	var err error
-	if f.uploadMax, err = gib(f.uploadMaxGiB, "upload-max-gib"); err != nil {
+	if f.uploadMax, err = cli.GiB(f.uploadMaxGiB, "upload-max-gib"); err != nil {
 		return err
 	}
-	if f.maxVirtual, err = gib(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
+	if f.maxVirtual, err = cli.GiB(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
 		return err
 	}
 	f.tenantReserve = f.uploadMax
 	if f.tenantReserveGiB != 0 {
-		if f.tenantReserve, err = gib(f.tenantReserveGiB, "tenant-reserve-gib"); err != nil {
+		if f.tenantReserve, err = cli.GiB(f.tenantReserveGiB, "tenant-reserve-gib"); err != nil {
 			return err
 		}
 		// Below the largest image, a PUT of an image the edge accepts
@@ -254,25 +255,21 @@ func (f *serveFlags) validateLimits() error {
 		return usagef("--control-header-timeout must be positive and at most %v", controlReadTimeout)
 	case f.fetchQueueWait <= 0:
 		return usagef("--fetch-queue-wait must be positive (a fetch beyond the cap waits at most this long)")
-	case f.corsOrigin != "" && f.corsOrigin != "*" && !isOrigin(f.corsOrigin):
+	case f.corsOrigin != "" && f.corsOrigin != "*" && !baseurl.IsOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
 	}
 	return nil
 }
 
 // parseLogLevel accepts the four names of --log-level, in any case.
+// slog.Level's own parser reads them, but also offsets like "INFO+2",
+// which the help does not promise: those are refused.
 func parseLogLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(s) {
-	case "debug":
-		return slog.LevelDebug, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "warn":
-		return slog.LevelWarn, nil
-	case "error":
-		return slog.LevelError, nil
+	var l slog.Level
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, strings.ToLower(s)) || l.UnmarshalText([]byte(s)) != nil {
+		return 0, usagef("--log-level %q is not one of debug, info, warn, error", s)
 	}
-	return 0, usagef("--log-level %q is not one of debug, info, warn, error", s)
+	return l, nil
 }
 
 // isDomain accepts a DNS name of lower-case labels, at least two.
@@ -337,12 +334,6 @@ func (f *serveFlags) pageOrigin() string {
 	return u.Scheme + "://" + u.Host
 }
 
-// isOrigin accepts a web origin: scheme, host, optional port, nothing else.
-func isOrigin(s string) bool {
-	u, err := baseurl.ParseBase(s)
-	return err == nil && u.Path == ""
-}
-
 // checkListenAddr accepts host:port with a port 0..65535.
 func checkListenAddr(addr string) error {
 	_, port, err := net.SplitHostPort(addr)
@@ -362,10 +353,11 @@ func publicBase(public, dataAddr string) (string, error) {
 	if public == "" {
 		return "http://" + dataAddr, nil
 	}
-	if _, err := baseurl.ParseBase(public); err != nil || strings.Contains(public, "#") {
+	base, err := baseurl.Base(public)
+	if err != nil {
 		return "", usagef("--public-url %q is not an http(s) base URL (scheme, host, optional path)", public)
 	}
-	return strings.TrimRight(public, "/"), nil
+	return base, nil
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -426,8 +418,13 @@ func configurePeers(f *serveFlags, reg prometheus.Registerer, log *slog.Logger) 
 		}
 	}
 	if f.vmsEnable {
-		if p.cluster, err = kubeCluster(f.kubeconfig, log); err != nil {
-			return nil, err
+		p.cluster, err = provisioner.Connect(f.kubeconfig, log)
+		var unreadable *provisioner.ConfigError
+		switch {
+		case errors.As(err, &unreadable):
+			return nil, usagef("--kubeconfig: %v", err)
+		case err != nil:
+			return nil, usagef("--kubeconfig %s: %v", f.kubeconfig, err)
 		}
 	}
 	return &p, nil
@@ -735,30 +732,6 @@ func storeLost(st *records, blobs *openedBlobs, lost *imagestore.StoreLostError)
 	return usagef("%s; refusing to start so that none is lost: keep a copy of %s as it is now, then restore %s from a backup "+
 		"(the newest made after these images were uploaded) and start again; or, to give those images up, "+
 		"move the files out of %s and start again", found, st.short, st.short, blobs.where)
-}
-
-// kubeCluster is the provisioner's cluster: the --kubeconfig file's, or
-// with none the pod's in-cluster configuration. A file that cannot be read
-// or parsed is a usage error. With no file outside a cluster, serve still
-// runs (the README's walk-through does): the provisioner then runs over a
-// cluster that cannot be reached, so /readyz and the paid orders' notes
-// say why nothing is provisioned.
-func kubeCluster(kubeconfig string, log *slog.Logger) (provisioner.Cluster, error) {
-	// client-go logs through klog; its lines go where vmshelf's go.
-	klog.SetSlogLogger(log.With("component", "client-go"))
-	rc, err := provisioner.RESTConfig(kubeconfig)
-	if err != nil && kubeconfig == "" {
-		log.Warn("--vms-enable without --kubeconfig outside a cluster: paid orders are not provisioned", "err", err)
-		return provisioner.Unreachable(errors.New("no --kubeconfig is given and vmshelf does not run in a cluster")), nil
-	}
-	if err != nil {
-		return nil, usagef("--kubeconfig: %s", strings.Join(strings.Fields(err.Error()), " "))
-	}
-	c, err := provisioner.ClusterFromConfig(rc)
-	if err != nil {
-		return nil, usagef("--kubeconfig %s: %s", kubeconfig, strings.Join(strings.Fields(err.Error()), " "))
-	}
-	return c, nil
 }
 
 // defaultMemoryLimit is the runtime's soft memory limit unless GOMEMLIMIT

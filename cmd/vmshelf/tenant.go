@@ -10,57 +10,58 @@ import (
 	"text/tabwriter"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/cli"
 )
 
 // tenantHelp is "vmshelf tenant -h".
-var tenantHelp = helpDoc{
-	args:    "COMMAND [arguments] [flags]",
-	summary: "manage the boxes (tenants) the edge knows",
-	about: `Adds, lists and changes the boxes (tenants) in the store of --data-dir, also while ` +
+var tenantHelp = cli.Doc{
+	Args:    "COMMAND [arguments] [flags]",
+	Summary: "manage the boxes (tenants) the edge knows",
+	About: `Adds, lists and changes the boxes (tenants) in the store of --data-dir, also while ` +
 		`serve runs. A token is printed once, on stdout, and stored only as a hash.`,
 }
 
 // tenantCommands are "vmshelf tenant COMMAND".
-var tenantCommands = []command{
-	subCommand("add", tenant, helpDoc{
-		args:    "NAME [flags]",
-		summary: "add a box and print its token once",
-		about: `Adds the box NAME (1 to 63 characters a-z, 0-9 and '-') with the attributes ` +
+var tenantCommands = []cli.Command{
+	cli.SubCommand("add", tenant, cli.Doc{
+		Args:    "NAME [flags]",
+		Summary: "add a box and print its token once",
+		About: `Adds the box NAME (1 to 63 characters a-z, 0-9 and '-') with the attributes ` +
 			`the flags give, and prints its new token on stdout, once; the store keeps only its ` +
 			`hash. The data dir is created if it is missing.`,
-		env: []envVar{storeURLVar},
-		exits: []string{"0  added; the token is on stdout", "1  a box NAME exists already, or the store failed",
+		Env: []cli.EnvVar{storeURLVar},
+		Exits: []string{"0  added; the token is on stdout", "1  a box NAME exists already, or the store failed",
 			"2  a usage error (a bad flag, value or NAME); nothing was changed"},
 	}),
-	subCommand("list", tenant, helpDoc{
-		args:    "[flags]",
-		summary: "list the boxes and their attributes",
-		about:   `Prints a table of the boxes on stdout: name, attributes and when each was added. No token is shown.`,
-		env:     []envVar{storeURLVar},
+	cli.SubCommand("list", tenant, cli.Doc{
+		Args:    "[flags]",
+		Summary: "list the boxes and their attributes",
+		About:   `Prints a table of the boxes on stdout: name, attributes and when each was added. No token is shown.`,
+		Env:     []cli.EnvVar{storeURLVar},
 	}),
-	subCommand("set", tenant, helpDoc{
-		args:    "NAME [flags]",
-		summary: "change a box's attributes (only those given)",
-		about: `Changes the attributes of the box NAME that the flags give, and no others ` +
+	cli.SubCommand("set", tenant, cli.Doc{
+		Args:    "NAME [flags]",
+		Summary: "change a box's attributes (only those given)",
+		About: `Changes the attributes of the box NAME that the flags give, and no others ` +
 			`(--sharing=false turns one off), then prints the box's line as list does.`,
-		env: []envVar{storeURLVar},
-		exits: []string{"0  changed", "1  no box NAME, or the store failed",
+		Env: []cli.EnvVar{storeURLVar},
+		Exits: []string{"0  changed", "1  no box NAME, or the store failed",
 			"2  a usage error (a bad flag, value or NAME); nothing was changed"},
 	}),
-	subCommand("token", tenant, helpDoc{
-		args:    "NAME [flags]",
-		summary: "rotate a box's token and print the new one once",
-		about: `Gives the box NAME a new token and prints it on stdout, once; the old token ` +
+	cli.SubCommand("token", tenant, cli.Doc{
+		Args:    "NAME [flags]",
+		Summary: "rotate a box's token and print the new one once",
+		About: `Gives the box NAME a new token and prints it on stdout, once; the old token ` +
 			`stops working at once.`,
-		env: []envVar{storeURLVar},
-		exits: []string{"0  rotated; the token is on stdout", "1  no box NAME, or the store failed",
+		Env: []cli.EnvVar{storeURLVar},
+		Exits: []string{"0  rotated; the token is on stdout", "1  no box NAME, or the store failed",
 			"2  a usage error (a bad flag or NAME); nothing was changed"},
 	}),
 }
 
 // tenant runs "vmshelf tenant SUB". Tokens are printed once, to stdout,
 // and stored only as hashes.
-func tenant(ctx context.Context, sub string, doc helpDoc, args []string, stdout, stderr io.Writer) error {
+func tenant(ctx context.Context, sub string, doc cli.Doc, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tenant "+sub, doc)
 	dataDir := fs.String("data-dir", defaultData, "directory of the store")
 	var attrs tenantAttrs
@@ -72,7 +73,7 @@ func tenant(ctx context.Context, sub string, doc helpDoc, args []string, stdout,
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		name, args = args[0], args[1:]
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if name == "" && fs.NArg() > 0 {

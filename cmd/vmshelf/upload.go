@@ -10,14 +10,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmshelf/vmshelf/internal/baseurl"
+	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/uploadclient"
 )
 
 // uploadHelp is "vmshelf upload -h".
-var uploadHelp = helpDoc{
-	args:    "--control URL --token-file F --name NAME [flags] FILE",
-	summary: "check an image, then upload it resumably with progress",
-	about: `Checks FILE with the gateway's QCOW2 checks (as 'vmshelf check' does), takes an ` +
+var uploadHelp = cli.Doc{
+	Args:    "--control URL --token-file F --name NAME [flags] FILE",
+	Summary: "check an image, then upload it resumably with progress",
+	About: `Checks FILE with the gateway's QCOW2 checks (as 'vmshelf check' does), takes an ` +
 		`upload ticket from the control plane and uploads FILE resumably (tus 1.0.0). A dropped ` +
 		`connection or a busy or restarting edge is retried (with --retries attempts, waiting ` +
 		`0.5 s doubling up to 30 s). Progress is kept in FILE.vmshelf-upload (mode 0600; it holds ` +
@@ -26,7 +27,7 @@ var uploadHelp = helpDoc{
 		`is removed.
 
 The token is read from the --token-file (never from a flag or the environment).`,
-	exits: []string{
+	Exits: []string{
 		"0  the image is stored",
 		"1  refused: the image or the server said no (bad image, token, quota, not sharing, " +
 			"ticket); the message says why",
@@ -73,7 +74,7 @@ func parseUploadFlags(args []string, _ io.Writer) (*uploadFlags, error) {
 		return nil, usagef("--retries must be from 0 to 1000")
 	}
 	f.file = files[0]
-	if _, err := gib(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
+	if _, err := cli.GiB(f.maxVirtualGiB, "max-virtual-gib"); err != nil {
 		return nil, err
 	}
 	if f.control, err = controlURL(f.control); err != nil {
@@ -92,7 +93,7 @@ func parseUploadFlags(args []string, _ io.Writer) (*uploadFlags, error) {
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var rest []string
 	for {
-		if err := parseFlags(fs, args); err != nil {
+		if err := cli.ParseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		if fs.NArg() == 0 {
@@ -128,7 +129,7 @@ func upload(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return clientExit(err)
 	}
 	defer file.Close()
-	maxVirtual, _ := gib(f.maxVirtualGiB, "max-virtual-gib")
+	maxVirtual, _ := cli.GiB(f.maxVirtualGiB, "max-virtual-gib")
 	img, err := uploadclient.Upload(ctx, uploadclient.Config{
 		Control:    uploadclient.Control{URL: f.control, Token: token, TokenFile: f.tokenFile},
 		Name:       f.name,
@@ -154,7 +155,7 @@ func clientExit(err error) error {
 	var se *uploadclient.StoppedError
 	switch {
 	case errors.As(err, &fe):
-		return usageError{err.Error()}
+		return usagef("%s", err)
 	case errors.As(err, &se):
 		return &stoppedError{err}
 	}

@@ -6,23 +6,25 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/vmshelf/vmshelf/internal/cli"
 )
 
 // versionHelp is "vmshelf version -h".
-var versionHelp = helpDoc{
-	summary: "print the version, commit and Go version of this binary",
-	about: `Prints what this binary was built from, from the build information the Go toolchain ` +
+var versionHelp = cli.Doc{
+	Summary: "print the version, commit and Go version of this binary",
+	About: `Prints what this binary was built from, from the build information the Go toolchain ` +
 		`embeds: the module version ("(devel)" for a build from a work tree), the VCS commit ` +
 		`("modified" when the tree had changes not committed) and its time ("commit unknown" ` +
 		`when built without VCS information), and the Go version and platform. "vmshelf ` +
 		`--version" is the same.`,
-	exits: []string{"0  printed", "2  a usage error (an argument or flag)"},
+	Exits: []string{"0  printed", "2  a usage error (an argument or flag)"},
 }
 
 // version is "vmshelf version".
 func version(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := newFlagSet("version", versionHelp)
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

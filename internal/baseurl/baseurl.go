@@ -6,6 +6,7 @@ package baseurl
 import (
 	"errors"
 	"net/url"
+	"strings"
 )
 
 // errNotHTTP never repeats the URL: one may carry a credential. Callers
@@ -31,4 +32,21 @@ func ParseBase(s string) (*url.URL, error) {
 		return nil, errNotHTTP
 	}
 	return u, nil
+}
+
+// Base is s checked as a base (ParseBase, and no "#" at all: an empty
+// fragment parses as none but would still end up in every URL built on
+// it), without its trailing slashes.
+func Base(s string) (string, error) {
+	if _, err := ParseBase(s); err != nil || strings.Contains(s, "#") {
+		return "", errNotHTTP
+	}
+	return strings.TrimRight(s, "/"), nil
+}
+
+// IsOrigin reports whether s is a web origin: an http(s) scheme, a host,
+// an optional port, nothing else.
+func IsOrigin(s string) bool {
+	u, err := ParseBase(s)
+	return err == nil && u.Path == ""
 }

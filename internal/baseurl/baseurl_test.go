@@ -40,3 +40,27 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// TestBaseAndOrigin: Base refuses every "#" and drops trailing slashes;
+// IsOrigin takes a scheme, host and port only.
+func TestBaseAndOrigin(t *testing.T) {
+	for _, c := range []struct {
+		in, base string // "": refused by Base
+		origin   bool
+	}{
+		{"http://127.0.0.1:8480", "http://127.0.0.1:8480", true},
+		{"https://shelf.example.org/edge//", "https://shelf.example.org/edge", false},
+		{"http://shelf.example.org/", "http://shelf.example.org", false},
+		{"http://shelf.example.org/#", "", false},
+		{"http://shelf.example.org?a=1", "", false},
+		{"ftp://shelf.example.org", "", false},
+		{"*", "", false},
+	} {
+		if b, err := Base(c.in); b != c.base || (err == nil) != (c.base != "") {
+			t.Errorf("Base(%q) = %q, %v; want %q", c.in, b, err, c.base)
+		}
+		if o := IsOrigin(c.in); o != c.origin {
+			t.Errorf("IsOrigin(%q) = %v, want %v", c.in, o, c.origin)
+		}
+	}
+}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -11,21 +11,22 @@ import (
 	"time"
 )
 
-// newFlagSet is the flag set of the command "vmshelf NAME": -h prints doc
-// with the flags (help.go), and its errors are usage errors of one line.
-func newFlagSet(name string, doc helpDoc) *flag.FlagSet {
-	fs := flag.NewFlagSet("vmshelf "+name, flag.ContinueOnError)
+// NewFlagSet is the flag set of the command path ("vmshelf tenant add":
+// the program's name, then the command's words): -h prints doc with the
+// flags, and its errors are usage errors of one line.
+func NewFlagSet(path string, doc Doc) *flag.FlagSet {
+	fs := flag.NewFlagSet(path, flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), leafHelp(fs, doc)) }
 	return fs
 }
 
-// parseFlags parses args into fs, then fills every flag the command line
-// did not set from VMSHELF_<FLAG>, so a unit file or container can
+// ParseFlags parses args into fs, then fills every flag the command line
+// did not set from PROG_<FLAG> (EnvName), so a unit file or container can
 // configure the service without a long command line. A mistake is a usage
 // error of one line naming the flag or variable and the form it wants (the
 // flag list is for -h only: in an error it buries the line that matters);
-// -h or --help is helpShown, which run prints on stdout.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+// -h or --help is HelpShown, which Run prints on stdout.
+func ParseFlags(fs *flag.FlagSet, args []string) error {
 	fs.VisitAll(func(f *flag.Flag) { f.Value = withForm(f.Value) })
 	// flag writes its own message and the whole usage on an error; both go
 	// here and only the help is kept.
@@ -33,7 +34,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(&out)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return helpShown{text: out.String(), fs: fs}
+			return HelpShown{Text: out.String(), Flags: fs}
 		}
 		return flagError(fs, err)
 	}
@@ -44,20 +45,22 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		if set[f.Name] || err != nil {
 			return
 		}
-		env := envName(f.Name)
+		env := EnvName(fs, f.Name)
 		if v, ok := os.LookupEnv(env); ok {
 			if serr := fs.Set(f.Name, v); serr != nil {
-				err = usagef("%s=%q: %v", env, v, serr)
+				err = Usagef("%s=%q: %v", env, v, serr)
 			}
 		}
 	})
 	return err
 }
 
-// envName is the variable a flag also comes from: VMSHELF_<FLAG>, upper
-// case, "-" as "_".
-func envName(flagName string) string {
-	return "VMSHELF_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+// EnvName is the variable the flag flagName of fs also comes from:
+// PROG_<FLAG>, PROG being the first word of fs's name, both upper case,
+// "-" as "_" (VMSHELF_DATA_DIR).
+func EnvName(fs *flag.FlagSet, flagName string) string {
+	prog, _, _ := strings.Cut(fs.Name(), " ")
+	return strings.ToUpper(strings.ReplaceAll(prog+"_"+flagName, "-", "_"))
 }
 
 // flagError turns what flag.Parse refused into one line. flag.Parse only
@@ -67,7 +70,7 @@ func flagError(fs *flag.FlagSet, err error) error {
 	var msg error
 	fs.VisitAll(func(f *flag.Flag) {
 		if v, ok := f.Value.(*formValue); ok && v.refused != nil && msg == nil {
-			msg = usagef("--%s %q: %v", f.Name, *v.refused, v.err)
+			msg = Usagef("--%s %q: %v", f.Name, *v.refused, v.err)
 		}
 	})
 	if msg != nil {
@@ -76,18 +79,18 @@ func flagError(fs *flag.FlagSet, err error) error {
 	see := "; see " + fs.Name() + " -h"
 	text := err.Error()
 	if name, ok := strings.CutPrefix(text, "flag provided but not defined: "); ok {
-		return usagef("unknown flag --%s%s", strings.TrimLeft(name, "-"), see)
+		return Usagef("unknown flag --%s%s", strings.TrimLeft(name, "-"), see)
 	}
 	if name, ok := strings.CutPrefix(text, "flag needs an argument: "); ok {
 		name = strings.TrimLeft(name, "-")
 		if f := fs.Lookup(name); f != nil {
 			if want := formOf(f.Value).want; want != "" {
-				return usagef("--%s needs a value, %s%s", name, want, see)
+				return Usagef("--%s needs a value, %s%s", name, want, see)
 			}
 		}
-		return usagef("--%s needs a value%s", name, see)
+		return Usagef("--%s needs a value%s", name, see)
 	}
-	return usagef("%s%s", text, see)
+	return Usagef("%s%s", text, see)
 }
 
 // form is what a flag's value looks like: the word help shows after the
@@ -135,7 +138,8 @@ type formValue struct {
 	err     error
 }
 
-// withForm wraps v once (upload parses the same flag set several times).
+// withForm wraps v once (a command may parse the same flag set several
+// times).
 func withForm(v flag.Value) flag.Value {
 	if fv, ok := v.(*formValue); ok {
 		fv.refused, fv.err = nil, nil
@@ -162,11 +166,12 @@ func (v *formValue) IsBoolFlag() bool {
 	return ok && b.IsBoolFlag()
 }
 
-// gib converts a size in GiB (decimals allowed) to bytes.
-func gib(v float64, flagName string) (int64, error) {
+// GiB converts a size in GiB (decimals allowed) to bytes; anything but a
+// positive size is a usage error naming the flag.
+func GiB(v float64, flagName string) (int64, error) {
 	b := v * (1 << 30)
 	if !(v > 0) || b > math.MaxInt64/2 {
-		return 0, usagef("--%s must be a positive number of GiB, got %v", flagName, v)
+		return 0, Usagef("--%s must be a positive number of GiB, got %v", flagName, v)
 	}
 	return int64(b), nil
 }
