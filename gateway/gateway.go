@@ -141,39 +141,7 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer) (*Gateway
 	if cfg.UploadMax <= 0 || cfg.MaxVirtualSize == 0 || cfg.IdleTimeout <= 0 || cfg.MaxTransfers <= 0 {
 		return nil, fmt.Errorf("gateway: upload max, max virtual size, idle timeout and max transfers must be positive")
 	}
-	if cfg.Headroom == 0 {
-		cfg.Headroom = DefaultHeadroom
-	}
-	if cfg.MissBurst == 0 {
-		cfg.MissBurst = 20
-	}
-	if cfg.MissEvery == 0 {
-		cfg.MissEvery = time.Second
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.CheckpointBytes <= 0 {
-		cfg.CheckpointBytes = 256 << 20
-	}
-	if cfg.CheckpointInterval <= 0 {
-		cfg.CheckpointInterval = 15 * time.Second
-	}
-	if cfg.SessionAhead <= 0 {
-		cfg.SessionAhead = DefaultSessionAhead
-	}
-	if cfg.TenantReserveMax <= 0 {
-		cfg.TenantReserveMax = cfg.UploadMax
-	}
-	if cfg.FetchQueueWait <= 0 {
-		cfg.FetchQueueWait = DefaultFetchQueueWait
-	}
-	if cfg.RefusalLogPerSecond <= 0 {
-		cfg.RefusalLogPerSecond = DefaultRefusalLogPerSecond
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
+	cfg.setDefaults()
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: register metrics: %w", err)
@@ -194,7 +162,51 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer) (*Gateway
 		bufs:     sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
 		open:     newOpenBlobs(blobs, imagestore.TokenCacheTTL),
 	}
-	g.srv = &fasthttp.Server{
+	g.srv = g.newServer()
+	return g, nil
+}
+
+// setDefaults fills the fields left zero with their documented defaults.
+func (c *Config) setDefaults() {
+	if c.Headroom == 0 {
+		c.Headroom = DefaultHeadroom
+	}
+	if c.MissBurst == 0 {
+		c.MissBurst = 20
+	}
+	if c.MissEvery == 0 {
+		c.MissEvery = time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.CheckpointBytes <= 0 {
+		c.CheckpointBytes = 256 << 20
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = 15 * time.Second
+	}
+	if c.SessionAhead <= 0 {
+		c.SessionAhead = DefaultSessionAhead
+	}
+	if c.TenantReserveMax <= 0 {
+		c.TenantReserveMax = c.UploadMax
+	}
+	if c.FetchQueueWait <= 0 {
+		c.FetchQueueWait = DefaultFetchQueueWait
+	}
+	if c.RefusalLogPerSecond <= 0 {
+		c.RefusalLogPerSecond = DefaultRefusalLogPerSecond
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
+// newServer is the fasthttp server of the data plane, with the limits of
+// the phase before a handler runs.
+func (g *Gateway) newServer() *fasthttp.Server {
+	return &fasthttp.Server{
 		Handler:       func(ctx *fasthttp.RequestCtx) { markBusy(ctx); g.route(ctx); g.logAnswer(ctx) },
 		ExpectHandler: func(ctx *fasthttp.RequestCtx) int { markBusy(ctx); st := g.expect(ctx); g.logAnswer(ctx); return st },
 		ConnState:     connState,
@@ -206,8 +218,8 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer) (*Gateway
 		// Deadlines for the phase before a handler runs. While a transfer
 		// runs, the handler moves the read or write deadline on with every
 		// chunk, so a slow transfer that moves never times out.
-		ReadTimeout:       cfg.IdleTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
+		ReadTimeout:       g.cfg.IdleTimeout,
+		IdleTimeout:       g.cfg.IdleTimeout,
 		ReduceMemoryUsage: true, // idle keep-alive connections give back their buffers
 		// A small range's headers and bytes leave in one write (see
 		// smallRange); the buffer is held only while an answer is written.
@@ -226,7 +238,6 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer) (*Gateway
 			g.logRefusal(ctx, aerr)
 		},
 	}
-	return g, nil
 }
 
 // Serve answers connections from ln until Shutdown. ln is meant to be a

@@ -133,71 +133,89 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer, gather pr
 	if st == nil || blobs == nil || reg == nil || gather == nil {
 		return nil, errors.New("market: store, blobs, registerer and gatherer are all required")
 	}
-	cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	var err error
-	if _, err = baseurl.ParseBase(cfg.PublicURL); err != nil {
-		return nil, fmt.Errorf("market: public URL %q is not an http(s) base URL like http://host:port", cfg.PublicURL)
-	}
-	if cfg.TicketTTL <= 0 {
-		return nil, fmt.Errorf("market: ticket TTL must be positive, not %v", cfg.TicketTTL)
-	}
-	if cfg.ImagesPerTenant < 1 {
-		return nil, fmt.Errorf("market: images per tenant must be at least 1, not %d", cfg.ImagesPerTenant)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Headroom <= 0 {
-		cfg.Headroom = imagestore.DefaultHeadroom
-	}
-	if cfg.MinFree <= 0 {
-		cfg.MinFree = DefaultMinFree
-	}
-	if cfg.Catalogue == nil {
-		cfg.Catalogue = catalogue.Builtin()
-	}
-	if cfg.BodyTimeout <= 0 {
-		cfg.BodyTimeout = DefaultBodyTimeout
-	}
-	if cfg.TicketRate == 0 {
-		cfg.TicketRate = DefaultTicketRate
-	}
-	if cfg.TicketBurst == 0 {
-		cfg.TicketBurst = DefaultTicketBurst
-	}
-	if cfg.CheckoutTTL == 0 {
-		cfg.CheckoutTTL = DefaultCheckoutTTL
-	}
-	if cfg.CheckoutGrace == 0 {
-		cfg.CheckoutGrace = DefaultCheckoutGrace
-	}
-	if cfg.CheckoutTTL < billing.MinExpiry || cfg.CheckoutTTL > billing.MaxExpiry || cfg.CheckoutGrace < 0 {
-		return nil, fmt.Errorf("market: checkout TTL %v must be %v to %v and the grace %v not negative",
-			cfg.CheckoutTTL, billing.MinExpiry, billing.MaxExpiry, cfg.CheckoutGrace)
-	}
-	if cfg.Currency == "" {
-		cfg.Currency = "eur"
-	}
-	if _, ok := billing.MinimumAmount(cfg.Currency); !ok {
-		return nil, fmt.Errorf("market: currency %q is not one the payment gate knows", cfg.Currency)
-	}
-	if cfg.Payments != nil {
-		if _, err := baseurl.Parse(cfg.CheckoutReturnURL); err != nil {
-			return nil, fmt.Errorf("market: checkout return URL %q is not an http(s) URL", cfg.CheckoutReturnURL)
-		}
-	}
-	if cfg.TicketRate < 0 || cfg.TicketBurst < 0 {
-		return nil, fmt.Errorf("market: ticket rate %v and burst %d must not be negative", cfg.TicketRate, cfg.TicketBurst)
-	}
 	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log,
 		tickets: newTenantLimiter(cfg.TicketRate, cfg.TicketBurst), refusals: newRefusalLog(cfg.Log)}
 	if s.metrics, err = newMetrics(reg, st, blobs, cfg.Log); err != nil {
 		return nil, err
 	}
 
+	if s.handler, err = s.routes(reg, gather); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// check refuses a configuration the control plane cannot serve and fills
+// the fields left zero with their defaults.
+func (c *Config) check() error {
+	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	if _, err := baseurl.ParseBase(c.PublicURL); err != nil {
+		return fmt.Errorf("market: public URL %q is not an http(s) base URL like http://host:port", c.PublicURL)
+	}
+	if c.TicketTTL <= 0 {
+		return fmt.Errorf("market: ticket TTL must be positive, not %v", c.TicketTTL)
+	}
+	if c.ImagesPerTenant < 1 {
+		return fmt.Errorf("market: images per tenant must be at least 1, not %d", c.ImagesPerTenant)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Headroom <= 0 {
+		c.Headroom = imagestore.DefaultHeadroom
+	}
+	if c.MinFree <= 0 {
+		c.MinFree = DefaultMinFree
+	}
+	if c.Catalogue == nil {
+		c.Catalogue = catalogue.Builtin()
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.TicketRate == 0 {
+		c.TicketRate = DefaultTicketRate
+	}
+	if c.TicketBurst == 0 {
+		c.TicketBurst = DefaultTicketBurst
+	}
+	if c.CheckoutTTL == 0 {
+		c.CheckoutTTL = DefaultCheckoutTTL
+	}
+	if c.CheckoutGrace == 0 {
+		c.CheckoutGrace = DefaultCheckoutGrace
+	}
+	if c.CheckoutTTL < billing.MinExpiry || c.CheckoutTTL > billing.MaxExpiry || c.CheckoutGrace < 0 {
+		return fmt.Errorf("market: checkout TTL %v must be %v to %v and the grace %v not negative",
+			c.CheckoutTTL, billing.MinExpiry, billing.MaxExpiry, c.CheckoutGrace)
+	}
+	if c.Currency == "" {
+		c.Currency = "eur"
+	}
+	if _, ok := billing.MinimumAmount(c.Currency); !ok {
+		return fmt.Errorf("market: currency %q is not one the payment gate knows", c.Currency)
+	}
+	if c.Payments != nil {
+		if _, err := baseurl.Parse(c.CheckoutReturnURL); err != nil {
+			return fmt.Errorf("market: checkout return URL %q is not an http(s) URL", c.CheckoutReturnURL)
+		}
+	}
+	if c.TicketRate < 0 || c.TicketBurst < 0 {
+		return fmt.Errorf("market: ticket rate %v and burst %d must not be negative", c.TicketRate, c.TicketBurst)
+	}
+	return nil
+}
+
+// routes is the control plane's handler: every route and the Machines
+// page's files.
+func (s *Server) routes(reg prometheus.Registerer, gather prometheus.Gatherer) (http.Handler, error) {
 	rt := newRouter(s.metrics.observe, s.fail)
 	rt.handle(http.MethodGet, "/healthz", s.healthz)
 	rt.handle(http.MethodGet, "/readyz", s.readyz)
@@ -210,15 +228,14 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer, gather pr
 	rt.handle(http.MethodPost, "/market/vms/listings/close", s.machineRoute(false, s.closeListing))
 	rt.handle(http.MethodPost, "/market/vms/orders", s.machineRoute(true, s.createOrder))
 	rt.handle(http.MethodPost, "/market/stripe/webhook", s.webhook)
-	page, err := web.New(cfg.PublicURL) // the Machines page: GET /machines and its files
+	page, err := web.New(s.cfg.PublicURL) // the Machines page: GET /machines and its files
 	if err != nil {
 		return nil, err
 	}
 	for _, p := range page.Paths() {
 		rt.handle(http.MethodGet, p, page.ServeHTTP)
 	}
-	s.handler = rt
-	return s, nil
+	return rt, nil
 }
 
 // Handler returns the control plane's HTTP handler.
