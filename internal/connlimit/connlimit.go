@@ -342,8 +342,13 @@ type Conn struct {
 	since time.Time // when it began waiting or reading its body
 	// readTried: the server has called Read on it at least once.
 	readTried atomic.Bool
-	// lastRead: when a Read last returned bytes (l.now, in UnixNano).
+	// lastRead: when a Read last returned bytes (l.now, in UnixNano),
+	// kept only while the connection is not busy: a busy one is never
+	// ranked for eviction, and leaving busy restarts since.
 	lastRead atomic.Int64
+	// busyNow mirrors phase == busy for Read, which takes no lock: an
+	// upload's reads skip the clock.
+	busyNow atomic.Bool
 }
 
 // Read is the connection's Read. The first call makes c a candidate for
@@ -357,7 +362,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		c.l.mu.Unlock()
 	}
 	n, err := c.Conn.Read(p)
-	if n > 0 {
+	if n > 0 && !c.busyNow.Load() {
 		c.lastRead.Store(c.l.now().UnixNano())
 	}
 	return n, err
@@ -390,6 +395,7 @@ func (c *Conn) setPhase(p phase) {
 		l.wakeLocked()
 	}
 	c.phase = p
+	c.busyNow.Store(p == busy)
 }
 
 // Close closes the connection and gives its slot back, once however often
