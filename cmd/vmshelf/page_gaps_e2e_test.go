@@ -511,6 +511,7 @@ func TestPageKeyboard(t *testing.T) {
 		Forgotten        map[string]string `json:"forgotten"`
 		Visible          map[string]bool   `json:"visible"`
 		FocusAfterForget string            `json:"focusAfterForget"`
+		Message          string            `json:"message"`
 	}
 	pr.wait(&rep)
 	if len(rep.ToToken) > 3 {
@@ -532,6 +533,9 @@ func TestPageKeyboard(t *testing.T) {
 	}
 	if !rep.Visible["token"] || rep.Visible["app"] || rep.Visible["upload-file"] || rep.Visible["order-form"] || rep.Visible["token-forget"] {
 		t.Errorf("after Forget token the page shows %v; want the token field only", rep.Visible)
+	}
+	if !strings.Contains(rep.Message, "forgotten") {
+		t.Errorf("after Forget token, and a status answer that came back after it, the message is %q; want the token forgotten", rep.Message)
 	}
 	if rep.FocusAfterForget != "#token" {
 		t.Errorf("after Forget token the focus is on %q, want #token", rep.FocusAfterForget)

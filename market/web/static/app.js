@@ -285,25 +285,34 @@
       state.again = true
       return state.refreshing
     }
+    // body[data-loading] marks a status request on its way, for tests and
+    // tools that must know the page has settled.
+    document.body.dataset.loading = 'true'
     state.refreshing = (async () => {
       try {
         do {
           state.again = false
           await loadOnce()
-        } while (state.again)
+        } while (state.again && token.get())
       } finally {
         state.refreshing = null
+        delete document.body.dataset.loading
       }
     })()
     return state.refreshing
   }
 
   async function loadOnce () {
+    const asked = token.get()
     const [st, cat] = await Promise.all([
       api('/market/vms/status', {}),
       state.catalogue ? Promise.resolve(null) : api('/market/vm-images', null, 'GET')
     ])
     if (cat && cat.ok) state.catalogue = cat.data
+    // The token was forgotten or replaced while the answer was on its
+    // way: it belongs to a sign-in that has ended, and showing it would
+    // put a forgotten tenant's page back on the screen.
+    if (token.get() !== asked) return
     if (!st.ok) {
       if (st.status === 401) {
         token.forget()

@@ -38,8 +38,27 @@ b.main(async (track) => {
     order.push(await active());
   }
   await tabTo('#token-forget', 150);
+  // A refresh still on its way when the token is forgotten (the window
+  // regained focus, a poll) must not sign the page back in: hold one
+  // status answer, forget the token, then let the answer through.
+  let release;
+  const held = new Promise((resolve) => { release = resolve; });
+  let asked;
+  const askedP = new Promise((resolve) => { asked = resolve; });
+  await page.route('**/market/vms/status', async (route) => {
+    asked();
+    await held;
+    await route.continue();
+  });
+  const answered = page.waitForResponse('**/market/vms/status', { timeout: 10000 });
+  await page.evaluate(() => window.dispatchEvent(new Event('focus')));
+  await askedP;
   await page.keyboard.press('Enter');
-  await page.waitForSelector('body[data-ready="false"]', { timeout: 10000 });
+  release();
+  await answered;
+  await page.waitForSelector('body:not([data-loading])', { state: 'attached', timeout: 10000 });
+  await page.waitForSelector('body[data-ready="false"]', { state: 'attached', timeout: 10000 });
+  const message = await page.locator('#message').textContent();
   const forgotten = await b.storage(page);
   const visible = {};
   for (const id of ['token', 'app', 'upload-file', 'upload-start', 'order-form', 'token-forget']) {
@@ -47,5 +66,5 @@ b.main(async (track) => {
   }
   const focusAfterForget = await active();
   await ctx.close();
-  return { toToken, signedIn: Object.keys(signedIn.session), afterSignIn, order, forgotten: forgotten.session, visible, focusAfterForget };
+  return { toToken, signedIn: Object.keys(signedIn.session), afterSignIn, order, forgotten: forgotten.session, visible, focusAfterForget, message };
 });
