@@ -2,6 +2,7 @@ package billing
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,23 @@ func TestParseEvent(t *testing.T) {
 			header: strings.Replace(signed(completed, testWebhookSecret, testNow), "v1=", "v0=", 1), wantErr: ErrBadSignature},
 		{name: "signature without timestamp", payload: completed,
 			header: strings.Split(signed(completed, testWebhookSecret, testNow), ",")[1], wantErr: ErrBadSignature},
+		{
+			// Exactly at the tolerance: still fresh (only older is stale).
+			name:    "signed exactly 5 min ago",
+			payload: completed,
+			header:  signed(completed, testWebhookSecret, testNow.Add(-Tolerance)),
+			want: Event{ID: "evt_1VmshelfEvent0001", Type: "checkout.session.completed", APIVersion: stripe.APIVersion,
+				Created: time.Unix(1772367000, 0), SessionID: sessionID, OrderID: "ord_42"},
+		},
+		// A captured old event with a fresh t= put in front: stripe-go
+		// checks the signature against the last t, so the age must be
+		// the last t's too, or the fresh one would let the replay in.
+		{name: "old event, fresh t= in front", payload: completed,
+			header: fmt.Sprintf("t=%d,", testNow.Unix()) + signed(completed, testWebhookSecret, testNow.Add(-10*time.Minute)), wantErr: ErrStale},
+		// The other way round the signature no longer holds: the last t
+		// is not the one it was made over.
+		{name: "fresh t= after the signature", payload: completed,
+			header: signed(completed, testWebhookSecret, testNow.Add(-10*time.Minute)) + fmt.Sprintf(",t=%d", testNow.Unix()), wantErr: ErrBadSignature},
 		{name: "signed 10 min ago", payload: completed, header: signed(completed, testWebhookSecret, testNow.Add(-10*time.Minute)), wantErr: ErrStale},
 		{name: "signed 5 min and a second ago", payload: completed, header: signed(completed, testWebhookSecret, testNow.Add(-Tolerance-time.Second)), wantErr: ErrStale},
 		{name: "forged and stale", payload: completed, header: signed(completed, "whsec_other", testNow.Add(-10*time.Minute)), wantErr: ErrBadSignature},
