@@ -88,6 +88,16 @@ func needTool(t *testing.T, name string) {
 	}
 }
 
+// skipShort skips a test that runs the service as a process, or a
+// browser, under -short: make test-quick, a developer's edit-test loop of
+// unit tests. make test runs it.
+func skipShort(t *testing.T, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short (make test-quick): %s; make test runs it", why)
+	}
+}
+
 // cleanEnv is the environment of every child: no VMSHELF_* settings of the
 // developer's shell, no Go runtime memory settings (serve's own limit is
 // under test) and no proxy between us and loopback.
@@ -335,6 +345,7 @@ func launch(t *testing.T, dataDir, dataAddr, ctlAddr string, args, env []string)
 // launchBin is launch with the vmshelf binary bin.
 func launchBin(t *testing.T, bin, dataDir, dataAddr, ctlAddr string, args, env []string) (*server, string) {
 	t.Helper()
+	skipShort(t, "it starts vmshelf serve")
 	s := &server{
 		t: t, dataDir: dataDir, dataAddr: dataAddr, ctlAddr: ctlAddr,
 		stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{}), env: env,

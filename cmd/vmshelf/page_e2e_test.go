@@ -37,6 +37,7 @@ import (
 // test loudly, or fails it in CI.
 func browserDir(t *testing.T) string {
 	t.Helper()
+	skipShort(t, "it drives Chromium")
 	needTool(t, "node")
 	needTool(t, "chromium")
 	dir, err := filepath.Abs(filepath.Join("testdata", "browser"))

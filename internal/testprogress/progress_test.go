@@ -1,0 +1,91 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// A stream as go test -json writes it for three packages run side by side:
+// b finishes (with a skip) while a still runs, c fails in a subtest, d
+// does not build.
+const stream = `{"Action":"start","Package":"x/a"}
+{"Action":"run","Package":"x/a","Test":"TestSlow"}
+{"Action":"start","Package":"x/b"}
+{"Action":"run","Package":"x/b","Test":"TestTool"}
+{"Action":"output","Package":"x/b","Test":"TestTool","Output":"=== RUN   TestTool\n"}
+{"Action":"output","Package":"x/b","Test":"TestTool","Output":"    b_test.go:9: qemu-img missing: apt-get install qemu-utils\n"}
+{"Action":"output","Package":"x/b","Test":"TestTool","Output":"--- SKIP: TestTool (0.00s)\n"}
+{"Action":"skip","Package":"x/b","Test":"TestTool","Elapsed":0}
+{"Action":"pass","Package":"x/b","Test":"TestOther","Elapsed":0}
+{"Action":"pass","Package":"x/b","Elapsed":0.02}
+not an event: a tool's own line
+{"Action":"output","Package":"x/c","Test":"TestBad/sub","Output":"    c_test.go:3: wrong answer 42\n"}
+{"Action":"output","Package":"x/c","Test":"TestBad/sub","Output":"--- FAIL: TestBad/sub (0.00s)\n"}
+{"Action":"fail","Package":"x/c","Test":"TestBad/sub","Elapsed":0}
+{"Action":"output","Package":"x/c","Test":"TestBad","Output":"--- FAIL: TestBad (0.00s)\n"}
+{"Action":"fail","Package":"x/c","Test":"TestBad","Elapsed":0}
+{"Action":"output","Package":"x/c","Output":"FAIL\n"}
+{"Action":"fail","Package":"x/c","Elapsed":0.01}
+{"ImportPath":"x/d [x/d.test]","Action":"build-output","Output":"d_test.go:3:31: declared and not used: x\n"}
+{"ImportPath":"x/d [x/d.test]","Action":"build-fail"}
+{"Action":"fail","Package":"x/d","Elapsed":0,"FailedBuild":"x/d [x/d.test]"}
+{"Action":"pass","Package":"x/a","Test":"TestSlow","Elapsed":6}
+{"Action":"pass","Package":"x/a","Elapsed":6.01}
+`
+
+func TestReport(t *testing.T) {
+	var out strings.Builder
+	r := newReport(&out, func() time.Duration { return 75 * time.Second })
+	r.read(strings.NewReader(stream))
+	r.summary()
+	got := out.String()
+	lines := strings.Split(got, "\n")
+	// Progress in the order things happened, the skip before its package.
+	want := []string{
+		"[1m15s] SKIP x/b TestTool: qemu-img missing: apt-get install qemu-utils",
+		"[1m15s] ok   x/b 0.0s  2 tests, 1 skipped",
+		"not an event: a tool's own line",
+		"[1m15s] FAIL x/c 0.0s  1 tests",
+		"[1m15s] FAIL x/d 0.0s",
+		"[1m15s] ok   x/a 6.0s  1 tests",
+	}
+	for i, w := range want {
+		if i >= len(lines) || lines[i] != w {
+			t.Fatalf("line %d: want %q; the report:\n%s", i, w, got)
+		}
+	}
+	for _, w := range []string{
+		"=== Skipped (1)\nx/b TestTool: qemu-img missing",
+		"--- FAIL: x/c TestBad/sub\n    c_test.go:3: wrong answer 42",
+		"build of x/d [x/d.test] failed:\nd_test.go:3:31: declared and not used: x",
+		"DONE 4 tests, 1 skipped, 1 failed; 2 packages failed",
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("the report lacks %q:\n%s", w, got)
+		}
+	}
+	// The parent's verdict says nothing its subtest did not.
+	if strings.Contains(got, "--- FAIL: x/c TestBad\n") {
+		t.Errorf("the parent's empty failure is printed:\n%s", got)
+	}
+	if !r.failed() {
+		t.Error("a run with failures is not failed")
+	}
+}
+
+func TestReportPassing(t *testing.T) {
+	var out strings.Builder
+	r := newReport(&out, func() time.Duration { return time.Second })
+	r.read(strings.NewReader(`{"Action":"pass","Package":"x/a","Test":"TestA","Elapsed":0}
+{"Action":"pass","Package":"x/a","Elapsed":0.1}
+{"Action":"skip","Package":"x/e","Elapsed":0}
+`))
+	r.summary()
+	if r.failed() {
+		t.Errorf("a passing run is failed:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "---- x/e 0.0s  no test files") {
+		t.Errorf("a package without tests is not named as such:\n%s", out.String())
+	}
+}
