@@ -184,7 +184,10 @@ func TestE2EKubeFakeOrder(t *testing.T) {
 	needTool(t, "qemu-img")
 	start := time.Now()
 	const account = "acct_e2eKubeHost"
-	m := startKubeMarket(t, account, "--vms-domain", "vms.example.org")
+	// Replica sizes other than serve's defaults (1 vCPU, 2048 MiB, 20 GiB,
+	// losos-vm-local), so that wiring that drops a flag is seen.
+	m := startKubeMarket(t, account, "--vms-domain", "vms.example.org",
+		"--vm-cpu", "3", "--vm-memory-mib", "3000", "--vm-disk-gib", "25", "--vm-storage-class", "fast-nvme")
 	s, kube := m.s, m.kube
 	host := addHost(t, s, "host", account)
 	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
@@ -240,6 +243,15 @@ func TestE2EKubeFakeOrder(t *testing.T) {
 			vm.Spec.DataVolumeTemplates[0].Spec.Source == nil || vm.Spec.DataVolumeTemplates[0].Spec.Source.HTTP == nil {
 			t.Errorf("VirtualMachine %s: %s; want runStrategy Always, the order's labels, node1, an http DataVolume %s-disk",
 				name, mustJSON(vm.Spec), name)
+			continue
+		}
+		dv := vm.Spec.DataVolumeTemplates[0].Spec.Storage
+		mem := tmpl.Spec.Domain.Resources.Requests[corev1.ResourceMemory]
+		if tmpl.Spec.Domain.CPU == nil || tmpl.Spec.Domain.CPU.Cores != 3 || mem.String() != "3000Mi" ||
+			dv == nil || dv.StorageClassName == nil || *dv.StorageClassName != "fast-nvme" ||
+			dv.Resources.Requests.Storage().String() != "25Gi" {
+			t.Errorf("VirtualMachine %s: cpu %s, memory %s, disk %s; want --vm-cpu 3, --vm-memory-mib 3000, --vm-disk-gib 25 on fast-nvme",
+				name, mustJSON(tmpl.Spec.Domain.CPU), mem.String(), mustJSON(dv))
 		}
 	}
 	if n := len(kube.objects("VirtualMachine")); n != 2 {

@@ -523,10 +523,18 @@ func TestE2ETrustedProxiesWired(t *testing.T) {
 // Retry-After, and a second tenant still gets its own.
 func TestE2ETicketRateFlags(t *testing.T) {
 	t.Parallel()
-	s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{"--ticket-burst", "2", "--ticket-rate", "0.001"})
+	s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{"--ticket-burst", "2", "--ticket-rate", "0.001", "--ticket-ttl", "7m"})
 	for i := range 2 {
-		if code, body := s.ctl(t, "/market/vm-images/ticket", s.token, `{"name":"t","efi":false}`); code != http.StatusCreated {
+		code, body := s.ctl(t, "/market/vm-images/ticket", s.token, `{"name":"t","efi":false}`)
+		if code != http.StatusCreated {
 			t.Fatalf("ticket %d within the burst: %d %s", i+1, code, body)
+		}
+		var tk ticketAnswer
+		decode(t, body, &tk)
+		s.secret(tk.Ticket)
+		// --ticket-ttl 7m, not the default hour.
+		if d := time.Until(tk.ExpiresAt); d < 6*time.Minute || d > 7*time.Minute+5*time.Second {
+			t.Errorf("ticket %d expires %v from now; want 7 min (--ticket-ttl 7m)", i+1, d)
 		}
 	}
 	code, body := s.ctl(t, "/market/vm-images/ticket", s.token, `{"name":"t","efi":false}`)
