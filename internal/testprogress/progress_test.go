@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +89,34 @@ func TestReportPassing(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "---- x/e 0.0s  no test files") {
 		t.Errorf("a package without tests is not named as such:\n%s", out.String())
+	}
+}
+
+// TestExitsAsGoTest: make test's verdict is testprogress's exit code, so
+// it must be go test's: 1 for a failed test, 0 for a pass.
+func TestExitsAsGoTest(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "testprogress")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		pkg  string
+		code int
+		says string
+	}{
+		{"./testdata/fails", 1, "the answer is 41"},
+		{"./testdata/passes", 0, "DONE 1 tests, 0 skipped, 0 failed"},
+	} {
+		cmd := exec.Command(bin, "go", "test", "-json", "-count=1", tc.pkg)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if exit, ok := err.(*exec.ExitError); ok {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%s: %v", tc.pkg, err)
+		}
+		if code != tc.code || !strings.Contains(string(out), tc.says) {
+			t.Errorf("testprogress go test %s: exit %d, want %d, saying %q:\n%s", tc.pkg, code, tc.code, tc.says, out)
+		}
 	}
 }
