@@ -318,6 +318,12 @@ func snapshotCases() []Case {
 		{"structure/snapshot table outside file", B.with(put32(60, 1), put64(64, 100*c4k)), corrupt},
 		{"structure/snapshot table over header", B.with(put32(60, 1), put64(64, 0)), corrupt},
 		{"structure/snapshot table over L1", S.with(put64(64, uint64(S.l1))), corrupt},
+		// QEMU keeps up to 1024 bytes of extra data it does not know: the
+		// entry at that limit, its id and name moved behind the extra.
+		{"valid/snapshot extra data at QEMU's limit", S.with(put32(t+36, 1024), func(_ *layout, b []byte) {
+			copy(b[t+56:t+61], make([]byte, 5))
+			copy(b[t+40+1024:], "1snap")
+		}), ""},
 		{"structure/snapshot extra data too large", S.with(put32(t+36, 1025)), corrupt},
 		{"structure/snapshot extra data too short", S.with(put32(t+36, 8)), corrupt},
 		{"structure/snapshot name past EOF", S.with(func(_ *layout, b []byte) { be.PutUint16(b[t+14:], 0xffff) }), corrupt},
