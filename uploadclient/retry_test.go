@@ -76,3 +76,30 @@ func TestRetryCountsAndWaits(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerErrorRetryAfter: Retry-After is read in seconds (the edge's
+// "busy, come back in 5 s"), or as an HTTP date; the offset and reason
+// of the answer come with it; a malformed or negative value asks for no
+// wait of its own.
+func TestAnswerErrorRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		retryAfter string
+		min, max   time.Duration
+	}{
+		{"5", 5 * time.Second, 5 * time.Second},
+		{"0", 0, 0},
+		{"-1", 0, 0},
+		{"soon", 0, 0},
+		{time.Now().Add(time.Hour).UTC().Format(http.TimeFormat), 59 * time.Minute, time.Hour},
+		{time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat), 0, 0},
+	} {
+		resp := &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{},
+			Body: io.NopCloser(strings.NewReader(`{"error":"the edge is busy","reason":"busy"}`))}
+		resp.Header.Set("Retry-After", tc.retryAfter)
+		resp.Header.Set("Upload-Offset", "4096")
+		e := answerError(resp)
+		if e.RetryAfter < tc.min || e.RetryAfter > tc.max || e.Offset != 4096 || e.Reason != "busy" || e.Status != 503 {
+			t.Errorf("Retry-After %q: %+v, want a wait in [%v, %v], offset 4096, reason busy", tc.retryAfter, e, tc.min, tc.max)
+		}
+	}
+}
