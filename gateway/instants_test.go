@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +48,28 @@ func TestTusCheckpointInterval(t *testing.T) {
 	})
 	rc.c.Close()
 	e.waitSlotFreed(dirUpload)
+}
+
+// TestTusSessionExpiresAtItsInstant: a session is dead at its ExpiresAt,
+// like a ticket or a token, whether or not the sweep has run: a
+// nanosecond before it HEAD finds it, at it 404 sessionUnknown.
+func TestTusSessionExpiresAtItsInstant(t *testing.T) {
+	clk := &stillClock{t: time.Now()}
+	e := newEnv(t, func(c *Config) { c.Now = clk.now })
+	sess, _ := e.create(len(qcow2test.Base()))
+	clk.advance(sessionTTL - time.Nanosecond)
+	if off, code := headOffset(t, sess); code != 200 || off != 0 {
+		t.Fatalf("a nanosecond before the expiry: HEAD %d at %d, want 200 at 0", code, off)
+	}
+	clk.advance(time.Nanosecond)
+	resp, b := tusReq(t, "HEAD", sess, nil)
+	if resp.StatusCode != 404 {
+		t.Fatalf("at the expiry: HEAD %d %s, want 404", resp.StatusCode, b)
+	}
+	resp, b = patch(t, sess, 0, qcow2test.Base())
+	if resp.StatusCode != 404 || errorOf(t, bytes.NewReader(b)).Reason != "sessionUnknown" {
+		t.Fatalf("at the expiry: PATCH %d %s, want 404 sessionUnknown", resp.StatusCode, b)
+	}
 }
 
 // stillClock is a time source that stands still until advanced.
