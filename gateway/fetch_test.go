@@ -89,6 +89,12 @@ func TestFetch(t *testing.T) {
 		wantRange string
 	}{
 		{[]string{"Range", "bytes=0-65536"}, 206, 0, 65537, fmt.Sprintf("bytes 0-65536/%d", size)},
+		// One byte, N-N: exactly that byte, at the first, a middle and
+		// the last position, and the last as a suffix.
+		{[]string{"Range", "bytes=0-0"}, 206, 0, 1, fmt.Sprintf("bytes 0-0/%d", size)},
+		{[]string{"Range", "bytes=4097-4097"}, 206, 4097, 1, fmt.Sprintf("bytes 4097-4097/%d", size)},
+		{[]string{"Range", fmt.Sprintf("bytes=%d-%d", size-1, size-1)}, 206, size - 1, 1, fmt.Sprintf("bytes %d-%d/%d", size-1, size-1, size)},
+		{[]string{"Range", "bytes=-1"}, 206, size - 1, 1, fmt.Sprintf("bytes %d-%d/%d", size-1, size-1, size)},
 		// The largest answer read into memory, and the smallest sent
 		// with sendfile.
 		{[]string{"Range", fmt.Sprintf("bytes=4097-%d", 4097+smallRange-1)}, 206, 4097, smallRange, fmt.Sprintf("bytes 4097-%d/%d", 4097+smallRange-1, size)},
@@ -118,8 +124,8 @@ func TestFetch(t *testing.T) {
 				}
 				return
 			}
-			if !bytes.Equal(b, data[rc.off:rc.off+rc.n]) {
-				t.Errorf("body: %d bytes, not bytes %d..+%d of the image", len(b), rc.off, rc.n)
+			if !bytes.Equal(b, data[rc.off:rc.off+rc.n]) || resp.ContentLength != rc.n {
+				t.Errorf("body: %d bytes (Content-Length %d), not bytes %d..+%d of the image", len(b), resp.ContentLength, rc.off, rc.n)
 			}
 		})
 	}
@@ -129,7 +135,13 @@ func TestFetch(t *testing.T) {
 			t.Fatalf("status %d, %d bytes; want 304", resp.StatusCode, len(b))
 		}
 	})
-	for i := 0; i < 14; i++ { // every GET above gave its slot back
+	gets := 3 // every GET above gave its slot back (a 416 took none)
+	for _, rc := range ranges {
+		if rc.status != 416 {
+			gets++
+		}
+	}
+	for i := 0; i < gets; i++ {
 		e.waitSlotFreed(dirFetch)
 	}
 	e.assertNothingLeft(id)

@@ -59,3 +59,39 @@ func uploadCorpus(t *testing.T, cases []qcow2test.Case) {
 		})
 	}
 }
+
+// TestUploadVirtualSizeLimit: the edge holds an image to its own
+// MaxVirtualSize, not to the default every corpus case assumes: with the
+// limit at exactly the base image's 64 MiB disk, that image is stored and
+// the same image one byte larger is refused 422 virtualSizeTooLarge.
+func TestUploadVirtualSizeLimit(t *testing.T) {
+	base := qcow2test.Base()
+	const limit = 64 << 20 // Base's virtual size
+	if limit == qcow2test.Limits.MaxVirtualSize {
+		t.Fatal("the limit must differ from the default to show it is applied")
+	}
+	e := newEnv(t, func(c *Config) { c.MaxVirtualSize = limit })
+	var stored []string
+	for _, tc := range []struct {
+		name   string
+		data   []byte
+		status int
+		reason string
+	}{
+		{"at the limit", base, http.StatusCreated, ""},
+		{"one byte over", qcow2test.Mutate(base, qcow2test.Put64(24, limit+1)), http.StatusUnprocessableEntity, qcow2.ReasonVirtualSizeTooLarge},
+	} {
+		url, id := e.ticket()
+		resp, b := do(t, newRequest(t, http.MethodPut, url, bytes.NewReader(tc.data)))
+		e.waitSlotFreed(dirUpload)
+		if resp.StatusCode != tc.status {
+			t.Fatalf("%s: status %d %s, want %d", tc.name, resp.StatusCode, b, tc.status)
+		}
+		if tc.reason == "" {
+			stored = append(stored, id)
+		} else if eb := errorOf(t, bytes.NewReader(b)); eb.Reason != tc.reason {
+			t.Errorf("%s: reason %q, want %q (%s)", tc.name, eb.Reason, tc.reason, eb.Error)
+		}
+		e.assertNothingLeft(stored...)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
@@ -126,4 +128,42 @@ func TestForwardedOnlyFromTrustedProxy(t *testing.T) {
 			t.Errorf("forged X-Forwarded-For from an untrusted peer: %d, want 429", code)
 		}
 	})
+}
+
+// TestMissLimiterMemoryBound: the addresses remembered are bounded; at the
+// bound the rested ones (budget full again, no different from a new
+// address) make room, and an address that spent its budget keeps it spent:
+// a guesser is not handed a fresh budget because others came and went.
+// Only when none has rested does the limiter start over.
+func TestMissLimiterMemoryBound(t *testing.T) {
+	l := newMissLimiter(rate.Every(time.Hour), 1, 3)
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	step := func(addr string, at time.Time, want bool) {
+		t.Helper()
+		if got := l.miss(addr, at); got != want {
+			t.Fatalf("miss of %s at %v: %v, want %v", addr, at.Sub(t0), got, want)
+		}
+		if len(l.clients) > 3 {
+			t.Fatalf("%d addresses remembered, want at most 3", len(l.clients))
+		}
+	}
+	step("b", t0, true)
+	step("c", t0, true)
+	step("a", t0.Add(90*time.Minute), true)
+	step("a", t0.Add(90*time.Minute), false) // a's budget is spent
+	// Two hours on, b and c have exactly their budget back (rested), a
+	// half of it: the new address d takes their room, a is kept.
+	now := t0.Add(2 * time.Hour)
+	step("d", now, true)
+	if _, kept := l.clients["a"]; len(l.clients) != 2 || !kept {
+		t.Fatalf("after d: %d addresses (a kept: %v), want a and d", len(l.clients), kept)
+	}
+	step("a", now, false)
+	// Nobody rested: the next new address starts the limiter over rather
+	// than grow it.
+	step("e", now, true)
+	step("f", now, true)
+	if len(l.clients) != 1 {
+		t.Fatalf("%d addresses after a full limiter with none rested, want 1 (started over)", len(l.clients))
+	}
 }

@@ -79,6 +79,16 @@ func TestParseRange(t *testing.T) {
 		{"bytes=5-99999999999999999999999999999", 5, size - 5, true, true},
 		{"bytes=-99999999999999999999", 0, size, true, true},
 		{"bytes=-10", 990, 10, true, true},
+		// One byte: N-N is that byte alone, at the first, a middle and
+		// the last position; -1 is the last byte.
+		{"bytes=0-0", 0, 1, true, true},
+		{"bytes=5-5", 5, 1, true, true},
+		{"bytes=999-999", 999, 1, true, true},
+		{"bytes=999-", 999, 1, true, true},
+		{"bytes=-1", 999, 1, true, true},
+		{"bytes=-1000", 0, size, true, true},
+		{"bytes=-0", 0, 0, true, false},
+		{"bytes=6-5", 0, 0, false, false},
 		{"bytes=99999999999999999999-", 0, 0, true, false},
 		{"bytes=1000-1001", 0, 0, true, false},
 		{"bytes=+1-2", 0, 0, false, false},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
 )
 
 // failFenceOnce cannot answer the first lease check: the one a PATCH
@@ -61,4 +62,62 @@ func TestTusUnfencedLastByteKeepsOffsetBelowLength(t *testing.T) {
 		t.Fatalf("stored image %+v (%v), want sha %s", img, err, sha(data))
 	}
 	wantOffset(t, sess, len(data), "after the end")
+}
+
+// recordSaves records, in order, the offsets SaveProgress records and the
+// images AddImage records.
+type recordSaves struct {
+	imagestore.Store
+	mu     sync.Mutex
+	events []string
+}
+
+func (s *recordSaves) SaveProgress(ctx context.Context, uploadID string, offset int64, hashState []byte, expiresAt time.Time) error {
+	s.mu.Lock()
+	s.events = append(s.events, "save "+strconv.FormatInt(offset, 10))
+	s.mu.Unlock()
+	return s.Store.SaveProgress(ctx, uploadID, offset, hashState, expiresAt)
+}
+
+func (s *recordSaves) AddImage(ctx context.Context, img imagestore.Image, quota int) error {
+	s.mu.Lock()
+	s.events = append(s.events, "image")
+	s.mu.Unlock()
+	return s.Store.AddImage(ctx, img, quota)
+}
+
+// TestTusNoCheckpointAtTheLastByte: the image's length is a multiple of
+// CheckpointBytes (not the default), so the read that brings the last
+// byte crosses a checkpoint; still, the whole length is recorded only
+// once the image is: a crash between a checkpoint there and the commit
+// would leave HEAD saying "all bytes arrived" of an image never stored.
+func TestTusNoCheckpointAtTheLastByte(t *testing.T) {
+	img := qcow2test.Base()
+	const every = 4096
+	if len(img)%every != 0 {
+		t.Fatalf("the image's %d bytes are no multiple of %d", len(img), every)
+	}
+	rec := &recordSaves{}
+	e := startEnv(t, t.TempDir(), filepath.Join(t.TempDir(), "vmshelf.db"),
+		func(c *Config) { c.CheckpointBytes = every },
+		func(st imagestore.Store) imagestore.Store { rec.Store = st; return rec })
+	sess, _ := e.create(len(img))
+	if resp, b := patch(t, sess, 0, img); resp.StatusCode != 204 || resp.Header.Get("Upload-Offset") != strconv.Itoa(len(img)) {
+		t.Fatalf("PATCH: %d %s", resp.StatusCode, b)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	whole := "save " + strconv.Itoa(len(img))
+	for i, ev := range rec.events {
+		if ev == "image" {
+			if i+1 >= len(rec.events) || rec.events[i+1] != whole {
+				t.Errorf("calls %q: the image must be followed by its session's whole length", rec.events)
+			}
+			return
+		}
+		if ev == whole {
+			t.Fatalf("calls %q: the whole length was recorded before the image", rec.events)
+		}
+	}
+	t.Fatalf("calls %q: no image recorded", rec.events)
 }

@@ -332,12 +332,20 @@ func testEndUnleasedUploads(t *testing.T, s imagestore.Store) {
 	alive := start(2, t0)                     // lease held
 	young := start(3, t0.Add(50*time.Second)) // too young to judge, no lease yet
 	neverLeased := start(4, t0)               // no lease row at all
+	now := t0.Add(time.Minute)
+	// On the boundaries: started exactly at the bound (not before it, so
+	// still too young), and a lease that ends exactly now (dead at its
+	// ExpiresAt, like every lease).
+	atBound := start(5, now.Add(-30*time.Second))
+	lapsing := start(6, t0)
 	for _, id := range []string{dead, alive} {
 		if _, err := s.AcquireLease(ctx, prefix+id, "r1", leaseTTL, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	now := t0.Add(time.Minute)
+	if _, err := s.AcquireLease(ctx, prefix+lapsing, "r1", leaseTTL, now.Add(-leaseTTL)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.RenewLease(ctx, prefix+alive, "r1", 1, leaseTTL, t0.Add(leaseTTL-time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -346,14 +354,18 @@ func testEndUnleasedUploads(t *testing.T, s imagestore.Store) {
 	}
 	n, err := s.EndUnleasedUploads(ctx, prefix, now, now.Add(-30*time.Second))
 	must(t, "EndUnleasedUploads", err)
-	if n != 2 {
-		t.Errorf("EndUnleasedUploads = %d, want 2 (the dead one and the never leased one)", n)
+	if n != 3 {
+		t.Errorf("EndUnleasedUploads = %d, want 3 (the dead one, the never leased one and the one whose lease ends now)", n)
 	}
-	_, _ = neverLeased, young // judged through the quota below
-	// alive and young still hold their places: a quota of 2 is full.
+	_, _, _, _ = neverLeased, young, atBound, lapsing // judged through the quota below
+	// alive, young and atBound still hold their places: a quota of 3 is
+	// full, and was not overfull.
 	err = s.CreateTicket(ctx, imagestore.Ticket{UploadID: uploadID(9), TenantID: a.ID, Name: "more",
-		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, hash("more"), 2)
-	wantErr(t, "ticket beside the two still running at quota 2", err, imagestore.ErrQuota)
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, hash("more"), 3)
+	wantErr(t, "ticket beside the three still running at quota 3", err, imagestore.ErrQuota)
+	err = s.CreateTicket(ctx, imagestore.Ticket{UploadID: uploadID(10), TenantID: a.ID, Name: "one more",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, hash("one more"), 4)
+	must(t, "ticket beside the three still running at quota 4", err)
 	if n, err := s.EndUnleasedUploads(ctx, prefix, now, now.Add(-30*time.Second)); err != nil || n != 0 {
 		t.Errorf("second EndUnleasedUploads = %d, %v; want 0", n, err)
 	}

@@ -20,7 +20,7 @@ import (
 // every replica has parked again waiting for a later instant.
 
 const (
-	ttl      = 15 * time.Second
+	ttl      = 12 * time.Second // not DefaultTTL: a Leader that ignored its TTL would pass
 	interval = ttl / 3
 	lease    = "provisioner"
 )
@@ -427,7 +427,7 @@ func TestStoreTrouble(t *testing.T) {
 			if w.leader(t) != a {
 				t.Fatal("a, started first, does not lead")
 			}
-			w.step(t, t0.Add(interval)) // renewed until t0+20s
+			w.step(t, t0.Add(interval)) // renewed until t0+interval+ttl
 			expires := t0.Add(interval + ttl)
 			a.leases.fail(tc.renew, tc.acquire)
 			lead := a.term(t, 1)
@@ -469,7 +469,7 @@ func TestStoreHangs(t *testing.T) {
 	a.leases.mu.Lock()
 	a.leases.hang = hang
 	a.leases.mu.Unlock()
-	// The renewal at t0+5s hangs; the lease (from t0) expires at t0+15s.
+	// The renewal at t0+interval hangs; the lease (from t0) expires at t0+ttl.
 	w.clock.set(t0.Add(interval))
 	w.clock.set(t0.Add(ttl - time.Nanosecond))
 	if !a.l.Leading() || lead.Err() != nil {

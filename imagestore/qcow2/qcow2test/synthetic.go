@@ -239,6 +239,9 @@ func tableCases() []Case {
 	R := build(richSpec())
 	V2 := build(spec{version: 2, clusters: []guest{{idx: 0, kind: clData, fill: 1}}})
 	E := build(extSpec())
+	// One data cluster, the last cluster of the file: the file ends
+	// cluster-aligned, so its end is a place a data cluster could name.
+	D := build(spec{clusters: []guest{{idx: 0, kind: clData, fill: 1}}})
 	corrupt := qcow2.ReasonCorrupt
 	l1 := l1Of(R, 0)
 	data0 := uint64(R.host[richData0])
@@ -260,6 +263,8 @@ func tableCases() []Case {
 		{"structure/L2 entry reserved bit 56", R.with(orL2(richData0, 1<<56)), corrupt},
 		{"structure/data cluster unaligned", R.with(setL2(richData0, copied|(data0+512))), corrupt},
 		{"structure/data cluster outside file", R.with(setL2(richData0, copied|1000*c4k)), corrupt},
+		// Exactly at the end: the first offset outside the file.
+		{"structure/data cluster at the end of the file", D.with(setL2(0, copied|uint64(len(D.b)))), corrupt},
 		{"structure/data cluster over L1", R.with(setL2(richData0, copied|3*c4k)), corrupt},
 		{"structure/data cluster over reftable", R.with(setL2(richData0, copied|c4k)), corrupt},
 		{"structure/data cluster over its L2 table", R.with(setL2(richData0, copied|uint64(R.l2[0]))), corrupt},
@@ -313,6 +318,12 @@ func snapshotCases() []Case {
 		{"structure/snapshot table outside file", B.with(put32(60, 1), put64(64, 100*c4k)), corrupt},
 		{"structure/snapshot table over header", B.with(put32(60, 1), put64(64, 0)), corrupt},
 		{"structure/snapshot table over L1", S.with(put64(64, uint64(S.l1))), corrupt},
+		// QEMU keeps up to 1024 bytes of extra data it does not know: the
+		// entry at that limit, its id and name moved behind the extra.
+		{"valid/snapshot extra data at QEMU's limit", S.with(put32(t+36, 1024), func(_ *layout, b []byte) {
+			copy(b[t+56:t+61], make([]byte, 5))
+			copy(b[t+40+1024:], "1snap")
+		}), ""},
 		{"structure/snapshot extra data too large", S.with(put32(t+36, 1025)), corrupt},
 		{"structure/snapshot extra data too short", S.with(put32(t+36, 8)), corrupt},
 		{"structure/snapshot name past EOF", S.with(func(_ *layout, b []byte) { be.PutUint16(b[t+14:], 0xffff) }), corrupt},
