@@ -17,7 +17,8 @@
 // under net/http a handler still waiting for its request's body (a client
 // sending a body at a byte a second is no better than one sending its
 // head that slowly). A sign of life is the accept, bytes of a request
-// arriving, the end of an answer. A connection whose request a handler is
+// arriving, the end of an answer; one younger than 50 ms protects its
+// connection (see freshSign). A connection whose request a handler is
 // working on, or whose answer is being written, is never closed for
 // another: when every held connection is busy, the new one waits for a
 // slot.
@@ -177,7 +178,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.mu.Unlock()
 			return lc, nil
 		}
-		victim := l.victimLocked()
+		victim, ripe := l.victimLocked()
 		if victim != nil {
 			l.releaseLocked(victim)
 		}
@@ -189,13 +190,30 @@ func (l *Listener) Accept() (net.Conn, error) {
 			}
 			continue
 		}
-		select {
-		case <-l.wake:
-		case <-l.done:
+		if !l.await(ripe) {
 			_ = c.Close()
 			return nil, net.ErrClosed
 		}
 	}
+}
+
+// await waits for a held connection to be given back or to become a
+// candidate (a wake), or for ripe to pass when positive; false once l is
+// closed.
+func (l *Listener) await(ripe time.Duration) bool {
+	var later <-chan time.Time
+	if ripe > 0 {
+		t := time.NewTimer(ripe)
+		defer t.Stop()
+		later = t.C
+	}
+	select {
+	case <-l.wake:
+	case <-later:
+	case <-l.done:
+		return false
+	}
+	return true
 }
 
 // Backoff of Accept after a temporary error, as net/http's: 5 ms doubling
@@ -259,19 +277,28 @@ func Temporary(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// freshSign: a connection that showed life this recently is not closed
+// for another. A request whose head has arrived is a candidate until its
+// handler starts and makes it busy; on an overloaded machine that moment
+// can come late enough for every other candidate to show life after it (a
+// flood of slow bodies whose bytes arrive in one burst after a stall), and
+// the request just read, the newest of all, would be cut. A flood that
+// lively makes the new client wait this long instead.
+const freshSign = 50 * time.Millisecond
+
 // victimLocked is the held connection to close for a new one: of those not
 // busy that the server has begun to read, the one that has gone longest
-// without a sign of life (lastSign). A client that just connected and
-// sent its request is thus never closed for a flood of slow heads or
-// bodies: its request is the newest sign of all.
+// without a sign of life (lastSign), if that is at least freshSign ago. A
+// client that just connected and sent its request is thus never closed for
+// a flood of slow heads or bodies: its request is the newest sign of all.
 //
 // A connection the server has not yet tried to read is not a candidate:
 // in a burst, connections are accepted faster than their requests are
 // read, and each would close the oldest of those just before it, a real
 // client's among them. Accept waits for the server instead, which also
-// paces a flood to the speed the server reads. nil if none qualifies.
-func (l *Listener) victimLocked() *Conn {
-	var victim *Conn
+// paces a flood to the speed the server reads. nil if none qualifies;
+// then ripe, when positive, is how soon the oldest fresh one will.
+func (l *Listener) victimLocked() (victim *Conn, ripe time.Duration) {
 	var oldest time.Time
 	for c := range l.held {
 		if c.phase == busy || !c.readTried.Load() {
@@ -281,7 +308,13 @@ func (l *Listener) victimLocked() *Conn {
 			victim, oldest = c, sign
 		}
 	}
-	return victim
+	if victim == nil {
+		return nil, 0
+	}
+	if age := l.now().Sub(oldest); age < freshSign {
+		return nil, freshSign - age
+	}
+	return victim, 0
 }
 
 // releaseLocked gives c's slot back, once.

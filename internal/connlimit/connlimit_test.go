@@ -267,3 +267,42 @@ func (c *readFromConn) ReadFrom(r io.Reader) (int64, error) {
 	c.got += string(b)
 	return int64(len(b)), err
 }
+
+// TestFreshSignNotCut: a connection whose bytes arrived less than
+// freshSign ago is never closed for another, even when it is the oldest
+// candidate (every other one showed life after it, as a flood's bytes do
+// after a stall, while a request just read waits for its handler). The
+// new client waits until the oldest has been silent that long.
+func TestFreshSignNotCut(t *testing.T) {
+	l, addr := server(t, 2, func(w http.ResponseWriter, r *http.Request) {})
+	older := dial(t, addr)
+	sent := time.Now() // the server reads it later: its sign is no earlier
+	send(t, older, "GET / HTTP/1.1\r\nHost: t\r\nX-Slow: a")
+	waitBytesRead(t, l, 1)
+	younger := dial(t, addr)
+	send(t, younger, "GET / HTTP/1.1\r\nHost: t\r\nX-Slow: b")
+	waitBytesRead(t, l, 2)
+
+	closed := make(chan time.Time, 1)
+	go func() {
+		if closedByPeer(older, 10*time.Second) {
+			closed <- time.Now()
+		}
+		close(closed)
+	}()
+	fresh := dial(t, addr)
+	send(t, fresh, get)
+	if code, err := status(fresh, bufio.NewReader(fresh), 5*time.Second); code != http.StatusOK {
+		t.Fatalf("new client at the cap: %d, %v; want 200 once the oldest is no longer fresh", code, err)
+	}
+	at, ok := <-closed
+	if !ok {
+		t.Fatal("the oldest connection was not closed for the new client")
+	}
+	if d := at.Sub(sent); d < freshSign {
+		t.Errorf("the oldest connection was closed %v after its last bytes were sent; want no sooner than %v", d, freshSign)
+	}
+	if closedByPeer(younger, 200*time.Millisecond) {
+		t.Error("the younger connection was closed too")
+	}
+}
