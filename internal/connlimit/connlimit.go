@@ -17,7 +17,7 @@
 // under net/http a handler still waiting for its request's body (a client
 // sending a body at a byte a second is no better than one sending its
 // head that slowly). A sign of life is the accept, bytes of a request
-// arriving, the end of an answer; one younger than 50 ms protects its
+// arriving, the end of an answer; one younger than 20 ms protects its
 // connection (see freshSign). A connection whose request a handler is
 // working on, or whose answer is being written, is never closed for
 // another: when every held connection is busy, the new one waits for a
@@ -279,12 +279,12 @@ func Temporary(err error) bool {
 
 // freshSign: a connection that showed life this recently is not closed
 // for another. A request whose head has arrived is a candidate until its
-// handler starts and makes it busy; on an overloaded machine that moment
-// can come late enough for every other candidate to show life after it (a
-// flood of slow bodies whose bytes arrive in one burst after a stall), and
-// the request just read, the newest of all, would be cut. A flood that
-// lively makes the new client wait this long instead.
-const freshSign = 50 * time.Millisecond
+// handler starts and makes it busy; after a stall of the process (an
+// overloaded machine) its bytes and those of every slow body are read in
+// one burst, and the request just read, as old as the rest, could be cut.
+// A burst spans a few milliseconds; a flood that lively makes the new
+// client wait this long, which every client waiting for a slot then pays.
+const freshSign = 20 * time.Millisecond
 
 // victimLocked is the held connection to close for a new one: of those not
 // busy that the server has begun to read, the one that has gone longest
