@@ -24,6 +24,7 @@ b.main(async (track) => {
   const afterReload = await b.untilProgress(page, name, Math.min(beforeReload.value + 10, 60));
 
   b.log('browser restart at', afterReload.value, '%');
+  const storeBeforeClose = await b.storage(page);
   await ctx.close();
   ctx = await b.launch(); // the same profile dir: localStorage survives, sessionStorage does not
   page = await b.firstPage(ctx);
@@ -31,11 +32,12 @@ b.main(async (track) => {
   await b.open(page);
   const tokenForgotten = await page.locator('#token').isVisible();
   await b.signIn(page);
+  const storeAfterRestart = await b.storage(page);
   const waitingAgain = await b.untilSession(page, beforeReload.uploadId);
   await b.choose(page, [file]);
   const done = await b.untilState(page, name, 'done', 90000);
   const listed = await b.untilImages(page, 1);
   const storeEnd = await b.storage(page);
   await ctx.close();
-  return { beforeReload, waiting, storeMid, afterReload, tokenForgotten, waitingAgain, done, listed, storeEnd };
+  return { beforeReload, waiting, storeMid, afterReload, storeBeforeClose, storeAfterRestart, tokenForgotten, waitingAgain, done, listed, storeEnd };
 });
