@@ -88,7 +88,10 @@ func Start(t testing.TB) *Server {
 	return &Server{Admin: admin}
 }
 
-func startAPIServer(t testing.TB, etcdURL string) (*rest.Config, error) {
+// apiServerOptions are kube-apiserver's options for one test's server:
+// Flags, a loopback listener of its own, a self-signed certificate and a
+// signing key in a temporary directory, and etcd at etcdURL.
+func apiServerOptions(t testing.TB, etcdURL string) (*options.ServerRunOptions, error) {
 	dir := t.TempDir()
 
 	// A registry of versions and feature gates of its own, as kube-apiserver
@@ -138,7 +141,14 @@ func startAPIServer(t testing.TB, etcdURL string) (*rest.Config, error) {
 	s.ServiceAccountSigningKeyFile = keyFile
 	s.Authentication.ServiceAccounts.KeyFiles = []string{keyFile}
 	s.Authentication.ServiceAccounts.Issuers = []string{"https://kubetest.invalid"}
+	return s, nil
+}
 
+func startAPIServer(t testing.TB, etcdURL string) (*rest.Config, error) {
+	s, err := apiServerOptions(t, etcdURL)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	completed, err := s.Complete(ctx)
 	if err != nil {
