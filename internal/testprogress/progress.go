@@ -2,8 +2,10 @@
 // waiting on a long run wants to see while it runs: a line for each
 // package as it finishes (go test's own output holds a finished package
 // back until every package listed before it is done), a line for each
-// skipped test as it is skipped, and at the end the output of every
-// failure and the counts. It exits as go test did.
+// skipped test as it is skipped, a line after each minute without one
+// (what is still running, or that the test binaries are still being
+// compiled: a cold race build is minutes of go test's silence), and at the
+// end the output of every failure and the counts. It exits as go test did.
 //
 //	go run ./internal/testprogress go test -json -race ./...
 package main
@@ -38,7 +40,9 @@ func main() {
 	}
 	start := time.Now()
 	r := newReport(os.Stdout, func() time.Duration { return time.Since(start) })
-	r.read(events)
+	tick := time.NewTicker(heartbeatEvery / 4)
+	r.read(events, tick.C)
+	tick.Stop()
 	err = cmd.Wait()
 	r.summary()
 	switch {
@@ -68,7 +72,12 @@ type event struct {
 	FailedBuild string
 }
 
+// heartbeatEvery is the longest the report stays silent while go test runs.
+const heartbeatEvery = time.Minute
+
 type pkgState struct {
+	started        time.Duration // when its test binary began, by the report's clock
+	running        bool
 	tests, skipped int
 	output         map[string]*strings.Builder // by test; "" the package's own
 }
@@ -83,6 +92,8 @@ type report struct {
 	nTests   int
 	nFailed  int // top-level tests
 	nPkgFail int
+	nPkgDone int
+	said     time.Duration // when the report last printed a line
 }
 
 func newReport(out io.Writer, elapsed func() time.Duration) *report {
@@ -99,17 +110,74 @@ func (r *report) pkg(name string) *pkgState {
 }
 
 // read handles events until in ends. A line that is not an event (a
-// tool's own message) is printed as it is.
-func (r *report) read(in io.Reader) {
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		var e event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Action == "" {
-			fmt.Fprintln(r.out, sc.Text())
-			continue
+// tool's own message) is printed as it is. On each tick it checks whether
+// the report has been silent for heartbeatEvery and, if so, says what is
+// going on; a nil ticks never ticks.
+func (r *report) read(in io.Reader, ticks <-chan time.Time) {
+	lines := make(chan []byte)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			lines <- append([]byte(nil), sc.Bytes()...)
 		}
-		r.handle(e)
+	}()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return
+			}
+			r.line(l)
+		case <-ticks:
+			r.tick()
+		}
+	}
+}
+
+// tick prints a heartbeat if the report has been silent for heartbeatEvery.
+func (r *report) tick() {
+	if r.elapsed()-r.said >= heartbeatEvery {
+		r.heartbeat()
+	}
+}
+
+// line handles one line of go test's output.
+func (r *report) line(l []byte) {
+	var e event
+	if err := json.Unmarshal(l, &e); err != nil || e.Action == "" {
+		r.printf("%s\n", l)
+		return
+	}
+	r.handle(e)
+}
+
+// printf prints one or more lines of the report and notes when.
+func (r *report) printf(format string, args ...any) {
+	fmt.Fprintf(r.out, format, args...)
+	r.said = r.elapsed()
+}
+
+// heartbeat says what go test is doing while it prints nothing: which
+// packages' tests are running and for how long, or, before any has
+// started, that the test binaries are still being compiled.
+func (r *report) heartbeat() {
+	now := r.elapsed()
+	var running []string
+	for name, p := range r.pkgs {
+		if p.running {
+			running = append(running, fmt.Sprintf("%s (%s)", name, (now-p.started).Round(time.Second)))
+		}
+	}
+	sort.Strings(running)
+	switch {
+	case len(running) > 0:
+		r.printf("%s ... running: %s; %d packages done\n", r.stamp(), strings.Join(running, ", "), r.nPkgDone)
+	case r.nPkgDone == 0:
+		r.printf("%s ... compiling the test binaries (no package's tests have started yet; a cold build takes minutes)\n", r.stamp())
+	default:
+		r.printf("%s ... compiling the next test binaries; %d packages done\n", r.stamp(), r.nPkgDone)
 	}
 }
 
@@ -133,6 +201,8 @@ func (r *report) handle(e event) {
 	}
 	p := r.pkg(e.Package)
 	switch e.Action {
+	case "start":
+		p.started, p.running = r.elapsed(), true
 	case "output":
 		b := p.output[e.Test]
 		if b == nil {
@@ -163,7 +233,7 @@ func (r *report) testDone(e event, p *pkgState) {
 		p.skipped++
 		why := reason(p.output[e.Test])
 		r.skips = append(r.skips, fmt.Sprintf("%s %s: %s", e.Package, e.Test, why))
-		fmt.Fprintf(r.out, "%s SKIP %s %s: %s\n", r.stamp(), e.Package, e.Test, why)
+		r.printf("%s SKIP %s %s: %s\n", r.stamp(), e.Package, e.Test, why)
 	case "fail":
 		if top {
 			r.nFailed++
@@ -199,7 +269,8 @@ func (r *report) packageDone(e event, p *pkgState) {
 	} else if e.Action == "skip" {
 		counts = "  no test files"
 	}
-	fmt.Fprintf(r.out, "%s %s %s %.1fs%s\n", r.stamp(), word, e.Package, e.Elapsed, counts)
+	r.printf("%s %s %s %.1fs%s\n", r.stamp(), word, e.Package, e.Elapsed, counts)
+	r.nPkgDone++
 	delete(r.pkgs, e.Package)
 }
 

@@ -39,7 +39,7 @@ not an event: a tool's own line
 func TestReport(t *testing.T) {
 	var out strings.Builder
 	r := newReport(&out, func() time.Duration { return 75 * time.Second })
-	r.read(strings.NewReader(stream))
+	r.read(strings.NewReader(stream), nil)
 	r.summary()
 	got := out.String()
 	lines := strings.Split(got, "\n")
@@ -82,7 +82,7 @@ func TestReportPassing(t *testing.T) {
 	r.read(strings.NewReader(`{"Action":"pass","Package":"x/a","Test":"TestA","Elapsed":0}
 {"Action":"pass","Package":"x/a","Elapsed":0.1}
 {"Action":"skip","Package":"x/e","Elapsed":0}
-`))
+`), nil)
 	r.summary()
 	if r.failed() {
 		t.Errorf("a passing run is failed:\n%s", out.String())
@@ -118,5 +118,38 @@ func TestExitsAsGoTest(t *testing.T) {
 		if code != tc.code || !strings.Contains(string(out), tc.says) {
 			t.Errorf("testprogress go test %s: exit %d, want %d, saying %q:\n%s", tc.pkg, code, tc.code, tc.says, out)
 		}
+	}
+}
+
+// TestHeartbeat: a minute without a line gets one that says what runs, or
+// that the test binaries are still compiling; a line printed since holds
+// the next one back.
+func TestHeartbeat(t *testing.T) {
+	var out strings.Builder
+	now := 10 * time.Second
+	r := newReport(&out, func() time.Duration { return now })
+	at := func(d time.Duration) { now = d }
+
+	at(59 * time.Second)
+	r.tick() // not yet a minute
+	at(70 * time.Second)
+	r.tick()
+	r.line([]byte(`{"Action":"start","Package":"x/slow"}`))
+	at(80 * time.Second)
+	r.tick() // silent only 10 s since the last heartbeat
+	at(2*time.Minute + 10*time.Second)
+	r.tick()
+	r.line([]byte(`{"Action":"pass","Package":"x/fast","Elapsed":1}`))
+	at(3 * time.Minute)
+	r.tick() // 50 s after the ok line
+	at(3*time.Minute + 10*time.Second)
+	r.tick()
+
+	want := "[1m10s] ... compiling the test binaries (no package's tests have started yet; a cold build takes minutes)\n" +
+		"[2m10s] ... running: x/slow (1m0s); 0 packages done\n" +
+		"[2m10s] ok   x/fast 1.0s\n" +
+		"[3m10s] ... running: x/slow (2m0s); 1 packages done\n"
+	if out.String() != want {
+		t.Errorf("the report:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
