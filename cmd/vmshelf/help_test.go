@@ -292,10 +292,10 @@ func TestHelpReadmeCheck(t *testing.T) {
 			}
 		}
 	}
-	if !strings.HasSuffix(example, " — disk.qcow2") || !strings.HasSuffix(create, " disk.qcow2 1G") {
-		t.Fatalf("README's check example %q or its qemu-img line %q no longer names disk.qcow2", example, create)
+	if !strings.HasSuffix(example, " — scratch/disk.qcow2") || !strings.HasSuffix(create, " scratch/disk.qcow2 1G") {
+		t.Fatalf("README's check example %q or its qemu-img line %q no longer names scratch/disk.qcow2", example, create)
 	}
-	r := runWithin(t, 30*time.Second, nil, "sh", "-c", `cd "$1" && `+create+` >/dev/null && "$2" check disk.qcow2`,
+	r := runWithin(t, 30*time.Second, nil, "sh", "-c", `cd "$1" && mkdir scratch && `+create+` >/dev/null && "$2" check scratch/disk.qcow2`,
 		"sh", t.TempDir(), binPath)
 	if r.code != 0 || strings.TrimSuffix(r.stdout, "\n") != example {
 		t.Errorf("README's %q then check: exit %d, %q (stderr %q); README says %q", create, r.code, r.stdout, r.stderr, example)

@@ -1066,13 +1066,16 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	needQemu(t)
 	work := t.TempDir()
 	s := startServe(t, filepath.Join(work, "vmshelf-data"), nil)
-	_, firstBytes := makeImageData(t, work, "disk.qcow2", 2)
+	if err := os.Mkdir(filepath.Join(work, "scratch"), 0o755); err != nil { // the walk-through's
+		t.Fatal(err)
+	}
+	_, firstBytes := makeImageData(t, filepath.Join(work, "scratch"), "disk.qcow2", 2)
 	blocks := readmeBlocks(t, "## Resumable uploads")
 	if len(blocks) != 3 {
 		t.Fatalf("README's resumable section has %d sh blocks, want 3 (vmshelf upload, curl, vmshelf images and rm)", len(blocks))
 	}
 	script := strings.Join(blocks, "\n")
-	for _, want := range []string{"Upload-Length: $SIZE", "head -c $N", "curl -s -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload", "./bin/vmshelf images", "./bin/vmshelf rm"} {
+	for _, want := range []string{"Upload-Length: $SIZE", "head -c $N", "curl -sS --fail -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload", "./bin/vmshelf images", "./bin/vmshelf rm"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("README's sequence lacks %q", want)
 		}
@@ -1126,7 +1129,7 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-5]), &st); err != nil {
 		t.Fatalf("the fifth line from the end is not the status: %q", lines[len(lines)-5])
 	}
-	resumed, err := os.ReadFile(filepath.Join(work, "disk.qcow2")) // the curl part's image
+	resumed, err := os.ReadFile(filepath.Join(work, "scratch", "disk.qcow2")) // the curl part's image
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,10 +83,21 @@ import (
 // ("vmshelf-data/dev-token") and never prints the token, nor a
 // STRIPE_SECRET_KEY value the README sets.
 //
-// Not checked, as no command's output shows it: the HTTP statuses after
-// → (the blocks' curl -s prints bodies only) and the tus steps' headers
-// (`→ 204, Upload-Offset: N`; the last step's status command shows the
-// outcome); "prints box1's token once", "rotates; prints the new token
+//   - A `# →` comment that starts with an HTTP status and a comma and names
+//     no {…} (`# → 204, Upload-Offset: N`) is the last line the command
+//     prints, where N is any number and … any text (the tus steps print it
+//     with curl's -w).
+//   - Whatever a command prints, on stdout or stderr, ends with a newline:
+//     an answer without one leaves the reader's prompt glued to it.
+//
+// And the blocks fail loudly: once the README's sequence has filled the dev
+// box's image quota (before the block that lists the images with `vmshelf
+// images`), the first walk-through block runs again and must stop at its
+// ticket request, with the edge's refusal (reason imageQuota) printed and
+// no command after it run.
+//
+// Not checked, as no command's output shows it: the HTTP statuses before
+// a JSON answer (curl prints bodies only); "prints box1's token once", "rotates; prints the new token
 // once", "printed once" (fetch-url); "progress on stderr"; the market
 // status prose ("the order awaits payment at its checkout_url; the offer
 // has 2 replicas free", which TestE2EReadmeMarket checks).
@@ -167,6 +178,12 @@ func TestReadmeOnCleanClone(t *testing.T) {
 
 	var firstReady time.Duration
 	for _, b := range blocks {
+		if len(b.cmds) > 0 && strings.HasPrefix(b.cmds[0].text, "./bin/vmshelf images ") {
+			walk := readmeRunWalkThrough(t, blocks)
+			t.Run(fmt.Sprintf("the walk-through at the image quota (README.md:%d)", walk.line), func(t *testing.T) {
+				readmeRunAtQuota(t, dir, env, walk)
+			})
+		}
 		t.Run(fmt.Sprintf("%s (README.md:%d)", b.heading, b.line), func(t *testing.T) {
 			if srv, ok := readmeRunServerFor(b.firstLine()); ok {
 				switchTo(t, "set -e\n"+b.text, srv)
@@ -219,6 +236,18 @@ func TestReadmeOnCleanClone(t *testing.T) {
 	}
 	t.Logf("the README ran in %v (clone %v, first server ready at %v)",
 		time.Since(began).Round(time.Millisecond), cloned.Round(time.Millisecond), firstReady.Round(time.Millisecond))
+}
+
+// readmeRunWalkThrough is the first block under "Walk-through with curl".
+func readmeRunWalkThrough(t *testing.T, blocks []readmeRunBlock) readmeRunBlock {
+	t.Helper()
+	for _, b := range blocks {
+		if b.heading == "Walk-through with curl" {
+			return b
+		}
+	}
+	t.Fatal(`README.md has no block under "## Walk-through with curl"`)
+	return readmeRunBlock{}
 }
 
 // readmeRunSkipped are the commands of README's blocks that a reader does
@@ -293,6 +322,7 @@ type readmeRunCmd struct {
 	line  int    // README line where it starts
 	text  string // as written, its continuation lines included
 	want  string // the JSON object its `# →` comment names, or ""
+	last  string // the last line its `# → NNN, …` comment names, or ""
 	echo  string // the word its trailing literal echo prints, or ""
 	lists string // the name its `# lists "NAME"` comment promises, or ""
 }
@@ -318,7 +348,20 @@ var (
 	readmeRunAssign = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)=`)
 	readmeRunEcho   = regexp.MustCompile(`(?:^|&&|;)\s*echo\s+([A-Za-z][A-Za-z0-9 ._-]*?)\s*$`)
 	readmeRunLists  = regexp.MustCompile(`\s#.*\blists "([^"]+)"`)
+	// readmeRunStatusLine is a `# →` comment that names a printed line:
+	// an HTTP status, a comma, and more.
+	readmeRunStatusLine = regexp.MustCompile(`^[1-5][0-9][0-9], `)
 )
+
+// readmeRunLastLine says whether out's last line is what want (a `# → NNN,
+// …` comment) names: N any number, … any text.
+func readmeRunLastLine(want, out string) bool {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	pattern := regexp.QuoteMeta(want)
+	pattern = regexp.MustCompile(`\bN\b`).ReplaceAllString(pattern, `[0-9]+`)
+	pattern = strings.ReplaceAll(pattern, "…", ".*")
+	return regexp.MustCompile("^" + pattern + "$").MatchString(lines[len(lines)-1])
+}
 
 // readmeRunParse reads README's ```sh blocks and splits each into its
 // commands, with what the comments say they print.
@@ -386,7 +429,11 @@ func readmeRunCommands(t *testing.T, first int, body []string) []readmeRunCmd {
 					for _, more := range body[k+1 : j] {
 						answer += " " + strings.TrimPrefix(strings.TrimSpace(more), "#")
 					}
-					cmds[len(cmds)-1].want, _ = readmeRunObject(answer)
+					c := &cmds[len(cmds)-1]
+					c.want, _ = readmeRunObject(answer)
+					if a := strings.TrimSpace(answer); c.want == "" && readmeRunStatusLine.MatchString(a) {
+						c.last = a
+					}
 					break
 				}
 				if _, after, ok := strings.Cut(c, "→"); ok && strings.Contains(after, "{") {
@@ -703,6 +750,28 @@ func readmeRunBlockRun(t *testing.T, dir string, env []string, cmds []readmeRunC
 	if len(cmds) == 0 {
 		return
 	}
+	r := readmeRunRun(t, dir, env, cmds)
+	if r.err != nil {
+		t.Errorf("README.md:%d: %s\nfailed (%v); its stderr:\n%s\nits stdout:\n%s", r.failed.line, r.failed.text, r.err,
+			readmeRunShow(r.errs[r.failed.line]), readmeRunShow(r.outs[r.failed.line]))
+	}
+	for _, c := range cmds[:r.ran] {
+		readmeRunCheck(t, c, r)
+	}
+}
+
+// readmeRunResult is what a block's script printed, cut by command.
+type readmeRunResult struct {
+	outs, errs, vars map[int]string // by README line
+	err              error          // the script's
+	failed           readmeRunCmd   // the command that failed, if err
+	ran              int            // how many commands ran to their end
+}
+
+// readmeRunRun runs cmds as one bash script under `set -eo pipefail`, with
+// a marker before each command on stdout and stderr.
+func readmeRunRun(t *testing.T, dir string, env []string, cmds []readmeRunCmd) readmeRunResult {
+	t.Helper()
 	var script strings.Builder
 	script.WriteString("set -eo pipefail\n")
 	for _, c := range cmds {
@@ -712,42 +781,78 @@ func readmeRunBlockRun(t *testing.T, dir string, env []string, cmds []readmeRunC
 		}
 	}
 	stdout, stderr, err := readmeRunScript(t, dir, env, script.String(), readmeRunBudget(t, 2*time.Minute))
-	outs, vars := readmeRunSplit(stdout)
-	errs, _ := readmeRunSplit(stderr)
-	ran := len(cmds)
+	r := readmeRunResult{err: err, ran: len(cmds)}
+	r.outs, r.vars = readmeRunSplit(stdout)
+	r.errs, _ = readmeRunSplit(stderr)
 	if err != nil {
 		// The last command whose marker is out is the one that failed.
-		failed := cmds[0]
-		ran = 0
+		r.failed, r.ran = cmds[0], 0
 		for i, c := range cmds {
-			if _, ok := outs[c.line]; ok {
-				failed, ran = c, i
+			if _, ok := r.outs[c.line]; ok {
+				r.failed, r.ran = c, i
 			}
 		}
-		t.Errorf("README.md:%d: %s\nfailed (%v); its stderr:\n%s\nits stdout:\n%s", failed.line, failed.text, err, readmeRunShow(errs[failed.line]), readmeRunShow(outs[failed.line]))
 	}
-	for _, c := range cmds[:ran] {
-		out := outs[c.line]
-		if c.want != "" {
-			got, what := out, "printed"
-			if v := c.assigned(); v != "" {
-				got, what = vars[c.line], "set "+v+" to"
-			}
-			if problem := readmeRunMatchAnswer(c.want, got); problem != "" {
-				t.Errorf("README.md:%d: %s\n%s %q; the README says %s: %s", c.line, c.text, what, readmeRunShow(got), c.want, readmeRunShow(problem))
-			}
+	return r
+}
+
+// readmeRunCheck checks what c, which ran to its end, printed against
+// what the README says of it.
+func readmeRunCheck(t *testing.T, c readmeRunCmd, r readmeRunResult) {
+	t.Helper()
+	out := r.outs[c.line]
+	for what, printed := range map[string]string{"stdout": out, "stderr": r.errs[c.line]} {
+		if printed != "" && !strings.HasSuffix(printed, "\n") {
+			t.Errorf("README.md:%d: %s\nprinted on %s %q, which ends without a newline", c.line, c.text, what, readmeRunShow(printed))
 		}
-		if c.echo != "" {
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			if lines[len(lines)-1] != c.echo {
-				t.Errorf("README.md:%d: %s\nprinted %q, not %q; stderr:\n%s", c.line, c.text, readmeRunShow(out), c.echo, readmeRunShow(errs[c.line]))
-			}
+	}
+	if c.want != "" {
+		got, what := out, "printed"
+		if v := c.assigned(); v != "" {
+			got, what = r.vars[c.line], "set "+v+" to"
 		}
-		if c.lists != "" {
-			name, _ := json.Marshal(c.lists)
-			if !strings.Contains(out, string(name)) {
-				t.Errorf("README.md:%d: %s\nprinted %q, which does not list %s", c.line, c.text, readmeRunShow(out), name)
-			}
+		if problem := readmeRunMatchAnswer(c.want, got); problem != "" {
+			t.Errorf("README.md:%d: %s\n%s %q; the README says %s: %s", c.line, c.text, what, readmeRunShow(got), c.want, readmeRunShow(problem))
+		}
+	}
+	if c.last != "" && !readmeRunLastLine(c.last, out) {
+		t.Errorf("README.md:%d: %s\nprinted %q; the README says its last line is %q", c.line, c.text, readmeRunShow(out), c.last)
+	}
+	if c.echo != "" {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if lines[len(lines)-1] != c.echo {
+			t.Errorf("README.md:%d: %s\nprinted %q, not %q; stderr:\n%s", c.line, c.text, readmeRunShow(out), c.echo, readmeRunShow(r.errs[c.line]))
+		}
+	}
+	if c.lists != "" {
+		name, _ := json.Marshal(c.lists)
+		if !strings.Contains(out, string(name)) {
+			t.Errorf("README.md:%d: %s\nprinted %q, which does not list %s", c.line, c.text, readmeRunShow(out), name)
+		}
+	}
+}
+
+// readmeRunAtQuota runs the walk-through block b again once the dev box is
+// at its image quota: it must stop at its ticket request, having printed
+// the edge's refusal (imageQuota) and curl's error, and run nothing after.
+func readmeRunAtQuota(t *testing.T, dir string, env []string, b readmeRunBlock) {
+	t.Helper()
+	r := readmeRunRun(t, dir, env, b.cmds)
+	if r.err == nil {
+		t.Fatalf("README.md:%d: the walk-through block went through at the image quota; its output:\n%s", b.line, readmeRunShow(fmt.Sprint(r.outs)))
+	}
+	if !strings.Contains(r.failed.text, "/market/vm-images/ticket") {
+		t.Fatalf("README.md:%d: at the image quota the block stopped at\n%s\nnot at its ticket request; its stderr:\n%s", r.failed.line, r.failed.text, readmeRunShow(r.errs[r.failed.line]))
+	}
+	said := r.errs[r.failed.line]
+	for _, w := range []string{`"reason":"imageQuota"`, "already number 3", "returned error: 409"} {
+		if !strings.Contains(said, w) {
+			t.Errorf("README.md:%d: at the image quota the ticket request's refusal is not said aloud: no %q in its stderr:\n%s", r.failed.line, w, readmeRunShow(said))
+		}
+	}
+	for _, c := range b.cmds[r.ran+1:] {
+		if _, ok := r.outs[c.line]; ok {
+			t.Errorf("README.md:%d: ran after the refusal: %s", c.line, c.text)
 		}
 	}
 }
