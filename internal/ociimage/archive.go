@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/vmshelf/vmshelf/internal/imagespec"
 	"io"
 	"os"
 	"path/filepath"
@@ -26,9 +27,9 @@ const (
 )
 
 // Refs are the references an archive of a binary with this stamp carries:
-// the kit's (Repository:KitTag) and the version's.
+// the kit's (imagespec.Repository:KitTag) and the version's.
 func Refs(s Stamp) []string {
-	return []string{Repository + ":" + KitTag, Repository + ":" + VersionTag(s.Version)}
+	return []string{imagespec.Repository + ":" + imagespec.KitTag, imagespec.Repository + ":" + VersionTag(s.Version)}
 }
 
 // WriteArchive writes img as one tar that is a `docker save` archive and

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"github.com/vmshelf/vmshelf/internal/imagespec"
 	"io"
 	"os"
 	"os/exec"
@@ -76,7 +77,7 @@ func buildArchives(t *testing.T, n int) built {
 		t.Fatal(err)
 	}
 	for _, out := range []string{b.archive, b.again}[:n] {
-		img, st, err := Load(Source{BinaryPath: b.bin, CABundlePath: CABundlePath})
+		img, st, err := Load(Source{Bin: b.bin, CA: imagespec.CABundlePath})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +95,7 @@ func buildArchives(t *testing.T, n int) built {
 // files (owners, modes, fixed mtimes), and a second build of the same
 // binary is the same archive, byte for byte.
 func TestArchive(t *testing.T) {
-	if _, err := os.Stat(CABundlePath); err != nil {
+	if _, err := os.Stat(imagespec.CABundlePath); err != nil {
 		needTool(t, "update-ca-certificates") // the bundle's package; skips with the install
 	}
 	b := buildArchives(t, 2)
@@ -180,7 +181,7 @@ func checkLayer(t *testing.T, img v1.Image, bin string) {
 	cf, _ := img.ConfigFile()
 	files := readLayer(t, layers[0], cf.Created.Time)
 	wantBin, _ := os.ReadFile(bin)
-	wantCA, _ := os.ReadFile(CABundlePath)
+	wantCA, _ := os.ReadFile(imagespec.CABundlePath)
 	for path, want := range map[string][]byte{"usr/local/bin/vmshelf": wantBin, "etc/ssl/certs/ca-certificates.crt": wantCA} {
 		if f, ok := files[path]; !ok || !bytes.Equal(f.body, want) {
 			t.Errorf("%s: not the file put in (%d bytes, want %d)", path, len(f.body), len(want))
@@ -192,7 +193,7 @@ func checkLayer(t *testing.T, img v1.Image, bin string) {
 	if !strings.Contains(string(files["etc/passwd"].body), "\nvmshelf:x:65532:65532:") || !strings.Contains(string(files["etc/group"].body), "\nvmshelf:x:65532:") {
 		t.Errorf("passwd %q group %q: want the user vmshelf, 65532", files["etc/passwd"].body, files["etc/group"].body)
 	}
-	if d := files["data/"]; d.h == nil || d.h.Uid != UID || d.h.Gid != GID || d.h.Mode != 0o700 || d.h.Typeflag != tar.TypeDir {
+	if d := files["data/"]; d.h == nil || d.h.Uid != imagespec.UID || d.h.Gid != imagespec.GID || d.h.Mode != 0o700 || d.h.Typeflag != tar.TypeDir {
 		t.Errorf("/data %+v, want a directory of 65532:65532, 0700", d.h)
 	}
 }
@@ -357,11 +358,11 @@ func checkBundle(t *testing.T, ctx context.Context, bundle string, labels map[st
 	if err := json.Unmarshal(b, &spec); err != nil {
 		t.Fatal(err)
 	}
-	if spec.Process.User.UID != UID || spec.Process.User.GID != GID || len(spec.Process.Args) < 2 ||
-		spec.Process.Args[0] != BinaryPath || spec.Process.Args[1] != "serve" {
-		t.Errorf("the bundle runs %q as %d:%d, want %s serve as %d:%d", spec.Process.Args, spec.Process.User.UID, spec.Process.User.GID, BinaryPath, UID, GID)
+	if spec.Process.User.UID != imagespec.UID || spec.Process.User.GID != imagespec.GID || len(spec.Process.Args) < 2 ||
+		spec.Process.Args[0] != imagespec.BinaryPath || spec.Process.Args[1] != "serve" {
+		t.Errorf("the bundle runs %q as %d:%d, want %s serve as %d:%d", spec.Process.Args, spec.Process.User.UID, spec.Process.User.GID, imagespec.BinaryPath, imagespec.UID, imagespec.GID)
 	}
-	out := run(t, ctx, filepath.Join(bundle, "rootfs", filepath.FromSlash(strings.TrimPrefix(BinaryPath, "/"))), "version")
+	out := run(t, ctx, filepath.Join(bundle, "rootfs", filepath.FromSlash(strings.TrimPrefix(imagespec.BinaryPath, "/"))), "version")
 	lines := strings.Split(out, "\n")
 	commit := "commit unknown"
 	if r := labels[LabelRevision]; r != "" {

@@ -48,8 +48,8 @@ func BuildBinary(ctx context.Context, goCmd, repo, out string) error {
 
 // Source is where an image's parts are read from.
 type Source struct {
-	BinaryPath   string // a static Linux vmshelf (BuildBinary's)
-	CABundlePath string // the build machine's bundle, usually CABundlePath
+	Bin string // a static Linux vmshelf (BuildBinary's)
+	CA  string // the build machine's bundle, usually imagespec.CABundlePath
 	// SourceDateEpoch is $SOURCE_DATE_EPOCH; CommitTime, the commit's
 	// time when the binary has none (a build in a git worktree, where the
 	// go command finds no repository); see Created.
@@ -60,18 +60,18 @@ type Source struct {
 // Load reads the parts and builds the image; it returns the binary's
 // stamp too, for the archive's references.
 func Load(src Source) (v1.Image, Stamp, error) {
-	bin, err := os.ReadFile(src.BinaryPath)
+	bin, err := os.ReadFile(src.Bin)
 	if err != nil {
 		return nil, Stamp{}, fmt.Errorf("the binary: %w", err)
 	}
-	bi, err := buildinfo.ReadFile(src.BinaryPath)
+	bi, err := buildinfo.ReadFile(src.Bin)
 	if err != nil {
 		return nil, Stamp{}, fmt.Errorf("the binary's build information: %w", err)
 	}
 	if cgo := setting(bi.Settings, "CGO_ENABLED"); cgo != "0" {
-		return nil, Stamp{}, fmt.Errorf("%s was built with CGO_ENABLED=%q: the image has no C library, build it with CGO_ENABLED=0", src.BinaryPath, cgo)
+		return nil, Stamp{}, fmt.Errorf("%s was built with CGO_ENABLED=%q: the image has no C library, build it with CGO_ENABLED=0", src.Bin, cgo)
 	}
-	ca, err := os.ReadFile(src.CABundlePath)
+	ca, err := os.ReadFile(src.CA)
 	if err != nil {
 		return nil, Stamp{}, fmt.Errorf("the CA bundle (Debian: apt-get install ca-certificates): %w", err)
 	}

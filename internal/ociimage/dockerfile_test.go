@@ -2,6 +2,7 @@ package ociimage
 
 import (
 	"encoding/json"
+	"github.com/vmshelf/vmshelf/internal/imagespec"
 	"maps"
 	"os"
 	"path/filepath"
@@ -103,7 +104,7 @@ func TestDockerfile(t *testing.T) {
 	if len(stages) < 2 {
 		t.Fatalf("%d stages, want a build stage and the image", len(stages))
 	}
-	build := "CGO_ENABLED=0 GOOS=linux go " + strings.Join(GoBuildArgs("/out"+BinaryPath), " ")
+	build := "CGO_ENABLED=0 GOOS=linux go " + strings.Join(GoBuildArgs("/out"+imagespec.BinaryPath), " ")
 	if !slices.Contains(stages[len(stages)-2], instruction{"RUN", build}) {
 		t.Errorf("the build stage does not RUN %q", build)
 	}
@@ -131,24 +132,24 @@ func checkFinalStage(t *testing.T, final map[string][]string) {
 	if !slices.Equal(final["FROM"], []string{"scratch"}) {
 		t.Errorf("FROM %q, want scratch (an empty base, as make image)", final["FROM"])
 	}
-	if !slices.Equal(final["USER"], []string{User()}) {
-		t.Errorf("USER %q, want %q", final["USER"], User())
+	if !slices.Equal(final["USER"], []string{imagespec.User()}) {
+		t.Errorf("USER %q, want %q", final["USER"], imagespec.User())
 	}
-	if got := jsonArgs("ENTRYPOINT"); !slices.Equal(got, Entrypoint()) {
-		t.Errorf("ENTRYPOINT %q, want %q", got, Entrypoint())
+	if got := jsonArgs("ENTRYPOINT"); !slices.Equal(got, imagespec.Entrypoint()) {
+		t.Errorf("ENTRYPOINT %q, want %q", got, imagespec.Entrypoint())
 	}
-	if got := jsonArgs("CMD"); !slices.Equal(got, Cmd()) {
-		t.Errorf("CMD %q, want %q", got, Cmd())
+	if got := jsonArgs("CMD"); !slices.Equal(got, imagespec.Cmd()) {
+		t.Errorf("CMD %q, want %q", got, imagespec.Cmd())
 	}
-	if !slices.Equal(strings.Fields(strings.Join(final["EXPOSE"], " ")), ExposedPorts()) {
-		t.Errorf("EXPOSE %q, want %q", final["EXPOSE"], ExposedPorts())
+	if !slices.Equal(strings.Fields(strings.Join(final["EXPOSE"], " ")), imagespec.ExposedPorts()) {
+		t.Errorf("EXPOSE %q, want %q", final["EXPOSE"], imagespec.ExposedPorts())
 	}
 	var env []string
 	for k, v := range keyValues(t, strings.Join(final["ENV"], " ")) {
 		env = append(env, k+"="+v)
 	}
-	if slices.Sort(env); !slices.Equal(env, slices.Sorted(slices.Values(Env()))) {
-		t.Errorf("ENV %q, want %q", env, Env())
+	if slices.Sort(env); !slices.Equal(env, slices.Sorted(slices.Values(imagespec.Env()))) {
+		t.Errorf("ENV %q, want %q", env, imagespec.Env())
 	}
 	labels := keyValues(t, strings.Join(final["LABEL"], " "))
 	want := Labels(Stamp{Revision: "r"}, time.Unix(0, 0))
@@ -156,7 +157,7 @@ func checkFinalStage(t *testing.T, final map[string][]string) {
 		labels[LabelTitle] != want[LabelTitle] || labels[LabelDescription] != "QCOW2 image gateway and VM market edge" {
 		t.Errorf("LABEL %v, want the names %v", labels, slices.Sorted(maps.Keys(want)))
 	}
-	for _, dst := range []string{BinaryPath, CABundlePath, "/etc/passwd", "/etc/group", "--chown=" + User() + " /out" + DataDir + " " + DataDir} {
+	for _, dst := range []string{imagespec.BinaryPath, imagespec.CABundlePath, "/etc/passwd", "/etc/group", "--chown=" + imagespec.User() + " /out" + imagespec.DataDir + " " + imagespec.DataDir} {
 		if !slices.ContainsFunc(final["COPY"], func(c string) bool { return strings.HasSuffix(c, " "+dst) }) {
 			t.Errorf("no COPY to %s in %q", dst, final["COPY"])
 		}

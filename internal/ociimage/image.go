@@ -8,7 +8,7 @@
 // writes since Docker 25: docker load, podman load and containerd's import
 // (k3s ctr images import) take it. The Dockerfile at the repository's top
 // builds the same image with a container engine; its test keeps the two
-// in step through the constants below.
+// in step through internal/imagespec, which says what the image is.
 //
 // The image is reproducible: every file in the layer has the image's
 // creation time as its mtime, the owners and modes are fixed, and the
@@ -20,6 +20,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"fmt"
+	"github.com/vmshelf/vmshelf/internal/imagespec"
 	"io"
 	"regexp"
 	"runtime/debug"
@@ -34,62 +35,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
-
-// What the image is; docs/deploy's manifests and the Dockerfile say the
-// same (their tests read these).
-const (
-	// Repository is the image's name: localhost/ because it is imported,
-	// never pulled; a pull of it fails at once instead of fetching some
-	// other vmshelf from Docker Hub.
-	Repository = "localhost/vmshelf"
-	// KitTag is the tag docs/deploy's Deployments run (with
-	// imagePullPolicy IfNotPresent); every archive carries it beside its
-	// version's tag.
-	KitTag = "latest"
-	// BinaryPath is on the image's PATH, so that `kubectl exec … --
-	// vmshelf tenant add` finds it by name.
-	BinaryPath = "/usr/local/bin/vmshelf"
-	// CABundlePath is where Go's crypto/x509 looks first on Linux (Stripe,
-	// S3 and the Kubernetes API are reached over TLS).
-	CABundlePath = "/etc/ssl/certs/ca-certificates.crt"
-	UID          = 65532
-	GID          = 65532
-	UserName     = "vmshelf"
-	// DataDir is the volume's mount point, owned by the user; the store is
-	// DataDir/vmshelf (StoreDir), a directory serve makes itself 0700.
-	DataDir  = "/data"
-	StoreDir = DataDir + "/vmshelf"
-	// The planes' ports inside the container.
-	DataPort    = 8480
-	ControlPort = 8481
-	// Path is the image's PATH.
-	Path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-)
-
-// Entrypoint is the binary itself: `docker run IMAGE tenant list` and the
-// Deployment's `args: [serve, …]` give vmshelf its command.
-func Entrypoint() []string { return []string{BinaryPath} }
-
-// Cmd is what runs with no arguments: serve on every interface of the
-// container (its own loopback is unreachable from outside). The store's
-// place comes from Env, so that every command run in the container (serve,
-// and the tenant commands an operator runs through kubectl exec) uses the
-// same one.
-func Cmd() []string {
-	return []string{"serve", fmt.Sprintf("--data-addr=0.0.0.0:%d", DataPort), fmt.Sprintf("--control-addr=0.0.0.0:%d", ControlPort)}
-}
-
-// Env is the image's environment.
-func Env() []string { return []string{"PATH=" + Path, "VMSHELF_DATA_DIR=" + StoreDir} }
-
-// User is the image's user, numeric so that Kubernetes' runAsNonRoot can
-// check it without reading /etc/passwd.
-func User() string { return fmt.Sprintf("%d:%d", UID, GID) }
-
-// ExposedPorts are the two planes'.
-func ExposedPorts() []string {
-	return []string{fmt.Sprintf("%d/tcp", DataPort), fmt.Sprintf("%d/tcp", ControlPort)}
-}
 
 // The OCI annotation keys the image's labels use.
 const (
@@ -211,7 +156,7 @@ func Build(in Input) (v1.Image, error) {
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, MediaType: types.OCILayer, History: v1.History{
 		Created:   v1.Time{Time: in.Created},
-		CreatedBy: "internal/ociimage: " + BinaryPath + ", " + CABundlePath + ", user " + UserName,
+		CreatedBy: "internal/ociimage: " + imagespec.BinaryPath + ", " + imagespec.CABundlePath + ", user " + imagespec.UserName,
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("append the layer: %w", err)
@@ -223,10 +168,10 @@ func Build(in Input) (v1.Image, error) {
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture, cf.Created = in.Stamp.GOOS, in.Stamp.GOARCH, v1.Time{Time: in.Created}
 	cf.Config = v1.Config{
-		User: User(), Entrypoint: Entrypoint(), Cmd: Cmd(), Env: Env(), WorkingDir: "/",
+		User: imagespec.User(), Entrypoint: imagespec.Entrypoint(), Cmd: imagespec.Cmd(), Env: imagespec.Env(), WorkingDir: "/",
 		ExposedPorts: map[string]struct{}{}, Labels: Labels(in.Stamp, in.Created),
 	}
-	for _, p := range ExposedPorts() {
+	for _, p := range imagespec.ExposedPorts() {
 		cf.Config.ExposedPorts[p] = struct{}{}
 	}
 	img, err = mutate.ConfigFile(img, cf)
@@ -238,11 +183,13 @@ func Build(in Input) (v1.Image, error) {
 
 // passwdFile is /etc/passwd: root and the user, so that tools show a name.
 func passwdFile() string {
-	return fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\n%s:x:%d:%d:%s:%s:/sbin/nologin\n", UserName, UID, GID, UserName, DataDir)
+	return fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\n%s:x:%d:%d:%s:%s:/sbin/nologin\n", imagespec.UserName, imagespec.UID, imagespec.GID, imagespec.UserName, imagespec.DataDir)
 }
 
 // groupFile is /etc/group.
-func groupFile() string { return fmt.Sprintf("root:x:0:\n%s:x:%d:\n", UserName, GID) }
+func groupFile() string {
+	return fmt.Sprintf("root:x:0:\n%s:x:%d:\n", imagespec.UserName, imagespec.GID)
+}
 
 // layerEntry is one file or directory of the layer.
 type layerEntry struct {
@@ -256,18 +203,18 @@ type layerEntry struct {
 // owners, modes and mtime.
 func layerTar(in Input) ([]byte, error) {
 	entries := []layerEntry{
-		{name: "data/", mode: 0o700, uid: UID, gid: GID},
+		{name: "data/", mode: 0o700, uid: imagespec.UID, gid: imagespec.GID},
 		{name: "etc/", mode: 0o755},
 		{name: "etc/group", mode: 0o644, body: []byte(groupFile())},
 		{name: "etc/passwd", mode: 0o644, body: []byte(passwdFile())},
 		{name: "etc/ssl/", mode: 0o755},
 		{name: "etc/ssl/certs/", mode: 0o755},
-		{name: strings.TrimPrefix(CABundlePath, "/"), mode: 0o644, body: in.CABundle},
+		{name: strings.TrimPrefix(imagespec.CABundlePath, "/"), mode: 0o644, body: in.CABundle},
 		{name: "tmp/", mode: 0o1777},
 		{name: "usr/", mode: 0o755},
 		{name: "usr/local/", mode: 0o755},
 		{name: "usr/local/bin/", mode: 0o755},
-		{name: strings.TrimPrefix(BinaryPath, "/"), mode: 0o755, body: in.Binary},
+		{name: strings.TrimPrefix(imagespec.BinaryPath, "/"), mode: 0o755, body: in.Binary},
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
 	var buf bytes.Buffer
@@ -288,8 +235,8 @@ func writeEntry(tw *tar.Writer, e layerEntry, mtime time.Time) error {
 		Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: mtime,
 		Uname: "root", Gname: "root",
 	}
-	if e.uid == UID {
-		h.Uname, h.Gname = UserName, UserName
+	if e.uid == imagespec.UID {
+		h.Uname, h.Gname = imagespec.UserName, imagespec.UserName
 	}
 	if strings.HasSuffix(e.name, "/") {
 		h.Typeflag = tar.TypeDir

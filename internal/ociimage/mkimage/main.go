@@ -16,13 +16,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmshelf/vmshelf/internal/imagespec"
 	"github.com/vmshelf/vmshelf/internal/ociimage"
 )
 
 func main() {
 	out := flag.String("o", "bin/vmshelf-image.tar", "the archive to write")
 	goCmd := flag.String("go", "go", "the go command that builds the binary")
-	ca := flag.String("ca", ociimage.CABundlePath, "the CA bundle to put into the image")
+	ca := flag.String("ca", imagespec.CABundlePath, "the CA bundle to put into the image")
 	flag.Parse()
 	if err := run(*out, *goCmd, *ca); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
@@ -42,7 +43,7 @@ func run(out, goCmd, ca string) error {
 		return err
 	}
 	img, st, err := ociimage.Load(ociimage.Source{
-		BinaryPath: bin, CABundlePath: ca,
+		Bin: bin, CA: ca,
 		SourceDateEpoch: os.Getenv("SOURCE_DATE_EPOCH"), CommitTime: commitTime,
 	})
 	if err != nil {
