@@ -381,7 +381,13 @@ func operatorNamespaces() []kitObject {
 // KubeVirt's, CDI's and helm-controller's CRDs are stand-ins
 // (standInCRD).
 func TestKitAccepted(t *testing.T) {
-	objs := loadKit(t)
+	applyReadBack(t, loadKit(t))
+}
+
+// applyReadBack creates objs on a fresh API server, in order, with
+// strict field validation, and reads each back.
+func applyReadBack(t *testing.T, objs []kitObject) {
+	t.Helper()
 	srv := Start(t)
 	registerCRDs(t, srv.Admin, standInCRDs())
 	applyKit(t, srv.Admin, kitScheme(t), operatorNamespaces())

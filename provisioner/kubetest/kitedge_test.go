@@ -2,7 +2,6 @@ package kubetest
 
 import (
 	"bytes"
-	"context"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,8 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -305,7 +302,7 @@ func TestKitKustomization(t *testing.T) {
 			t.Errorf("object %d: kustomize builds %v, the file holds %v (or they differ)", i, got[i], want[i])
 		}
 	}
-	applyKustomized(t, got)
+	applyReadBack(t, got)
 }
 
 // kustomize runs kustomize's build of the kit and decodes its output as
@@ -325,24 +322,4 @@ func kustomize(t *testing.T) []kitObject {
 		t.Fatal(err)
 	}
 	return objs
-}
-
-func applyKustomized(t *testing.T, objs []kitObject) {
-	t.Helper()
-	srv := Start(t)
-	registerCRDs(t, srv.Admin, standInCRDs())
-	applyKit(t, srv.Admin, kitScheme(t), operatorNamespaces())
-	applyKit(t, srv.Admin, kitScheme(t), objs)
-	dc, err := dynamic.NewForConfig(srv.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, o := range objs {
-		m := o.obj.(metav1.Object)
-		if _, err := resourceFor(t, dc, o.gvk, m.GetNamespace()).Get(ctx, m.GetName(), metav1.GetOptions{}); err != nil {
-			t.Errorf("%v: read back: %v", o, err)
-		}
-	}
 }
