@@ -32,15 +32,19 @@ const toolInstall = "apt-get install skopeo umoci"
 func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
+	if err != nil {
+		missing(t, name+" is not installed; install it with: "+toolInstall)
 	}
-	msg := name + " is not installed; install it with: " + toolInstall
+	return p
+}
+
+// missing fails the test under CI=true and skips it loudly elsewhere.
+func missing(t *testing.T, msg string) {
+	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
 	t.Skip("SKIPPED: " + msg)
-	return ""
 }
 
 // repoRoot is the main module's top, two levels above this package.
@@ -96,7 +100,7 @@ func buildArchives(t *testing.T, n int) built {
 // binary is the same archive, byte for byte.
 func TestArchive(t *testing.T) {
 	if _, err := os.Stat(imagespec.CABundlePath); err != nil {
-		needTool(t, "update-ca-certificates") // the bundle's package; skips with the install
+		missing(t, imagespec.CABundlePath+", the CA bundle the image takes, is missing; install it with: apt-get install ca-certificates")
 	}
 	b := buildArchives(t, 2)
 	if sumFile(t, b.archive) != sumFile(t, b.again) {
