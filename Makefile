@@ -10,7 +10,7 @@ DATA    ?= ./vmshelf-data
 # Empty: each fuzz target gets an execution count (see fuzz below).
 FUZZTIME ?=
 
-.PHONY: build run deps test test-short test-quick test-race test-race-kube test-kube fuzz bench lint lint-kube clean mutate mutate-all
+.PHONY: build image run deps test test-short test-quick test-race test-race-kube test-kube fuzz bench lint lint-kube clean mutate mutate-all
 
 # -buildvcs=auto: `vmshelf version` names the commit it was built from,
 # even where the environment sets GOFLAGS=-buildvcs=false (this one does).
@@ -20,6 +20,15 @@ FUZZTIME ?=
 BUILDPROGRESS := $(GO) run ./internal/buildprogress
 build:
 	$(BUILDPROGRESS) $(GO) build -v -buildvcs=auto -o $(BIN) ./cmd/vmshelf
+
+# `make image`: vmshelf's container image with no container engine
+# (internal/ociimage): the static binary (CGO_ENABLED=0, stamped as build
+# stamps it) on an empty base with the CA certificates, as user 65532,
+# written as bin/vmshelf-image.tar, which docker load, podman load and
+# k3s ctr images import take (docs/deploy/README.md). The Dockerfile builds
+# the same with an engine.
+image:
+	$(GO) run ./internal/ociimage/mkimage -go $(GO) -o bin/vmshelf-image.tar
 
 run: build
 	./$(BIN) serve --dev --data-dir $(DATA)

@@ -41,11 +41,13 @@ var debian = []struct {
 	{"nginx", []string{"nginx"}},
 	{"wrk", []string{"wrk"}},
 	{"postgresql", []string{"initdb", "pg_ctl"}},
+	{"skopeo", []string{"skopeo"}},
+	{"umoci", []string{"umoci"}},
 }
 
 // missingNames is how .ci/deps names each thing when all are missing.
 var missingNames = []string{"qemu-img", "qemu-io", "qemu-img's http driver", "nbdkit", "curl", "strace",
-	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "initdb", "pg_ctl", "stripe-mock", "tusd", "versitygw"}
+	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "initdb", "pg_ctl", "skopeo", "umoci", "stripe-mock", "tusd", "versitygw"}
 
 // tusdInstall is how .ci/deps installs the bench's tusd (bench/README.md
 // names the same version).
@@ -314,7 +316,7 @@ func TestDepsInstalls(t *testing.T) {
 		{
 			name:  "some there: only the others are installed",
 			setup: setup{has: []string{"qemu-utils", "curl", "strace", "e2fsprogs", "nodejs", "npm"}, npmDone: true, goTools: true},
-			calls: installs("qemu-block-extra", "nbdkit", "prometheus", "chromium", "nginx", "wrk", "postgresql"),
+			calls: installs("qemu-block-extra", "nbdkit", "prometheus", "chromium", "nginx", "wrk", "postgresql", "skopeo", "umoci"),
 			ok:    true,
 		},
 		{

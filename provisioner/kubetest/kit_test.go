@@ -39,15 +39,20 @@ const kitDir = "../../docs/deploy"
 
 // kitFiles are the kit's manifests in the order the guide applies them.
 // TestKitFilesListed keeps it complete.
-var kitFiles = []string{"rbac.yaml", "storageclass.yaml", "kubevirt-cr.yaml", "cdi-cr.yaml", "vmshelf.yaml", "vmshelf-scale-out.yaml"}
+var kitFiles = []string{"rbac.yaml", "storageclass.yaml", "kubevirt-cr.yaml", "cdi-cr.yaml", "vmshelf.yaml", "vmshelf-scale-out.yaml",
+	"ingress.yaml", "traefik-k3s.yaml", "traefik-rke2.yaml"}
+
+// kustomizationFile is kubectl apply -k's list of the kit, no manifest of
+// its own (TestKitKustomization).
+const kustomizationFile = "kustomization.yaml"
 
 // kitScheme knows every type a manifest of the kit may hold: Kubernetes'
-// own, KubeVirt's and CDI's, and CRDs.
+// own, KubeVirt's and CDI's, CRDs, and k3s's and rke2's HelmChartConfig.
 func kitScheme(t testing.TB) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, cdiv1beta1.AddToScheme, apiextensionsv1.AddToScheme,
+		clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, cdiv1beta1.AddToScheme, apiextensionsv1.AddToScheme, addHelmChartConfig,
 	} {
 		if err := add(s); err != nil {
 			t.Fatalf("scheme: %v", err)
@@ -165,6 +170,7 @@ var kitResources = map[schema.GroupVersionKind]kitResource{
 	{Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "CDI"}:                      {"cdis", false},
 	{Group: "cdi.kubevirt.io", Version: "v1beta1", Kind: "DataVolume"}:               {"datavolumes", true},
 	{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}: {"customresourcedefinitions", false},
+	helmChartConfigGVK: {"helmchartconfigs", true},
 }
 
 // resourceFor is the dynamic client's handle on o's kind (namespaced
@@ -241,9 +247,11 @@ func standInCRD(group, version, kind, plural string, scope apiextensionsv1.Resou
 	}
 }
 
-// standInCRDs are the operators' CRDs the kit and the provisioner use.
+// standInCRDs are the operators' CRDs the kit and the provisioner use,
+// and helm-controller's HelmChartConfig, which k3s and rke2 install.
 func standInCRDs() []*apiextensionsv1.CustomResourceDefinition {
 	return []*apiextensionsv1.CustomResourceDefinition{
+		standInCRD("helm.cattle.io", "v1", "HelmChartConfig", "helmchartconfigs", apiextensionsv1.NamespaceScoped),
 		standInCRD("kubevirt.io", "v1", "VirtualMachine", "virtualmachines", apiextensionsv1.NamespaceScoped),
 		standInCRD("kubevirt.io", "v1", "KubeVirt", "kubevirts", apiextensionsv1.NamespaceScoped),
 		standInCRD("cdi.kubevirt.io", "v1beta1", "DataVolume", "datavolumes", apiextensionsv1.NamespaceScoped),
@@ -303,7 +311,8 @@ func waitEstablished(ctx context.Context, w watch.Interface) bool {
 }
 
 // TestKitFilesListed: every manifest in docs/deploy is one the tests
-// decode and apply; a new file cannot ship unchecked.
+// decode and apply; a new file cannot ship unchecked. (kustomization.yaml
+// is kubectl apply -k's list of them: TestKitKustomization.)
 func TestKitFilesListed(t *testing.T) {
 	found, err := filepath.Glob(filepath.Join(kitDir, "*.yaml"))
 	if err != nil {
@@ -311,7 +320,9 @@ func TestKitFilesListed(t *testing.T) {
 	}
 	var names []string
 	for _, f := range found {
-		names = append(names, filepath.Base(f))
+		if filepath.Base(f) != kustomizationFile {
+			names = append(names, filepath.Base(f))
+		}
 	}
 	want := slices.Clone(kitFiles)
 	slices.Sort(want)
@@ -336,6 +347,8 @@ func TestStrictDecoder(t *testing.T) {
 		{"KubeVirt field misspelt", "apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata: {name: k}\nspec: {workload: {}}\n", false},
 		{"CDI field of KubeVirt's spelling", "apiVersion: cdi.kubevirt.io/v1beta1\nkind: CDI\nmetadata: {name: c}\nspec: {workloads: {}}\n", false},
 		{"comments only", "# nothing\n---\n# still nothing\n", true},
+		{"HelmChartConfig", "apiVersion: helm.cattle.io/v1\nkind: HelmChartConfig\nmetadata: {name: traefik}\nspec: {valuesContent: 'a: 1'}\n", true},
+		{"HelmChartConfig field misspelt", "apiVersion: helm.cattle.io/v1\nkind: HelmChartConfig\nmetadata: {name: traefik}\nspec: {valueContent: 'a: 1'}\n", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,19 +360,37 @@ func TestStrictDecoder(t *testing.T) {
 	}
 }
 
+// operatorNamespaces are the namespaces the kit's objects go to that it
+// does not make: kubevirt, which kubevirt-operator.yaml makes, and
+// kube-system, where k3s's and rke2's Traefik lives (the API server makes
+// it too, but in the background after its start).
+func operatorNamespaces() []kitObject {
+	var out []kitObject
+	for _, ns := range []string{"kubevirt", "kube-system"} {
+		out = append(out, kitObject{
+			file: "a namespace the kit does not make (stand-in)",
+			gvk:  schema.GroupVersionKind{Version: "v1", Kind: "Namespace"},
+			obj:  &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		})
+	}
+	return out
+}
+
 // TestKitAccepted: a real kube-apiserver accepts every object of the kit,
 // in the guide's order, with strict field validation, and serves it back.
-// KubeVirt's and CDI's CRDs are stand-ins (standInCRD); the namespace
-// kubevirt is what kubevirt-operator.yaml would have made.
+// KubeVirt's, CDI's and helm-controller's CRDs are stand-ins
+// (standInCRD).
 func TestKitAccepted(t *testing.T) {
-	objs := loadKit(t)
+	applyReadBack(t, loadKit(t))
+}
+
+// applyReadBack creates objs on a fresh API server, in order, with
+// strict field validation, and reads each back.
+func applyReadBack(t *testing.T, objs []kitObject) {
+	t.Helper()
 	srv := Start(t)
 	registerCRDs(t, srv.Admin, standInCRDs())
-	applyKit(t, srv.Admin, kitScheme(t), []kitObject{{
-		file: "kubevirt-operator.yaml (stand-in)",
-		gvk:  schema.GroupVersionKind{Version: "v1", Kind: "Namespace"},
-		obj:  &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubevirt"}},
-	}})
+	applyKit(t, srv.Admin, kitScheme(t), operatorNamespaces())
 	applyKit(t, srv.Admin, kitScheme(t), objs)
 
 	dc, err := dynamic.NewForConfig(srv.Admin)
