@@ -117,7 +117,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs := newFlagSet("serve", serveHelp)
 	fs.StringVar(&f.dataDir, "data-dir", defaultData, "directory of the store and the images")
 	fs.StringVar(&f.dataAddr, "data-addr", "127.0.0.1:8480", "listen address of the data plane (uploads, fetches)")
-	fs.StringVar(&f.controlAddr, "control-addr", "127.0.0.1:8481", "listen address of the control plane (API, metrics, health)")
+	fs.StringVar(&f.controlAddr, "control-addr", defaultControlAddr, "listen address of the control plane (API, metrics, health)")
 	fs.StringVar(&f.publicURL, "public-url", "", "base of the upload and fetch URLs handed out (default http://<data-addr>)")
 	fs.Float64Var(&f.uploadMaxGiB, "upload-max-gib", 32, "largest image file accepted, in GiB (decimals allowed)")
 	fs.Float64Var(&f.maxVirtualGiB, "max-virtual-gib", 512, "largest virtual disk size accepted, in GiB")
