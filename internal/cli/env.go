@@ -98,9 +98,9 @@ func envPrefix(path string) string {
 // once per name, sorted, each naming the known name closest to it (edit
 // distance, a swap of two neighbours counting as one edit). A warning
 // names the variable, never its value: it could be a secret. Kubernetes'
-// service links (PROG_SERVICE_HOST, PROG_PORT_8480_TCP and the like, set
-// in every pod of a namespace with a Service of that name) are no typo and
-// are left alone.
+// service links (PROG_SERVICE_HOST, PROG_PORT_8480_TCP, PROG_DATA_PORT and
+// the like, set in every pod of a namespace with a Service named prog or
+// prog-data) are no typo and are left alone.
 func UnknownEnv(prefix string, known, environ []string) []string {
 	prog := strings.ToLower(strings.TrimSuffix(prefix, "_"))
 	seen := map[string]bool{}
@@ -124,8 +124,9 @@ func UnknownEnv(prefix string, known, environ []string) []string {
 	return out
 }
 
-// serviceLink matches what Kubernetes' service links add after PROG_.
-var serviceLink = regexp.MustCompile(`^(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?)$`)
+// serviceLink matches what Kubernetes' service links add after PROG_ for
+// a Service named prog or prog-something (PROG_DATA_PORT of vmshelf-data).
+var serviceLink = regexp.MustCompile(`^([A-Z0-9_]+_)?(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?)$`)
 
 // maxTypo is the distance up to which a name is read as a misspelling:
 // a third of its length after the prefix, at least 2.

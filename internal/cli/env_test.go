@@ -37,7 +37,8 @@ func TestUnknownEnv(t *testing.T) {
 		{"other programs", []string{"PROGRAM_X=1", "PATH=/bin", "prog_control=x", "XPROG_CONTROL=1"}, nil},
 		{"service links", []string{"PROG_SERVICE_HOST=10.0.0.1", "PROG_SERVICE_PORT=8480", "PROG_SERVICE_PORT_DATA=8480",
 			"PROG_PORT=tcp://10.0.0.1:8480", "PROG_PORT_8480_TCP=tcp://10.0.0.1:8480", "PROG_PORT_8480_TCP_ADDR=10.0.0.1",
-			"PROG_PORT_8480_TCP_PORT=8480", "PROG_PORT_8480_TCP_PROTO=tcp"}, nil},
+			"PROG_PORT_8480_TCP_PORT=8480", "PROG_PORT_8480_TCP_PROTO=tcp",
+			"PROG_DATA_PORT=tcp://10.0.0.2:8480", "PROG_CONTROL_SERVICE_HOST=10.0.0.3", "PROG_CONTROL_PORT_8481_TCP_ADDR=10.0.0.3"}, nil},
 		{"no value", []string{"PROG_CONTROLL"}, []string{"PROG_CONTROLL is not a prog variable; did you mean PROG_CONTROL?"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
