@@ -143,7 +143,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.Float64Var(&f.tenantReserveGiB, "tenant-reserve-gib", 0, "disk space one tenant's running uploads may hold beyond what they wrote, in GiB; at least --upload-max-gib (0: --upload-max-gib)")
 	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
 	fs.IntVar(&f.dataMaxConns, "data-max-conns", 0, "data-plane connections held at once; at the cap one with no request in progress makes room (default: half the descriptors beyond "+strconv.Itoa(descriptorReserve)+", at most "+strconv.Itoa(maxDefaultDataConns)+")")
-	fs.IntVar(&f.controlMaxConns, "control-max-conns", defaultControlMaxConns, "control-plane connections held at once; more wait in the accept backlog")
+	fs.IntVar(&f.controlMaxConns, "control-max-conns", defaultControlMaxConns, "control-plane connections held at once; at the cap the one longest without a sign of life and no request in progress makes room, and a new client waits only while none can")
 	fs.DurationVar(&f.controlIdleTimeout, "control-idle-timeout", defaultControlIdleTimeout, "a control-plane keep-alive connection with no request for this long is closed")
 	fs.DurationVar(&f.controlHeaderTimeout, "control-header-timeout", defaultControlHeaderTimeout, "a control-plane request header must arrive within this (at most 30s)")
 	fs.StringVar(&f.logLevelName, "log-level", "info", "least severe log lines written: debug, info, warn or error")

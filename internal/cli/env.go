@@ -23,6 +23,9 @@ type program struct {
 
 type programKey struct{}
 
+// walkingKey marks the context of KnownEnv's walk.
+type walkingKey struct{}
+
 // withProgram is ctx carrying the command tree.
 func withProgram(ctx context.Context, p program) context.Context {
 	return context.WithValue(ctx, programKey{}, p)
@@ -32,12 +35,17 @@ func withProgram(ctx context.Context, p program) context.Context {
 // runs) reads: each flag's PROG_<FLAG>, over all its commands, and every
 // PROG_* name in a command's Doc.Env. The flag sets are learnt by asking
 // each command for its help, which returns before the command does
-// anything. ok is false when ctx comes from no Run.
+// anything. ok is false when ctx comes from no Run, or from KnownEnv's own
+// walk.
 func KnownEnv(ctx context.Context) (names []string, ok bool) {
 	p, ok := ctx.Value(programKey{}).(program)
-	if !ok {
+	if !ok || ctx.Value(walkingKey{}) != nil {
 		return nil, false
 	}
+	// A command that does not stop at -h would be run for real by the
+	// walk below; one that asks for KnownEnv then gets nothing instead of
+	// walking again.
+	ctx = context.WithValue(ctx, walkingKey{}, true)
 	prefix := envPrefix(p.path)
 	seen := map[string]bool{}
 	add := func(n string) {
