@@ -246,7 +246,10 @@ func quotedDefaults(name, text string) []docDefault {
 		// The flags are those of the sentence before the parentheses.
 		before := flat[max(0, strings.LastIndex(flat[:m[0]], ". ")):m[0]]
 		flags := flagInText.FindAllStringSubmatch(before, -1)
-		if len(flags) < len(values) {
+		switch {
+		case len(flags) == 0:
+			continue // a default of something else than a flag
+		case len(flags) < len(values):
 			out = append(out, docDefault{name, "", flat[m[0]:m[1]]})
 			continue
 		}
