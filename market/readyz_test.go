@@ -2,10 +2,12 @@ package market
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +35,9 @@ type roomyBlobs struct {
 func (b roomyBlobs) Available(context.Context) (int64, error) { return b.free, b.err }
 
 // TestReadyzReasons: /readyz names why it is not ready, so that an
-// operator (and an alert) can tell a full disk from a damaged store.
+// operator (and an alert) can tell a full disk from a damaged store, and
+// lists every problem when there are several: the record store's first,
+// then the image storage's, then the VM market's.
 func TestReadyzReasons(t *testing.T) {
 	const minFree = 32 << 20
 	wrap := func(e error) error { return fmt.Errorf("sqlite: ping: %w", e) }
@@ -42,22 +46,30 @@ func TestReadyzReasons(t *testing.T) {
 		storeErr error
 		free     int64
 		blobErr  error
+		vms      bool // --vms-enable without Stripe: the machines' reasons too
 		status   int
-		reason   string
+		reasons  []string
 	}{
-		{"sound", nil, 1 << 30, nil, http.StatusOK, ""},
-		{"damaged store", wrap(imagestore.ErrDamaged), 1 << 30, nil, http.StatusServiceUnavailable, "storeCorrupt"},
-		{"store cannot write", wrap(imagestore.ErrUnwritable), 1 << 30, nil, http.StatusServiceUnavailable, "storeUnwritable"},
-		{"store unreachable", errors.New("database is locked"), 1 << 30, nil, http.StatusServiceUnavailable, "notReady"},
-		{"image dir unreachable", nil, 0, errors.New("statfs: input/output error"), http.StatusServiceUnavailable, "blobStoreUnreachable"},
-		{"disk full", nil, minFree - 1, nil, http.StatusServiceUnavailable, "noSpace"},
-		{"store write failed for space, disk full", wrap(imagestore.ErrNoSpace), 0, nil, http.StatusServiceUnavailable, "noSpace"},
-		{"store write failed for space, room again", wrap(imagestore.ErrNoSpace), minFree, nil, http.StatusOK, ""},
+		{"sound", nil, 1 << 30, nil, false, http.StatusOK, nil},
+		{"damaged store", wrap(imagestore.ErrDamaged), 1 << 30, nil, false, http.StatusServiceUnavailable, []string{"storeCorrupt"}},
+		{"store cannot write", wrap(imagestore.ErrUnwritable), 1 << 30, nil, false, http.StatusServiceUnavailable, []string{"storeUnwritable"}},
+		{"store unreachable", errors.New("database is locked"), 1 << 30, nil, false, http.StatusServiceUnavailable, []string{"notReady"}},
+		{"image dir unreachable", nil, 0, errors.New("statfs: input/output error"), false, http.StatusServiceUnavailable, []string{"blobStoreUnreachable"}},
+		{"disk full", nil, minFree - 1, nil, false, http.StatusServiceUnavailable, []string{"noSpace"}},
+		{"store write failed for space, disk full", wrap(imagestore.ErrNoSpace), 0, nil, false, http.StatusServiceUnavailable, []string{"noSpace"}},
+		{"store write failed for space, room again", wrap(imagestore.ErrNoSpace), minFree, nil, false, http.StatusOK, nil},
+		{"damaged store on a full disk", wrap(imagestore.ErrDamaged), minFree - 1, nil, false, http.StatusServiceUnavailable,
+			[]string{"storeCorrupt", "noSpace"}},
+		{"store cannot write, image dir unreachable", wrap(imagestore.ErrUnwritable), 0, errors.New("statfs: input/output error"), false,
+			http.StatusServiceUnavailable, []string{"storeUnwritable", "blobStoreUnreachable"}},
+		{"full disk, market without Stripe", nil, 0, nil, true, http.StatusServiceUnavailable,
+			[]string{"noSpace", "paymentsUnavailable", "webhookNotConfigured"}},
+		{"ready, market without Stripe", nil, 1 << 30, nil, true, http.StatusOK, []string{"paymentsUnavailable", "webhookNotConfigured"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			reg := prometheus.NewRegistry()
-			srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, MinFree: minFree},
+			srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, MinFree: minFree, VMsEnabled: tc.vms},
 				sickStore{e.st, tc.storeErr}, roomyBlobs{e.blobs, tc.free, tc.blobErr}, reg, reg)
 			if err != nil {
 				t.Fatal(err)
@@ -66,12 +78,83 @@ func TestReadyzReasons(t *testing.T) {
 			srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 			r := response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 			if tc.status == http.StatusOK {
-				if r.status != http.StatusOK {
-					t.Fatalf("/readyz: %d %s, want 200", r.status, r.body)
-				}
+				wantReady(t, r, tc.reasons...)
 				return
 			}
-			wantError(t, r, tc.status, tc.reason)
+			wantNotReady(t, r, tc.reasons...)
+		})
+	}
+}
+
+// wantReady checks a 200 from /readyz: status ok, machines the first of
+// reasons (absent when there is none) and reasons every one.
+func wantReady(t *testing.T, r response, reasons ...string) {
+	t.Helper()
+	var got struct {
+		Status   string    `json:"status"`
+		Machines *string   `json:"machines"`
+		Reasons  *[]string `json:"reasons"`
+	}
+	if err := json.Unmarshal(r.body, &got); err != nil || r.status != http.StatusOK || got.Status != "ok" {
+		t.Fatalf("/readyz: %d %s, want 200 ok (%v)", r.status, r.body, err)
+	}
+	switch {
+	case len(reasons) == 0 && (got.Machines != nil || got.Reasons != nil):
+		t.Errorf("/readyz %s, want no machines and no reasons", r.body)
+	case len(reasons) > 0 && (got.Machines == nil || *got.Machines != reasons[0] || got.Reasons == nil || !slices.Equal(*got.Reasons, reasons)):
+		t.Errorf("/readyz %s, want machines %q and reasons %q", r.body, reasons[0], reasons)
+	}
+}
+
+// wantNotReady checks a 503 from /readyz: the error answer of the first
+// of reasons, and reasons every one, in order.
+func wantNotReady(t *testing.T, r response, reasons ...string) {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("/readyz body is not JSON: %v: %s", err, r.body)
+	}
+	var got struct {
+		Error   string   `json:"error"`
+		Reason  string   `json:"reason"`
+		Reasons []string `json:"reasons"`
+	}
+	if err := json.Unmarshal(r.body, &got); err != nil || len(m) != 3 {
+		t.Fatalf("/readyz body %s, want exactly error, reason and reasons (%v)", r.body, err)
+	}
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Content-Type") != "application/json" ||
+		strings.TrimSpace(got.Error) == "" || got.Reason != reasons[0] || !slices.Equal(got.Reasons, reasons) {
+		t.Errorf("/readyz: %d %s %s, want 503 application/json with reason %q and reasons %q",
+			r.status, r.header.Get("Content-Type"), r.body, reasons[0], reasons)
+	}
+}
+
+// TestReadyzEveryMachinesProblem: with --vms-enable, /readyz stays 200
+// and lists every reason the market cannot work, not only the first: a
+// missing webhook secret hid an unreachable cluster.
+func TestReadyzEveryMachinesProblem(t *testing.T) {
+	unreachable := func() error { return errors.New("dial tcp 127.0.0.1:6443: connection refused") }
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+		want []string
+	}{
+		{"no webhook secret, no cluster", func(c *Config) { c.WebhookSecret = ""; c.ClusterReady = unreachable },
+			[]string{"webhookNotConfigured", "clusterUnreachable"}},
+		{"no Stripe at all, no cluster", func(c *Config) { c.Payments = nil; c.WebhookSecret = ""; c.ClusterReady = unreachable },
+			[]string{"paymentsUnavailable", "webhookNotConfigured", "clusterUnreachable"}},
+		{"no key, no cluster", func(c *Config) { c.Payments = nil; c.ClusterReady = unreachable },
+			[]string{"paymentsUnavailable", "clusterUnreachable"}},
+		{"all there", func(c *Config) { c.ClusterReady = func() error { return nil } }, nil},
+		{"vms off", func(c *Config) { c.VMsEnabled = false; c.Payments = nil; c.ClusterReady = unreachable }, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, c.mod)
+			r := e.do(http.MethodGet, "/readyz", "", nil)
+			wantReady(t, r, c.want...)
+			if strings.Contains(string(r.body), "6443") {
+				t.Errorf("/readyz tells the cause: %s", r.body)
+			}
 		})
 	}
 }
@@ -101,7 +184,7 @@ func TestReadyzBlobStoreHangs(t *testing.T) {
 	if took := time.Since(start); took > probeTimeout+time.Second {
 		t.Errorf("/readyz took %v, want at most the probe's %v and a little", took, probeTimeout)
 	}
-	wantError(t, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, http.StatusServiceUnavailable, "blobStoreUnreachable")
+	wantNotReady(t, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, "blobStoreUnreachable")
 }
 
 // TestTicketNoSpace: below the headroom no ticket is issued (507 noSpace,

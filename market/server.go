@@ -276,6 +276,14 @@ func writeCacheable(w http.ResponseWriter, status int, body []byte, cacheControl
 // only method, route, status, reason, address and the internal cause, with
 // every hex run of 16 characters or more redacted.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := s.logFailure(w, r, err)
+	writeBody(w, e.Status, append(e.JSON(), '\n'))
+}
+
+// logFailure is fail but for the body: it logs err, sets the answer's
+// headers and returns the error to answer, for a handler whose error
+// body says more than error and reason (readyz's reasons).
+func (s *Server) logFailure(w http.ResponseWriter, r *http.Request, err error) *apierr.Error {
 	var answered *apierr.Error
 	if !errors.As(err, &answered) && errors.Is(err, imagestore.ErrNoSpace) {
 		// A full disk is the client's answer, not a server fault: it can
@@ -316,7 +324,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		s.log.Log(r.Context(), slog.LevelError, "control request failed", attrs...)
 	}
-	writeBody(w, e.Status, append(e.JSON(), '\n'))
+	return e
 }
 
 // errNoSpace is the 507 of a request the full disk refused.

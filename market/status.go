@@ -279,10 +279,38 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 // storeUnwritable (writes fail: I/O errors, a read-only file system),
 // noSpace (the disk is full: remove images or free space), notReady (the
 // record store does not answer), blobStoreUnreachable (the S3 bucket or
-// the image directory does not answer). The cause goes to the log only.
+// the image directory does not answer). Every answer lists every problem
+// in reasons, the first being the one reason (or machines) names: a store
+// and a disk can fail at once, and an operator who fixes the first should
+// not learn of the next only then. The causes go to the log only.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 	defer cancel()
+	problems := s.notReady(ctx)
+	machines := s.machinesProblems()
+	if len(problems) == 0 {
+		ans := readyAnswer{Status: "ok", Reasons: machines}
+		if len(machines) > 0 {
+			ans.Machines = machines[0]
+		}
+		s.writeJSON(w, r, http.StatusOK, ans)
+		return
+	}
+	reasons := make([]string, 0, len(problems)+len(machines))
+	causes := make([]error, 0, len(problems))
+	for _, p := range problems {
+		reasons = append(reasons, p.Reason)
+		causes = append(causes, p.Err)
+	}
+	// The log line names the first reason and every cause.
+	e := s.logFailure(w, r, problems[0].WithCause(errors.Join(causes...)))
+	s.writeJSON(w, r, e.Status, notReadyAnswer{Error: e.Msg, Reason: e.Reason, Reasons: append(reasons, machines...)})
+}
+
+// notReady is why the edge is not ready, the record store's problem
+// first, then the image storage's (one that does not answer, or else a
+// full disk); none when it is ready.
+func (s *Server) notReady(ctx context.Context) []*apierr.Error {
 	storeErr := s.st.Ping(ctx)
 	// The blob store's own Ping is cheap and cached (a probe flood asks
 	// it once); Available is asked only of a store that answers, since
@@ -292,23 +320,24 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if blobErr == nil {
 		avail, blobErr = s.blobs.Available(ctx)
 	}
-	var e *apierr.Error
+	var out []*apierr.Error
 	switch {
 	case errors.Is(storeErr, imagestore.ErrDamaged):
-		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "storeCorrupt", "the record store is damaged; restore it from a backup")
+		out = append(out, apierr.Wrap(storeErr, http.StatusServiceUnavailable, "storeCorrupt", "the record store is damaged; restore it from a backup"))
 	case errors.Is(storeErr, imagestore.ErrUnwritable):
-		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "storeUnwritable", "the record store cannot write")
+		out = append(out, apierr.Wrap(storeErr, http.StatusServiceUnavailable, "storeUnwritable", "the record store cannot write"))
 	case storeErr != nil && !errors.Is(storeErr, imagestore.ErrNoSpace):
-		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "notReady", "the record store is not reachable")
-	case blobErr != nil:
-		e = apierr.Wrap(blobErr, http.StatusServiceUnavailable, "blobStoreUnreachable", "the image storage (the S3 bucket or the image directory) does not answer")
-	case avail < s.cfg.MinFree:
-		e = apierr.Wrap(storeErr, http.StatusServiceUnavailable, "noSpace", "the disk is full; remove images or free space")
-	default: // a store write that failed for space before the room came back is no reason to wait
-		s.writeJSON(w, r, http.StatusOK, s.readiness())
-		return
+		out = append(out, apierr.Wrap(storeErr, http.StatusServiceUnavailable, "notReady", "the record store is not reachable"))
 	}
-	s.fail(w, r, e)
+	switch {
+	case blobErr != nil:
+		out = append(out, apierr.Wrap(blobErr, http.StatusServiceUnavailable, "blobStoreUnreachable", "the image storage (the S3 bucket or the image directory) does not answer"))
+	case avail < s.cfg.MinFree:
+		// A store write that failed for space before the room came back
+		// is no reason to wait; one while the disk is still full is this.
+		out = append(out, apierr.Wrap(storeErr, http.StatusServiceUnavailable, "noSpace", "the disk is full; remove images or free space"))
+	}
+	return out
 }
 
 // readyAnswer is /readyz's 200. Machines says why the VM market cannot
@@ -316,25 +345,40 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // (paymentsUnavailable: no STRIPE_SECRET_KEY; webhookNotConfigured: no
 // STRIPE_WEBHOOK_SECRET, so no payment is ever confirmed;
 // clusterUnreachable: the provisioner cannot reach the Kubernetes API, so
-// paid orders wait). The edge is still ready: uploads, fetches and
-// everything else work, and taking it out of a load balancer would stop
-// those too.
+// paid orders wait), and Reasons every such reason, Machines first. The
+// edge is still ready: uploads, fetches and everything else work, and
+// taking it out of a load balancer would stop those too.
 type readyAnswer struct {
-	Status   string `json:"status"`
-	Machines string `json:"machines,omitempty"`
+	Status   string   `json:"status"`
+	Machines string   `json:"machines,omitempty"`
+	Reasons  []string `json:"reasons,omitempty"`
 }
 
-func (s *Server) readiness() readyAnswer {
-	ans := readyAnswer{Status: "ok"}
-	switch {
-	case !s.cfg.VMsEnabled:
-	case s.cfg.Payments == nil:
-		ans.Machines = errPaymentsUnavailable.Reason
-	case s.cfg.WebhookSecret == "":
-		ans.Machines = errWebhookNotConfigured.Reason
-	case s.cfg.ClusterReady != nil && s.cfg.ClusterReady() != nil:
-		// Why goes to the provisioner's log and the orders' notes.
-		ans.Machines = "clusterUnreachable"
+// notReadyAnswer is /readyz's 503: the error answer of its first problem,
+// and every problem in reasons, the machines' last.
+type notReadyAnswer struct {
+	Error   string   `json:"error"`
+	Reason  string   `json:"reason"`
+	Reasons []string `json:"reasons"`
+}
+
+// machinesProblems are the reasons of readyAnswer.Machines, in the order
+// an order meets them: without Stripe no order is paid, before a cluster
+// is needed.
+func (s *Server) machinesProblems() []string {
+	if !s.cfg.VMsEnabled {
+		return nil
 	}
-	return ans
+	var out []string
+	if s.cfg.Payments == nil {
+		out = append(out, errPaymentsUnavailable.Reason)
+	}
+	if s.cfg.WebhookSecret == "" {
+		out = append(out, errWebhookNotConfigured.Reason)
+	}
+	if s.cfg.ClusterReady != nil && s.cfg.ClusterReady() != nil {
+		// Why goes to the provisioner's log and the orders' notes.
+		out = append(out, "clusterUnreachable")
+	}
+	return out
 }

@@ -141,7 +141,7 @@ func TestReadyzFails(t *testing.T) {
 			t.Fatalf("closing the store: %v", err)
 		}
 		r := e.do(http.MethodGet, "/readyz", "", nil)
-		wantError(t, r, http.StatusServiceUnavailable, "notReady")
+		wantNotReady(t, r, "notReady")
 		if !strings.Contains(string(r.body), "record store") || strings.Contains(string(r.body), "sqlite") {
 			t.Errorf("body %s should name the record store and no internals", r.body)
 		}
@@ -156,7 +156,7 @@ func TestReadyzFails(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := e.do(http.MethodGet, "/readyz", "", nil)
-		wantError(t, r, http.StatusServiceUnavailable, "blobStoreUnreachable")
+		wantNotReady(t, r, "blobStoreUnreachable")
 		if !strings.Contains(string(r.body), "image storage") || strings.Contains(string(r.body), e.blobDir) {
 			t.Errorf("body %s should name the image storage and no path", r.body)
 		}

@@ -261,7 +261,11 @@ func TestAPIDocCoversCode(t *testing.T) {
 			continue
 		}
 		var documented []string
-		for _, e := range s.Value.Properties[f.field].Value.Enum {
+		prop := s.Value.Properties[f.field].Value
+		if prop.Items != nil && prop.Items.Value != nil { // a list of reasons: its items' enum
+			prop = prop.Items.Value
+		}
+		for _, e := range prop.Enum {
 			documented = append(documented, fmt.Sprint(e))
 		}
 		slices.Sort(documented)
@@ -547,8 +551,10 @@ func readCode(t *testing.T) *codeFacts {
 	c.fields = []fieldReasons{
 		{schema: "Status", field: "reason", from: "market.machinesUnavailable's errors",
 			values: returnedReasons(t, market, "machinesUnavailable", statuses)},
-		{schema: "Ready", field: "machines", from: "market.readiness's ans.Machines",
-			values: assignedReasons(t, market, "readiness", "Machines", statuses)},
+		{schema: "Ready", field: "machines", from: "the reasons market.machinesProblems appends",
+			values: appendedReasons(t, market, "machinesProblems", statuses)},
+		{schema: "Ready", field: "reasons", from: "the reasons market.machinesProblems appends",
+			values: appendedReasons(t, market, "machinesProblems", statuses)},
 		{schema: "Order", field: "reason", from: "the reason argument of market's cancel and release",
 			values: reasonArgs(t, market, []string{"cancel", "release"})},
 		{schema: "WebhookAnswer", field: "result", from: "market's result constants but resultRefused (the 400s' metric label)",
@@ -785,9 +791,9 @@ func returnedReasons(t *testing.T, pkg *goPackage, name string, statuses map[str
 	return sortedUnique(out)
 }
 
-// assignedReasons are the reasons function name assigns to a field: string
-// literals, or an apierr variable's Reason.
-func assignedReasons(t *testing.T, pkg *goPackage, name, field string, statuses map[string]int) []string {
+// appendedReasons are the reasons the function name appends to a list:
+// the literals and known errors' Reasons among its append calls' values.
+func appendedReasons(t *testing.T, pkg *goPackage, name string, statuses map[string]int) []string {
 	t.Helper()
 	fd := funcDecl(pkg, name)
 	if fd == nil {
@@ -796,8 +802,10 @@ func assignedReasons(t *testing.T, pkg *goPackage, name, field string, statuses 
 	vars := apierrVars(pkg, statuses)
 	var out []string
 	ast.Inspect(fd.Body, func(node ast.Node) bool {
-		if as, ok := node.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && selName(as.Lhs[0]) == field {
-			out = append(out, resolveReason(as.Rhs[0], vars)...)
+		if call, ok := node.(*ast.CallExpr); ok && identName(call.Fun) == "append" {
+			for _, a := range call.Args[1:] {
+				out = append(out, resolveReason(a, vars)...)
+			}
 		}
 		return true
 	})

@@ -18,7 +18,7 @@ import (
 
 // imagesHelp is "vmshelf images -h".
 var imagesHelp = cli.Doc{
-	Args:    "--control URL --token-file F [flags]",
+	Args:    "[--control URL] --token-file F [flags]",
 	Summary: "list this box's images on the edge",
 	About: `Lists this box's images on the edge, oldest first, as the control plane's status ` +
 		`has them: a table of upload id, name, size, virtual size, when it was stored (UTC) and ` +
@@ -36,7 +36,7 @@ The token is read from the --token-file (never from a flag or the environment).`
 
 // rmHelp is "vmshelf rm -h".
 var rmHelp = cli.Doc{
-	Args:    "--control URL --token-file F [flags] UPLOAD_ID...",
+	Args:    "[--control URL] --token-file F [flags] UPLOAD_ID...",
 	Summary: "remove this box's images from the edge",
 	About: `Removes images of this box from the edge, in the order given: each image's record ` +
 		`and fetch URLs, then its file. Prints "removed UPLOAD_ID" for each. The edge keeps an ` +
@@ -56,11 +56,12 @@ The token is read from the --token-file (never from a flag or the environment).`
 }
 
 // controlFlags are the flags of the commands a box runs against the
-// edge's control plane. (upload defines the same two flags itself.)
+// edge's control plane. (upload defines the same two flags itself, --control
+// with defineControl too.)
 type controlFlags struct{ control, tokenFile string }
 
 func (c *controlFlags) define(fs *flag.FlagSet) {
-	fs.StringVar(&c.control, "control", "", "the edge's control plane, e.g. http://127.0.0.1:8481")
+	defineControl(fs, &c.control)
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding this box's tenant token")
 }
 

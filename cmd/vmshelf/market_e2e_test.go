@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -517,12 +518,14 @@ func TestE2EMarketWithoutStripeKeys(t *testing.T) {
 		}
 		code, body = s.readyz(t)
 		var ready struct {
-			Status   string `json:"status"`
-			Machines string `json:"machines"`
+			Status   string   `json:"status"`
+			Machines string   `json:"machines"`
+			Reasons  []string `json:"reasons"`
 		}
 		decode(t, body, &ready)
-		if code != http.StatusOK || ready.Status != "ok" || ready.Machines != "paymentsUnavailable" {
-			t.Errorf("/readyz: %d %s, want 200 ok with machines paymentsUnavailable", code, body)
+		if code != http.StatusOK || ready.Status != "ok" || ready.Machines != "paymentsUnavailable" ||
+			!slices.Contains(ready.Reasons, "webhookNotConfigured") {
+			t.Errorf("/readyz: %d %s, want 200 ok with machines paymentsUnavailable, and webhookNotConfigured among reasons", code, body)
 		}
 		code, body = postWebhook(t, s, []byte(`{"id":"evt_1","type":"checkout.session.completed"}`), "t=1,v1=00")
 		wantError(t, "webhook without a secret", code, body, http.StatusServiceUnavailable, "webhookNotConfigured")

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
 	"runtime/debug"
 	"slices"
@@ -117,7 +116,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs := newFlagSet("serve", serveHelp)
 	fs.StringVar(&f.dataDir, "data-dir", defaultData, "directory of the store and the images")
 	fs.StringVar(&f.dataAddr, "data-addr", "127.0.0.1:8480", "listen address of the data plane (uploads, fetches)")
-	fs.StringVar(&f.controlAddr, "control-addr", "127.0.0.1:8481", "listen address of the control plane (API, metrics, health)")
+	fs.StringVar(&f.controlAddr, "control-addr", defaultControlAddr, "listen address of the control plane (API, metrics, health)")
 	fs.StringVar(&f.publicURL, "public-url", "", "base of the upload and fetch URLs handed out (default http://<data-addr>)")
 	fs.Float64Var(&f.uploadMaxGiB, "upload-max-gib", 32, "largest image file accepted, in GiB (decimals allowed)")
 	fs.Float64Var(&f.maxVirtualGiB, "max-virtual-gib", 512, "largest virtual disk size accepted, in GiB")
@@ -143,7 +142,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.Float64Var(&f.tenantReserveGiB, "tenant-reserve-gib", 0, "disk space one tenant's running uploads may hold beyond what they wrote, in GiB; at least --upload-max-gib (0: --upload-max-gib)")
 	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
 	fs.IntVar(&f.dataMaxConns, "data-max-conns", 0, "data-plane connections held at once; at the cap one with no request in progress makes room (default: half the descriptors beyond "+strconv.Itoa(descriptorReserve)+", at most "+strconv.Itoa(maxDefaultDataConns)+")")
-	fs.IntVar(&f.controlMaxConns, "control-max-conns", defaultControlMaxConns, "control-plane connections held at once; more wait in the accept backlog")
+	fs.IntVar(&f.controlMaxConns, "control-max-conns", defaultControlMaxConns, "control-plane connections held at once; at the cap the one longest without a sign of life and no request in progress makes room, and a new client waits only while none can")
 	fs.DurationVar(&f.controlIdleTimeout, "control-idle-timeout", defaultControlIdleTimeout, "a control-plane keep-alive connection with no request for this long is closed")
 	fs.DurationVar(&f.controlHeaderTimeout, "control-header-timeout", defaultControlHeaderTimeout, "a control-plane request header must arrive within this (at most 30s)")
 	fs.StringVar(&f.logLevelName, "log-level", "info", "least severe log lines written: debug, info, warn or error")
@@ -366,6 +365,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.logLevel}))
+	cli.WarnUnknownEnv(ctx, log, os.Environ()) // a misspelt VMSHELF_* would be ignored without a word
 	// The data plane streams: its working set is a few MiB per transfer and
 	// per busy connection, whatever the image size. A soft memory limit
 	// makes the runtime collect and give memory back to the OS before the
@@ -754,56 +754,3 @@ const sharedGrace = 10 * time.Minute
 
 // shutdownBound is how long SIGTERM waits for running transfers.
 const shutdownBound = 30 * time.Second
-
-// ensureDevTenant gives `make run` a tenant to try the service with. The
-// token goes to a 0600 file; only its path is printed.
-func ensureDevTenant(ctx context.Context, st devTenants, dataDir string, stdout io.Writer) error {
-	path := filepath.Join(dataDir, devToken)
-	_, err := st.Tenant(ctx, "dev")
-	switch {
-	case err == nil && devTokenValid(ctx, st, path):
-		// Keep the token the developer already uses.
-	case errors.Is(err, imagestore.ErrNotFound):
-		token := imagestore.NewSecret()
-		t := imagestore.Tenant{Name: "dev", InMesh: true, Sharing: true, HostsVMs: true}
-		if _, err := st.CreateTenant(ctx, t, imagestore.HashSecret(token)); err != nil {
-			return fmt.Errorf("create dev tenant: %w", err)
-		}
-		if err := writeSecretFile(path, token); err != nil {
-			return err
-		}
-	case err == nil: // the file is lost or stale (rotated by 'tenant token dev'): rotate and write it
-		token := imagestore.NewSecret()
-		if err := st.SetTenantToken(ctx, "dev", imagestore.HashSecret(token)); err != nil {
-			return fmt.Errorf("rotate dev token: %w", err)
-		}
-		if err := writeSecretFile(path, token); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("look up dev tenant: %w", err)
-	}
-	fmt.Fprintln(stdout, "dev tenant token in", path)
-	return nil
-}
-
-// devTokenValid reports whether the dev-token file holds dev's current token.
-func devTokenValid(ctx context.Context, st devTenants, path string) bool {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	t, err := st.TenantByToken(ctx, imagestore.HashSecret(strings.TrimSpace(string(b))))
-	return err == nil && t.Name == "dev"
-}
-
-func writeSecretFile(path, secret string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}

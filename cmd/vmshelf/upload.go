@@ -16,7 +16,7 @@ import (
 
 // uploadHelp is "vmshelf upload -h".
 var uploadHelp = cli.Doc{
-	Args:    "--control URL --token-file F --name NAME [flags] FILE",
+	Args:    "[--control URL] --token-file F --name NAME [flags] FILE",
 	Summary: "check an image, then upload it resumably with progress",
 	About: `Checks FILE with the gateway's QCOW2 checks (as 'vmshelf check' does), takes an ` +
 		`upload ticket from the control plane and uploads FILE resumably (tus 1.0.0). A dropped ` +
@@ -51,7 +51,7 @@ type uploadFlags struct {
 func parseUploadFlags(args []string, _ io.Writer) (*uploadFlags, error) {
 	f := &uploadFlags{}
 	fs := newFlagSet("upload", uploadHelp)
-	fs.StringVar(&f.control, "control", "", "the edge's control plane, e.g. http://127.0.0.1:8481")
+	defineControl(fs, &f.control)
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding this box's tenant token")
 	fs.StringVar(&f.name, "name", "", "the image's name (1 to 128 printable characters)")
 	fs.BoolVar(&f.efi, "efi", false, "the image boots with UEFI")

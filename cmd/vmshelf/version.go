@@ -14,10 +14,12 @@ import (
 var versionHelp = cli.Doc{
 	Summary: "print the version, commit and Go version of this binary",
 	About: `Prints what this binary was built from, from the build information the Go toolchain ` +
-		`embeds: the module version ("(devel)" for a build from a work tree), the VCS commit ` +
-		`("modified" when the tree had changes not committed) and its time ("commit unknown" ` +
-		`when built without VCS information), and the Go version and platform. "vmshelf ` +
-		`--version" is the same.`,
+		`embeds: the module version, the VCS commit and its time, and the Go version and platform. ` +
+		`A build from a git checkout (make build) has the version of its commit: its tag, or else a ` +
+		`pseudo-version like v0.0.0-20260102030405-0123456789ab, with "+dirty" and "(modified)" ` +
+		`when the tree had changes not committed. A build without VCS information (go run, go ` +
+		`build -buildvcs=false, a tree that is no checkout) prints "(devel)" and "commit unknown". ` +
+		`"vmshelf --version" is the same.`,
 	Exits: []string{"0  printed", "2  a usage error (an argument or flag)"},
 }
 

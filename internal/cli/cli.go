@@ -72,8 +72,10 @@ func (e UsageError) Error() string { return e.msg }
 func Usagef(format string, args ...any) error { return UsageError{fmt.Sprintf(format, args...)} }
 
 // Run runs the command of cmds that args names (Dispatch) and prints a help
-// that was asked for on stdout.
+// that was asked for on stdout. The command's context carries the tree, for
+// KnownEnv.
 func Run(ctx context.Context, path string, doc Doc, cmds []Command, args []string, stdout, stderr io.Writer) error {
+	ctx = withProgram(ctx, program{path, doc, cmds})
 	err := Dispatch(ctx, path, doc, cmds, args, stdout, stderr)
 	var h HelpShown
 	if errors.As(err, &h) {

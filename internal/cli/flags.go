@@ -160,6 +160,15 @@ func (v *formValue) Set(s string) error {
 	return err
 }
 
+// Get keeps the wrapped value a flag.Getter, as every Value of the flag
+// package is (a test reads the defaults' types through it).
+func (v *formValue) Get() any {
+	if g, ok := v.Value.(flag.Getter); ok {
+		return g.Get()
+	}
+	return nil
+}
+
 // IsBoolFlag keeps "--sharing" (no "=true") working through the wrapper.
 func (v *formValue) IsBoolFlag() bool {
 	b, ok := v.Value.(interface{ IsBoolFlag() bool })
