@@ -115,7 +115,7 @@ var foreignFlags = map[string]string{
 	"debug": "local-path-provisioner", "config": "local-path-provisioner",
 	"provisioner-name": "local-path-provisioner", "configmap-name": "local-path-provisioner",
 	"service-account-name": "local-path-provisioner",
-	"entrypoints":          "Traefik", "certificatesresolvers": "Traefik", "providers": "Traefik",
+	"entrypoints":          "Traefik", "entry": "Traefik (--entryPoints.…)", "certificatesresolvers": "Traefik", "providers": "Traefik",
 }
 
 // flagMention finds the flags a document names as vmshelf's: a code span

@@ -1083,7 +1083,7 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	script = strings.NewReplacer("127.0.0.1:8481", s.ctlAddr, "127.0.0.1:8480", s.dataAddr, "./bin/vmshelf", binPath).Replace(script)
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = work
-	cmd.Env = cleanEnv()
+	cmd.Env = cleanEnv("VMSHELF_CONTROL=" + s.ctlBase) // the README leaves --control to its default, make run's
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// Its own process group, so that a timeout kills curl and vmshelf too;
