@@ -36,7 +36,7 @@ var tenantCommands = []cli.Command{
 	cli.SubCommand("list", tenant, cli.Doc{
 		Args:    "[flags]",
 		Summary: "list the boxes and their attributes",
-		About:   `Prints a table of the boxes on stdout: name, attributes and when each was added. No token is shown.`,
+		About:   `Prints a table of the boxes on stdout: name, attributes and when each was added (UTC). No token is shown.`,
 		Env:     []cli.EnvVar{storeURLVar},
 	}),
 	cli.SubCommand("set", tenant, cli.Doc{
@@ -176,10 +176,10 @@ func (a *tenantAttrs) apply(fs *flag.FlagSet, t *imagestore.Tenant) {
 
 func printTenants(w io.Writer, ts []imagestore.Tenant) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tIN_MESH\tSHARING\tHOSTS_VMS\tAPPLIANCE\tSTRIPE_ACCOUNT\tCREATED")
+	fmt.Fprintln(tw, "NAME\tIN_MESH\tSHARING\tHOSTS_VMS\tAPPLIANCE\tSTRIPE_ACCOUNT\tCREATED (UTC)")
 	for _, t := range ts {
 		fmt.Fprintf(tw, "%s\t%t\t%t\t%t\t%s\t%s\t%s\n", t.Name, t.InMesh, t.Sharing, t.HostsVMs,
-			dash(t.Appliance), dash(t.StripeAccount), t.CreatedAt.Format("2006-01-02 15:04"))
+			dash(t.Appliance), dash(t.StripeAccount), utcMinute(t.CreatedAt))
 	}
 	tw.Flush()
 }
