@@ -13,7 +13,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -58,6 +60,29 @@ type Tenant struct {
 	StripeAccount string    `json:"stripe_account"`
 	CreatedAt     time.Time `json:"created_at"`
 }
+
+// TenantInUse is RemoveTenant's refusal: how many of each thing the
+// tenant still holds.
+type TenantInUse struct {
+	Images, Tickets, Uploads, Sessions, Listings, Orders int
+}
+
+func (e *TenantInUse) Error() string {
+	var held []string
+	for _, h := range []struct {
+		n    int
+		what string
+	}{{e.Images, "images"}, {e.Tickets, "unused tickets"}, {e.Uploads, "running uploads"},
+		{e.Sessions, "upload sessions"}, {e.Listings, "open listings"}, {e.Orders, "orders"}} {
+		if h.n > 0 {
+			held = append(held, fmt.Sprintf("%s: %d", h.what, h.n))
+		}
+	}
+	return "the tenant still holds " + strings.Join(held, ", ")
+}
+
+// Unwrap makes a TenantInUse an ErrInUse.
+func (e *TenantInUse) Unwrap() error { return ErrInUse }
 
 // Ticket is a single-use right to upload one image. The upload id is fixed
 // when the ticket is issued so that the partial file has a name from the
@@ -182,6 +207,16 @@ type Store interface {
 	// UpdateTenant writes t's attributes, found by t.Name.
 	UpdateTenant(ctx context.Context, t Tenant) error
 	SetTenantToken(ctx context.Context, name string, token Hash) error
+	// RemoveTenant deletes the tenant called name, so its token stops
+	// working at once, unless it still holds something (at now): then a
+	// *TenantInUse (errors.Is ErrInUse) says what, and nothing changes.
+	// What it holds: images, unused unexpired tickets, plain uploads
+	// running, upload sessions (any not yet ended or swept), open
+	// listings, and orders that name it as buyer or host in any state
+	// (order records are the market's history). What it no longer needs
+	// goes with it in the same transaction: its ended tickets and its
+	// closed listings. ErrNotFound if there is no such tenant.
+	RemoveTenant(ctx context.Context, name string, now time.Time) error
 
 	// CreateTicket stores tk under the hash of the ticket, unless the
 	// tenant's stored images plus its reservations already reach quota
