@@ -25,10 +25,6 @@ var errImageInUse = apierr.New(http.StatusConflict, "imageInUse",
 // delete the image's bytes before it answers all the same.
 const blobDeleteBound = 10 * time.Second
 
-type removeRequest struct {
-	UploadID string `json:"upload_id"`
-}
-
 type removeAnswer struct {
 	Removed string `json:"removed"`
 }
@@ -40,21 +36,11 @@ type removeAnswer struct {
 // which start-up or the sweep deletes (imagestore.FinishRemovals), and
 // never a record without its file.
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
-	var req removeRequest
-	if err := s.decodeBody(w, r, &req, false); err != nil {
-		s.fail(w, r, err)
+	id, ok := s.uploadIDAction(w, r, t, errImageUnknown)
+	if !ok {
 		return
 	}
-	if !t.Sharing {
-		s.fail(w, r, errNotSharing)
-		return
-	}
-	// A malformed id cannot name an image; refusing it here keeps it away
-	// from file paths. Same answer as a foreign id: nothing to learn.
-	if !imagestore.ValidUploadID(req.UploadID) {
-		s.fail(w, r, errImageUnknown)
-		return
-	}
+	req := uploadIDRequest{UploadID: id}
 	err := s.st.RemoveImage(r.Context(), t.ID, req.UploadID)
 	switch {
 	case errors.Is(err, imagestore.ErrNotFound):

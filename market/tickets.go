@@ -81,7 +81,7 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	case errors.Is(err, imagestore.ErrQuota):
 		s.fail(w, r, apierr.Wrap(err, http.StatusConflict, "imageQuota",
 			"this box's images, unused tickets and unfinished uploads already number "+
-				strconv.Itoa(s.cfg.ImagesPerTenant)+", the most allowed; finish or let an upload expire, or remove an image"))
+				strconv.Itoa(s.cfg.ImagesPerTenant)+", the most allowed; cancel an unused ticket (vmshelf cancel; status lists them), finish or let an upload expire, or remove an image"))
 		return
 	case err != nil:
 		s.fail(w, r, err)
@@ -116,7 +116,8 @@ func cleanName(name string) (string, error) {
 var errTicketUnknown = apierr.New(http.StatusNotFound, "ticketUnknown",
 	"this box has no upload ticket with that upload_id")
 
-type cancelTicketRequest struct {
+// uploadIDRequest is the body of remove and ticket/cancel.
+type uploadIDRequest struct {
 	UploadID string `json:"upload_id"`
 }
 
@@ -132,22 +133,11 @@ type cancelTicketAnswer struct {
 // answered alike, 200, so a retry after a lost answer succeeds; one an
 // upload used is a 409 that says how that upload ends.
 func (s *Server) cancelTicket(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
-	var req cancelTicketRequest
-	if err := s.decodeBody(w, r, &req, false); err != nil {
-		s.fail(w, r, err)
+	id, ok := s.uploadIDAction(w, r, t, errTicketUnknown)
+	if !ok {
 		return
 	}
-	if !t.Sharing {
-		s.fail(w, r, errNotSharing)
-		return
-	}
-	// As for remove: a malformed id names no ticket, and is answered
-	// like another tenant's.
-	if !imagestore.ValidUploadID(req.UploadID) {
-		s.fail(w, r, errTicketUnknown)
-		return
-	}
-	err := s.st.CancelTicket(r.Context(), t.ID, req.UploadID, s.cfg.Now())
+	err := s.st.CancelTicket(r.Context(), t.ID, id, s.cfg.Now())
 	switch {
 	case err == nil:
 		s.metrics.ticketsCancelled.Inc()
@@ -156,13 +146,35 @@ func (s *Server) cancelTicket(w http.ResponseWriter, r *http.Request, t imagesto
 		s.fail(w, r, errTicketUnknown)
 		return
 	case errors.Is(err, imagestore.ErrTicketUsed):
-		s.fail(w, r, s.ticketUsed(r, t, req.UploadID))
+		s.fail(w, r, s.ticketUsed(r, t, id))
 		return
 	default:
 		s.fail(w, r, err)
 		return
 	}
-	s.writeJSON(w, r, http.StatusOK, cancelTicketAnswer{Cancelled: req.UploadID})
+	s.writeJSON(w, r, http.StatusOK, cancelTicketAnswer{Cancelled: id})
+}
+
+// uploadIDAction reads the body {"upload_id"} of a tenant's action on one
+// of its uploads (remove an image, cancel a ticket) and checks that t may
+// act; false when it has answered already. A malformed id names nothing
+// the tenant has, and is answered unknown like another tenant's id, which
+// also keeps it away from file paths.
+func (s *Server) uploadIDAction(w http.ResponseWriter, r *http.Request, t imagestore.Tenant, unknown error) (string, bool) {
+	var req uploadIDRequest
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return "", false
+	}
+	if !t.Sharing {
+		s.fail(w, r, errNotSharing)
+		return "", false
+	}
+	if !imagestore.ValidUploadID(req.UploadID) {
+		s.fail(w, r, unknown)
+		return "", false
+	}
+	return req.UploadID, true
 }
 
 // ticketUsed is the 409 of a cancel of a ticket an upload used: what holds
