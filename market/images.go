@@ -40,8 +40,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	if !ok {
 		return
 	}
-	req := uploadIDRequest{UploadID: id}
-	err := s.st.RemoveImage(r.Context(), t.ID, req.UploadID)
+	err := s.st.RemoveImage(r.Context(), t.ID, id)
 	switch {
 	case errors.Is(err, imagestore.ErrNotFound):
 		s.fail(w, r, errImageUnknown)
@@ -62,16 +61,16 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	crashpoint.At(crashpoint.RemoveAfterRecord)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), blobDeleteBound)
 	defer cancel()
-	if err := s.blobs.Delete(dctx, req.UploadID); err != nil {
+	if err := s.blobs.Delete(dctx, id); err != nil {
 		s.log.Error("image record removed but its file was not; the sweep or the next start-up will delete it",
-			"upload_id", req.UploadID, "err", err.Error())
+			"upload_id", id, "err", err.Error())
 	} else {
 		crashpoint.At(crashpoint.RemoveAfterUnlink)
-		if err := s.st.EndIntent(context.WithoutCancel(r.Context()), req.UploadID, imagestore.IntentRemove); err != nil {
-			s.log.Warn("image file removed, its removal not marked done; the sweep will", "upload_id", req.UploadID, "err", err.Error())
+		if err := s.st.EndIntent(context.WithoutCancel(r.Context()), id, imagestore.IntentRemove); err != nil {
+			s.log.Warn("image file removed, its removal not marked done; the sweep will", "upload_id", id, "err", err.Error())
 		}
 	}
-	s.writeJSON(w, r, http.StatusOK, removeAnswer{Removed: req.UploadID})
+	s.writeJSON(w, r, http.StatusOK, removeAnswer{Removed: id})
 }
 
 // catalogueCache lets browsers and proxies keep the catalogue for five
