@@ -20,6 +20,7 @@ type metrics struct {
 	rejections *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	consumed   prometheus.Counter
+	released   prometheus.Counter
 	queued     prometheus.Gauge
 	fetch      fetchSeries
 }
@@ -61,12 +62,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "vmshelf_tickets_consumed_total",
 			Help: "Upload tickets used by a transfer that started.",
 		}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vmshelf_tickets_released_total",
+			Help: "Upload tickets ended unused by a refusal of their upload before its body (413 tooLarge, 415 badContentType).",
+		}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "vmshelf_fetches_queued",
 			Help: "Fetches waiting for a transfer slot now (up to the fetch queue wait).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.inFlight, m.bytes, m.transfers, m.rejections, m.duration, m.consumed, m.queued} {
+	for _, c := range []prometheus.Collector{m.inFlight, m.bytes, m.transfers, m.rejections, m.duration, m.consumed, m.released, m.queued} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

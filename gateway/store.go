@@ -18,8 +18,11 @@ type Store interface {
 	EndUpload(ctx context.Context, uploadID string) error
 	EndUnleasedUploads(ctx context.Context, leasePrefix string, now, startedBefore time.Time) (int, error)
 
-	// Resumable uploads (tus).
+	// Resumable uploads (tus), and the ticket's lookup both kinds make.
 	Ticket(ctx context.Context, ticket imagestore.Hash) (imagestore.Ticket, error)
+	// CancelTicket ends the ticket of an upload refused before its body
+	// (release.go).
+	CancelTicket(ctx context.Context, tenantID int64, uploadID string, now time.Time) error
 	StartSession(ctx context.Context, ticket, session imagestore.Hash, us imagestore.UploadSession, now time.Time) (imagestore.UploadSession, error)
 	Session(ctx context.Context, session imagestore.Hash) (imagestore.UploadSession, error)
 	SaveProgress(ctx context.Context, uploadID string, offset int64, hashState []byte, expiresAt time.Time) error

@@ -95,7 +95,7 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	}
 	withBody := hasBody(ctx)
 	if aerr == nil && withBody && string(ctx.Request.Header.ContentType()) != offsetOctets {
-		aerr = answerBadContentType
+		aerr = g.releaseTicket(tk, answerBadContentType)
 	}
 	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")

@@ -125,12 +125,13 @@ func TestTusCreateRefusals(t *testing.T) {
 		hdr    []string
 		status int
 		reason string
+		ends   bool // the refusal ends the ticket (release.go)
 	}{
 		{name: "no Tus-Resumable", hdr: []string{"Tus-Resumable", "", "Upload-Length", "100"}, status: 412, reason: "tusVersion"},
 		{name: "wrong version", hdr: []string{"Tus-Resumable", "0.2.2", "Upload-Length", "100"}, status: 412, reason: "tusVersion"},
 		{name: "no Upload-Length", status: 400, reason: "badRequest"},
 		{name: "deferred length", hdr: []string{"Upload-Defer-Length", "1"}, status: 400, reason: "badRequest"},
-		{name: "over the limit", mod: func(c *Config) { c.UploadMax = 1 << 20 }, hdr: []string{"Upload-Length", strconv.Itoa(2 << 20)}, status: 413, reason: "tooLarge"},
+		{name: "over the limit", mod: func(c *Config) { c.UploadMax = 1 << 20 }, hdr: []string{"Upload-Length", strconv.Itoa(2 << 20)}, status: 413, reason: "tooLarge", ends: true},
 		// A session holds no space, but one whose first chunk has no room
 		// now is refused at once.
 		{name: "no space for the first chunk", mod: func(c *Config) { c.UploadMax, c.SessionAhead = 1<<60, 1<<59 }, hdr: []string{"Upload-Length", strconv.Itoa(1 << 59)}, status: 507, reason: "noSpace"},
@@ -166,7 +167,10 @@ func TestTusCreateRefusals(t *testing.T) {
 				t.Error("answer without Tus-Resumable")
 			}
 			e.assertLeft(nil, open)
-			if tc.ticket == nil { // refused before the ticket was used
+			switch {
+			case tc.ends:
+				e.assertReleased(u)
+			case tc.ticket == nil: // refused before the ticket was used
 				e.assertTicket(u, false)
 			}
 			if got := testutil.ToFloat64(e.g.metrics.rejections.WithLabelValues(dirUpload, tc.reason)); got != 1 {

@@ -29,7 +29,7 @@ const commitTimeout = 5 * time.Minute
 // admit runs the checks that come before the body, in the order docs/api.md
 // gives for the upload (ticket, slot, size limit), up to the size limit; the free space comes next (claimSpace). It takes
 // nothing: the handler acquires the slot, claims the space and consumes
-// the ticket. size is the image size the client announced (Content-Length
+// the ticket. A size over the limit ends the ticket (release.go). size is the image size the client announced (Content-Length
 // of a PUT, Upload-Length of a tus creation), -1 when unknown (chunked).
 // The ticket names the tenant whose space the upload will claim.
 func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) (imagestore.Ticket, *apierr.Error) {
@@ -53,7 +53,7 @@ func (g *Gateway) admit(ctx *fasthttp.RequestCtx, ticket string, size int64) (im
 		return tk, answerBusy
 	}
 	if size > g.cfg.UploadMax {
-		return tk, g.tooLarge()
+		return tk, g.releaseTicket(tk, g.tooLarge())
 	}
 	return tk, nil
 }
@@ -79,7 +79,7 @@ func ticketError(err error) *apierr.Error {
 	case errors.Is(err, imagestore.ErrNotFound):
 		return apierr.New(fasthttp.StatusNotFound, "ticketUnknown", "no such upload ticket")
 	case errors.Is(err, imagestore.ErrTicketUsed):
-		return apierr.New(fasthttp.StatusGone, "ticketUsed", "this upload ticket was already used; ask for a new one")
+		return apierr.New(fasthttp.StatusGone, "ticketUsed", "this upload ticket was already used or cancelled; ask for a new one")
 	case errors.Is(err, imagestore.ErrTicketExpired):
 		return apierr.New(fasthttp.StatusGone, "ticketExpired", "this upload ticket has expired; ask for a new one")
 	case errors.Is(err, imagestore.ErrNoSpace):

@@ -172,7 +172,8 @@ func errorOf(t *testing.T, r io.Reader) apierr.Body {
 // answers (1) instead of 100 Continue, (2) without Expect, after no more
 // than fasthttp's pre-read of the body and without waiting for the rest,
 // and (3) to curl sending the whole body. No body byte is taken, the
-// ticket keeps its state, each refusal is counted exactly once.
+// ticket keeps its state or, refused for the request itself, ends with
+// the refusal (release.go), and each refusal is counted exactly once.
 func TestUploadRefusedBeforeBody(t *testing.T) {
 	needQemu(t)
 	needTool(t, "curl")
@@ -182,6 +183,7 @@ func TestUploadRefusedBeforeBody(t *testing.T) {
 		noTicket = iota
 		unused
 		used
+		released // each attempt with a ticket of its own, ended by the refusal
 	)
 	cases := []struct {
 		name   string
@@ -210,7 +212,7 @@ func TestUploadRefusedBeforeBody(t *testing.T) {
 			return u
 		}, ticket: unused, status: 410, reason: "ticketExpired"},
 		{name: "content-length over the limit", mod: func(c *Config) { c.UploadMax = 1 << 20 },
-			setup: func(e *env) string { u, _ := e.ticket(); return u }, length: 2 << 20, ticket: unused, status: 413, reason: "tooLarge"},
+			setup: func(e *env) string { u, _ := e.ticket(); return u }, length: 2 << 20, ticket: released, status: 413, reason: "tooLarge"},
 		{name: "no free space for content-length", mod: func(c *Config) { c.UploadMax = 1 << 60 },
 			setup: func(e *env) string { u, _ := e.ticket(); return u }, length: 1 << 59, ticket: unused, status: 507, reason: "noSpace"},
 	}
@@ -218,6 +220,16 @@ func TestUploadRefusedBeforeBody(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.mod)
 			url := tc.setup(e)
+			urls := []string{url}
+			// next is the URL of the next attempt: a fresh ticket when the
+			// refusal ends the one it met.
+			next := func() string {
+				if tc.ticket == released {
+					url = tc.setup(e)
+					urls = append(urls, url)
+				}
+				return strings.TrimPrefix(url, e.base)
+			}
 			stored, err := e.blobs.List(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -247,7 +259,7 @@ func TestUploadRefusedBeforeBody(t *testing.T) {
 			// Without Expect: the client sends what fasthttp reads before
 			// the handler runs, and no more; the answer must come without
 			// the rest of the body.
-			rc := openRaw(t, e.base, fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d", path, length))
+			rc := openRaw(t, e.base, fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d", next(), length))
 			rc.send(imgBytes[:preRead], "the body's first 8 KiB")
 			resp, b = rc.answer("a PUT without Expect that sent 8 KiB of its body")
 			check("without Expect", resp.StatusCode, reasonIn(b))
@@ -258,6 +270,7 @@ func TestUploadRefusedBeforeBody(t *testing.T) {
 
 			// Without Expect, curl sends the body; the answer is the same.
 			if tc.length == 0 {
+				next()
 				code, body := curlPut(t, url, img, "-H", "Expect:")
 				reason, _ := body["reason"].(string)
 				check("curl without Expect", code, reason)
@@ -272,6 +285,10 @@ func TestUploadRefusedBeforeBody(t *testing.T) {
 				e.assertTicket(url, false)
 			case used:
 				e.assertTicket(url, true)
+			case released:
+				for _, u := range urls {
+					e.assertReleased(u)
+				}
 			}
 			// Each refusal counted once, under its reason and nowhere else.
 			if got := testutil.ToFloat64(e.g.metrics.rejections.WithLabelValues(dirUpload, tc.reason)); got != want {

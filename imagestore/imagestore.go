@@ -13,7 +13,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -23,7 +25,10 @@ var (
 	ErrExists        = errors.New("already exists")
 	ErrTicketUsed    = errors.New("ticket already used")
 	ErrTicketExpired = errors.New("ticket expired")
-	ErrQuota         = errors.New("image quota reached")
+	// ErrTicketCancelled is a ticket its tenant cancelled, or that an
+	// upload refused before its body released.
+	ErrTicketCancelled = errors.New("ticket cancelled")
+	ErrQuota           = errors.New("image quota reached")
 	// ErrDamaged is a store whose own integrity check failed, or that met
 	// a damaged page while answering.
 	ErrDamaged = errors.New("store damaged")
@@ -56,6 +61,29 @@ type Tenant struct {
 	CreatedAt     time.Time `json:"created_at"`
 }
 
+// TenantInUse is RemoveTenant's refusal: how many of each thing the
+// tenant still holds.
+type TenantInUse struct {
+	Images, Tickets, Uploads, Sessions, Listings, Orders int
+}
+
+func (e *TenantInUse) Error() string {
+	var held []string
+	for _, h := range []struct {
+		n    int
+		what string
+	}{{e.Images, "images"}, {e.Tickets, "unused tickets"}, {e.Uploads, "running uploads"},
+		{e.Sessions, "upload sessions"}, {e.Listings, "open listings"}, {e.Orders, "orders"}} {
+		if h.n > 0 {
+			held = append(held, fmt.Sprintf("%s: %d", h.what, h.n))
+		}
+	}
+	return "the tenant still holds " + strings.Join(held, ", ")
+}
+
+// Unwrap makes a TenantInUse an ErrInUse.
+func (e *TenantInUse) Unwrap() error { return ErrInUse }
+
 // Ticket is a single-use right to upload one image. The upload id is fixed
 // when the ticket is issued so that the partial file has a name from the
 // first byte on.
@@ -66,7 +94,10 @@ type Ticket struct {
 	EFI       bool
 	CreatedAt time.Time
 	ExpiresAt time.Time
-	UsedAt    time.Time // zero while unused
+	// UsedAt is when an upload used the ticket or it was cancelled
+	// (CancelTicket); zero while unused. A cancelled ticket is refused
+	// like a used one.
+	UsedAt time.Time
 }
 
 // Image is a stored QCOW2 file; its JSON is the upload's 201 answer.
@@ -176,6 +207,16 @@ type Store interface {
 	// UpdateTenant writes t's attributes, found by t.Name.
 	UpdateTenant(ctx context.Context, t Tenant) error
 	SetTenantToken(ctx context.Context, name string, token Hash) error
+	// RemoveTenant deletes the tenant called name, so its token stops
+	// working at once, unless it still holds something (at now): then a
+	// *TenantInUse (errors.Is ErrInUse) says what, and nothing changes.
+	// What it holds: images, unused unexpired tickets, plain uploads
+	// running, upload sessions (any not yet ended or swept), open
+	// listings, and orders that name it as buyer or host in any state
+	// (order records are the market's history). What it no longer needs
+	// goes with it in the same transaction: its ended tickets and its
+	// closed listings. ErrNotFound if there is no such tenant.
+	RemoveTenant(ctx context.Context, name string, now time.Time) error
 
 	// CreateTicket stores tk under the hash of the ticket, unless the
 	// tenant's stored images plus its reservations already reach quota
@@ -193,6 +234,20 @@ type Store interface {
 	// the quota (CreateTicket counts it) until AddImage records its image
 	// or EndUpload ends it.
 	ConsumeTicket(ctx context.Context, ticket Hash, now time.Time) (Ticket, error)
+	// UnusedTickets lists the tenant's tickets that are unused (neither
+	// used nor cancelled) and unexpired at now, the ones CreateTicket
+	// counts, oldest first (then by upload id).
+	UnusedTickets(ctx context.Context, tenantID int64, now time.Time) ([]Ticket, error)
+	// CancelTicket ends the tenant's unused ticket uploadID at now: it
+	// no longer counts against the quota, and ConsumeTicket and
+	// StartSession refuse it as used (ErrTicketUsed). The decision is one
+	// conditional update, so of a CancelTicket and a ConsumeTicket or
+	// StartSession racing for one ticket exactly one succeeds. Errors:
+	// ErrNotFound if the tenant has no ticket with that id (another
+	// tenant's is not found either); ErrTicketUsed if an upload used it;
+	// ErrTicketCancelled if it was cancelled already; ErrTicketExpired if
+	// it expired unused. None of them changes the ticket.
+	CancelTicket(ctx context.Context, tenantID int64, uploadID string, now time.Time) error
 	// EndUpload ends the quota reservation of a plain upload that did not
 	// become an image (refused, cut off, failed); a missing or already
 	// ended one is not an error.

@@ -18,7 +18,8 @@ var (
 	// ErrOrderState is a state change the order's current state does not
 	// allow (paying a cancelled order, cancelling a paid one).
 	ErrOrderState = errors.New("the order is not in a state that allows this")
-	// ErrInUse is a remove of an image that an order still needs.
+	// ErrInUse is a remove of an image that an order still needs, or of a
+	// tenant that still holds something (TenantInUse).
 	ErrInUse = errors.New("in use by an order")
 	// ErrTooManyUnpaid is an order of a buyer who has as many orders
 	// awaiting payment as CreateOrder allows.

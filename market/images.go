@@ -25,10 +25,6 @@ var errImageInUse = apierr.New(http.StatusConflict, "imageInUse",
 // delete the image's bytes before it answers all the same.
 const blobDeleteBound = 10 * time.Second
 
-type removeRequest struct {
-	UploadID string `json:"upload_id"`
-}
-
 type removeAnswer struct {
 	Removed string `json:"removed"`
 }
@@ -40,22 +36,11 @@ type removeAnswer struct {
 // which start-up or the sweep deletes (imagestore.FinishRemovals), and
 // never a record without its file.
 func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
-	var req removeRequest
-	if err := s.decodeBody(w, r, &req, false); err != nil {
-		s.fail(w, r, err)
+	id, ok := s.uploadIDAction(w, r, t, errImageUnknown)
+	if !ok {
 		return
 	}
-	if !t.Sharing {
-		s.fail(w, r, errNotSharing)
-		return
-	}
-	// A malformed id cannot name an image; refusing it here keeps it away
-	// from file paths. Same answer as a foreign id: nothing to learn.
-	if !imagestore.ValidUploadID(req.UploadID) {
-		s.fail(w, r, errImageUnknown)
-		return
-	}
-	err := s.st.RemoveImage(r.Context(), t.ID, req.UploadID)
+	err := s.st.RemoveImage(r.Context(), t.ID, id)
 	switch {
 	case errors.Is(err, imagestore.ErrNotFound):
 		s.fail(w, r, errImageUnknown)
@@ -76,16 +61,16 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	crashpoint.At(crashpoint.RemoveAfterRecord)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), blobDeleteBound)
 	defer cancel()
-	if err := s.blobs.Delete(dctx, req.UploadID); err != nil {
+	if err := s.blobs.Delete(dctx, id); err != nil {
 		s.log.Error("image record removed but its file was not; the sweep or the next start-up will delete it",
-			"upload_id", req.UploadID, "err", err.Error())
+			"upload_id", id, "err", err.Error())
 	} else {
 		crashpoint.At(crashpoint.RemoveAfterUnlink)
-		if err := s.st.EndIntent(context.WithoutCancel(r.Context()), req.UploadID, imagestore.IntentRemove); err != nil {
-			s.log.Warn("image file removed, its removal not marked done; the sweep will", "upload_id", req.UploadID, "err", err.Error())
+		if err := s.st.EndIntent(context.WithoutCancel(r.Context()), id, imagestore.IntentRemove); err != nil {
+			s.log.Warn("image file removed, its removal not marked done; the sweep will", "upload_id", id, "err", err.Error())
 		}
 	}
-	s.writeJSON(w, r, http.StatusOK, removeAnswer{Removed: req.UploadID})
+	s.writeJSON(w, r, http.StatusOK, removeAnswer{Removed: id})
 }
 
 // catalogueCache lets browsers and proxies keep the catalogue for five

@@ -81,7 +81,7 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	case errors.Is(err, imagestore.ErrQuota):
 		s.fail(w, r, apierr.Wrap(err, http.StatusConflict, "imageQuota",
 			"this box's images, unused tickets and unfinished uploads already number "+
-				strconv.Itoa(s.cfg.ImagesPerTenant)+", the most allowed; finish or let an upload expire, or remove an image"))
+				strconv.Itoa(s.cfg.ImagesPerTenant)+", the most allowed; cancel an unused ticket (vmshelf cancel; status lists them), finish or let an upload expire, or remove an image"))
 		return
 	case err != nil:
 		s.fail(w, r, err)
@@ -111,4 +111,80 @@ func cleanName(name string) (string, error) {
 		}
 	}
 	return name, nil
+}
+
+var errTicketUnknown = apierr.New(http.StatusNotFound, "ticketUnknown",
+	"this box has no upload ticket with that upload_id")
+
+// uploadIDRequest is the body of remove and ticket/cancel.
+type uploadIDRequest struct {
+	UploadID string `json:"upload_id"`
+}
+
+type cancelTicketAnswer struct {
+	Cancelled string `json:"cancelled"`
+}
+
+// cancelTicket ends one of the tenant's unused tickets:
+// POST /market/vm-images/ticket/cancel. From the answer on the ticket
+// holds no place in the quota, and an upload with it is refused like one
+// with a used ticket (410 ticketUsed). A ticket that has ended without an
+// upload (cancelled already, released by a refused upload, expired) is
+// answered alike, 200, so a retry after a lost answer succeeds; one an
+// upload used is a 409 that says how that upload ends.
+func (s *Server) cancelTicket(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
+	id, ok := s.uploadIDAction(w, r, t, errTicketUnknown)
+	if !ok {
+		return
+	}
+	err := s.st.CancelTicket(r.Context(), t.ID, id, s.cfg.Now())
+	switch {
+	case err == nil:
+		s.metrics.ticketsCancelled.Inc()
+	case errors.Is(err, imagestore.ErrTicketCancelled), errors.Is(err, imagestore.ErrTicketExpired):
+	case errors.Is(err, imagestore.ErrNotFound):
+		s.fail(w, r, errTicketUnknown)
+		return
+	case errors.Is(err, imagestore.ErrTicketUsed):
+		s.fail(w, r, s.ticketUsed(r, t, id))
+		return
+	default:
+		s.fail(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, cancelTicketAnswer{Cancelled: id})
+}
+
+// uploadIDAction reads the body {"upload_id"} of a tenant's action on one
+// of its uploads (remove an image, cancel a ticket) and checks that t may
+// act; false when it has answered already. A malformed id names nothing
+// the tenant has, and is answered unknown like another tenant's id, which
+// also keeps it away from file paths.
+func (s *Server) uploadIDAction(w http.ResponseWriter, r *http.Request, t imagestore.Tenant, unknown error) (string, bool) {
+	var req uploadIDRequest
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return "", false
+	}
+	if !t.Sharing {
+		s.fail(w, r, errNotSharing)
+		return "", false
+	}
+	if !imagestore.ValidUploadID(req.UploadID) {
+		s.fail(w, r, unknown)
+		return "", false
+	}
+	return req.UploadID, true
+}
+
+// ticketUsed is the 409 of a cancel of a ticket an upload used: what holds
+// the place now, and how to give it back.
+func (s *Server) ticketUsed(r *http.Request, t imagestore.Tenant, uploadID string) error {
+	if img, err := s.st.Image(r.Context(), uploadID); err == nil && img.TenantID == t.ID {
+		return apierr.New(http.StatusConflict, "ticketUsed",
+			"this ticket's upload has finished: it is the image "+uploadID+"; remove the image to free its place (POST /market/vm-images/remove, vmshelf rm)")
+	}
+	return apierr.New(http.StatusConflict, "ticketUsed",
+		"an upload has already used this ticket; it holds a place only while it runs: a resumable upload ends with DELETE on its upload-session URL "+
+			"(or 24 hours after its last byte), a plain PUT when its connection closes")
 }

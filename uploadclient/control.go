@@ -41,15 +41,32 @@ type Image struct {
 	Raw json.RawMessage `json:"-"`
 }
 
+// Ticket is an unused upload ticket as the control plane's status lists
+// it: by its upload id, never the ticket itself.
+type Ticket struct {
+	UploadID  string    `json:"upload_id"`
+	Name      string    `json:"name"`
+	EFI       bool      `json:"efi"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
 // Images lists the tenant's stored images, oldest first, from the control
 // plane's status. It asks once: no answer, or a busy or restarting edge,
 // is a *StoppedError; a refusal (the token, the route) a *RefusedError.
 func (c Control) Images(ctx context.Context) ([]Image, error) {
-	imgs, err := clientFor(c.HTTPClient).images(ctx, c.URL, c.Token)
+	imgs, _, err := c.ImagesAndTickets(ctx)
+	return imgs, err
+}
+
+// ImagesAndTickets is Images with the tenant's unused tickets (oldest
+// first), which count against the image quota like images, from the same
+// status answer.
+func (c Control) ImagesAndTickets(ctx context.Context) ([]Image, []Ticket, error) {
+	imgs, tickets, err := clientFor(c.HTTPClient).images(ctx, c.URL, c.Token)
 	if err != nil {
-		return nil, c.failure(err, "asking the control plane for the image list", "the image list")
+		return nil, nil, c.failure(err, "asking the control plane for the image list", "the image list")
 	}
-	return imgs, nil
+	return imgs, tickets, nil
 }
 
 // Remove removes one of the tenant's images: its record and fetch URLs,
@@ -58,8 +75,21 @@ func (c Control) Images(ctx context.Context) ([]Image, error) {
 // busy edge a *StoppedError (the image may be gone all the same: asked
 // again, the edge then says it knows no such image).
 func (c Control) Remove(ctx context.Context, uploadID string) error {
-	if err := clientFor(c.HTTPClient).remove(ctx, c.URL, c.Token, uploadID); err != nil {
+	if err := clientFor(c.HTTPClient).idCall(ctx, c.URL, c.Token, "/market/vm-images/remove", "removed", uploadID); err != nil {
 		return c.failure(err, "removing image "+uploadID, "removing image "+uploadID)
+	}
+	return nil
+}
+
+// Cancel cancels one of the tenant's unused tickets by its upload id: it
+// no longer counts against the image quota, and an upload with it is
+// refused. A ticket that ended without an upload (cancelled, expired)
+// cancels again without a word; one an upload used is a *RefusedError
+// saying how that upload ends, as are an unknown id and the token; no
+// answer or a busy edge is a *StoppedError.
+func (c Control) Cancel(ctx context.Context, uploadID string) error {
+	if err := clientFor(c.HTTPClient).idCall(ctx, c.URL, c.Token, "/market/vm-images/ticket/cancel", "cancelled", uploadID); err != nil {
+		return c.failure(err, "cancelling ticket "+uploadID, "cancelling ticket "+uploadID)
 	}
 	return nil
 }
@@ -91,41 +121,42 @@ func (c Control) refusal(err error, what string) error {
 	return refusedf("the control plane refused %s: %v", what, err)
 }
 
-// images reads the images of the tenant's status.
-func (c *uploadClient) images(ctx context.Context, control, token string) ([]Image, error) {
+// images reads the images and unused tickets of the tenant's status.
+func (c *uploadClient) images(ctx context.Context, control, token string) ([]Image, []Ticket, error) {
 	ctx, cancel := context.WithTimeout(ctx, shortCall)
 	defer cancel()
 	resp, err := c.controlCall(ctx, control, "/market/vms/status", token, struct{}{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer drain(resp)
 	if resp.StatusCode != http.StatusOK {
-		return nil, answerError(resp)
+		return nil, nil, answerError(resp)
 	}
 	var st struct {
-		Images []json.RawMessage `json:"images"`
+		Images  []json.RawMessage `json:"images"`
+		Tickets []Ticket          `json:"tickets"` // absent from an older edge's status
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, answerLimit)).Decode(&st); err != nil {
-		return nil, netFailure(fmt.Errorf("reading the status: %w", err), nil)
+		return nil, nil, netFailure(fmt.Errorf("reading the status: %w", err), nil)
 	}
 	imgs := make([]Image, 0, len(st.Images))
 	for _, raw := range st.Images {
 		var out bytes.Buffer
 		img := Image{}
 		if json.Unmarshal(raw, &img) != nil || json.Compact(&out, raw) != nil {
-			return nil, &apiError{Status: resp.StatusCode, Msg: "the control plane's status lists an image this client cannot read", Offset: -1}
+			return nil, nil, &apiError{Status: resp.StatusCode, Msg: "the control plane's status lists an image this client cannot read", Offset: -1}
 		}
 		img.Raw = out.Bytes()
 		imgs = append(imgs, img)
 	}
-	return imgs, nil
+	return imgs, st.Tickets, nil
 }
 
 // image looks an image up in the tenant's status: nil if the status does
 // not list it.
 func (c *uploadClient) image(ctx context.Context, control, token, uploadID string) (*Image, error) {
-	imgs, err := c.images(ctx, control, token)
+	imgs, _, err := c.images(ctx, control, token)
 	if err != nil {
 		return nil, err
 	}
@@ -137,11 +168,12 @@ func (c *uploadClient) image(ctx context.Context, control, token, uploadID strin
 	return nil, nil
 }
 
-// remove asks the control plane to remove an image.
-func (c *uploadClient) remove(ctx context.Context, control, token, uploadID string) error {
+// idCall posts {"upload_id": uploadID} to the control plane's path (remove
+// an image, cancel a ticket), whose 200 answer names the id under field.
+func (c *uploadClient) idCall(ctx context.Context, control, token, path, field, uploadID string) error {
 	ctx, cancel := context.WithTimeout(ctx, shortCall)
 	defer cancel()
-	resp, err := c.controlCall(ctx, control, "/market/vm-images/remove", token, map[string]string{"upload_id": uploadID})
+	resp, err := c.controlCall(ctx, control, path, token, map[string]string{"upload_id": uploadID})
 	if err != nil {
 		return err
 	}
@@ -149,14 +181,12 @@ func (c *uploadClient) remove(ctx context.Context, control, token, uploadID stri
 	if resp.StatusCode != http.StatusOK {
 		return answerError(resp)
 	}
-	var ans struct {
-		Removed string `json:"removed"`
-	}
+	var ans map[string]any
 	if err := json.NewDecoder(io.LimitReader(resp.Body, answerLimit)).Decode(&ans); err != nil {
 		return netFailure(fmt.Errorf("reading the answer: %w", err), nil)
 	}
-	if ans.Removed != uploadID {
-		return &apiError{Status: resp.StatusCode, Msg: "the control plane's answer does not name the image as removed", Offset: -1}
+	if ans[field] != uploadID {
+		return &apiError{Status: resp.StatusCode, Msg: "the control plane's answer does not name " + uploadID + " as " + field, Offset: -1}
 	}
 	return nil
 }

@@ -143,7 +143,7 @@ func TestRemove(t *testing.T) {
 		{"in use", answerWith(http.StatusConflict, `{"error":"an order that is awaiting payment, paid or running uses this image","reason":"imageInUse"}`), "refused",
 			[]string{"removing image " + testID, "uses this image (409 imageInUse)"}},
 		{"another image named", answerWith(http.StatusOK, `{"removed":"89abcdef0123456789abcdef"}`), "refused",
-			[]string{"does not name the image as removed"}},
+			[]string{"does not name " + testID + " as removed"}},
 		{"restarting", answerWith(http.StatusServiceUnavailable, `{"error":"the edge is shutting down","reason":"shuttingDown"}`), "stopped",
 			[]string{"removing image " + testID + " failed", "run the same command again"}},
 	} {

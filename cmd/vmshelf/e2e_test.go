@@ -1326,13 +1326,17 @@ func TestE2EBadCommandLines(t *testing.T) {
 		if v := mustMetric(t, mfs, "vmshelf_transfers_total", map[string]string{"direction": "upload", "outcome": "rejected"}); v != 1 {
 			t.Errorf("vmshelf_transfers_total{upload,rejected} = %v, want 1", v)
 		}
-		// Refused before the body: the transfer never started, so the
-		// ticket is still good for an image under the limit.
+		// Refused before the body: the transfer never started, and the
+		// ticket ended with the refusal (its quota place is free at once);
+		// an image under the limit goes up with a new one.
 		if v := mustMetric(t, mfs, "vmshelf_tickets_consumed_total", nil); v != 0 {
 			t.Errorf("vmshelf_tickets_consumed_total = %v after a refusal before the body, want 0", v)
 		}
+		if v := mustMetric(t, mfs, "vmshelf_tickets_released_total", nil); v != 1 {
+			t.Errorf("vmshelf_tickets_released_total = %v after a 413 before the body, want 1", v)
+		}
 		disk, diskBytes := makeImage(t, t.TempDir(), "disk.qcow2")
-		s.upload(t, tk, disk, diskBytes)
+		s.upload(t, s.ticket(t, "under the limit"), disk, diskBytes)
 	})
 }
 

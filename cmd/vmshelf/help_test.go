@@ -206,7 +206,7 @@ func TestHelpUsageErrors(t *testing.T) {
 		{name: "help of an unknown command", args: []string{"help", "frobnicate"}, group: []string{},
 			want: `unknown command "frobnicate"`},
 		{name: "tenant alone", args: []string{"tenant"}, group: []string{"tenant"},
-			want: `tenant needs a command: add, list, set or token`},
+			want: `tenant needs a command: add, list, set, token or rm`},
 		{name: "unknown tenant command", args: []string{"tenant", "bogus"}, group: []string{"tenant"},
 			want: `unknown tenant command "bogus"`},
 		{name: "unknown quarantine command", args: []string{"quarantine", "bogus"}, group: []string{"quarantine"},

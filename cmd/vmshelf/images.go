@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dustin/go-humanize"
 
@@ -22,12 +23,15 @@ var imagesHelp = cli.Doc{
 	Summary: "list this box's images on the edge",
 	About: `Lists this box's images on the edge, oldest first, as the control plane's status ` +
 		`has them: a table of upload id, name, size, virtual size, when it was stored (UTC) and ` +
-		`the first 12 hex digits of its SHA-256. With --json, the list as the control plane sent ` +
-		`it: one JSON array on stdout.
+		`the first 12 hex digits of its SHA-256. The box's unused upload tickets follow in a table ` +
+		`of their own, headed UNUSED TICKET: upload id, name, EFI and when the ticket expires ` +
+		`(UTC). Each counts against the image quota until it is used, cancelled ('vmshelf cancel') ` +
+		`or expires. With --json, the images as the control plane sent them: one JSON array on ` +
+		`stdout, without the tickets.
 
 The token is read from the --token-file (never from a flag or the environment).`,
 	Exits: []string{
-		"0  listed (no image: nothing on stdout, or [] with --json)",
+		"0  listed (no image and no ticket: nothing on stdout, or [] with --json)",
 		"1  refused: the control plane said no (token, route); the message says why",
 		"2  a usage error, or the token file cannot be read",
 		"3  the control plane did not answer, or was busy; run the same command again",
@@ -115,7 +119,7 @@ func images(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	imgs, err := c.Images(ctx)
+	imgs, tickets, err := c.ImagesAndTickets(ctx)
 	if err != nil {
 		return clientExit(err)
 	}
@@ -133,43 +137,95 @@ func images(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if len(imgs) == 0 {
 		fmt.Fprintln(stderr, "this box has no images on the edge")
-		return nil
+	} else {
+		printImages(stdout, imgs)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if len(tickets) > 0 {
+		printTickets(stdout, tickets, len(imgs) > 0)
+	}
+	return nil
+}
+
+func printImages(w io.Writer, imgs []uploadclient.Image) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "UPLOAD_ID\tNAME\tSIZE\tVIRTUAL\tCREATED (UTC)\tSHA256")
 	for _, img := range imgs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.UploadID, img.Name, humanize.IBytes(uint64(img.Size)),
-			humanize.IBytes(uint64(img.VirtualSize)), img.CreatedAt.UTC().Format("2006-01-02 15:04"), img.SHA256[:min(12, len(img.SHA256))])
+			humanize.IBytes(uint64(img.VirtualSize)), utcMinute(img.CreatedAt), img.SHA256[:min(12, len(img.SHA256))])
 	}
-	return tw.Flush()
+	tw.Flush()
 }
+
+// printTickets is the table of unused tickets that follows the images
+// (after a blank line when there are images): they hold places in the
+// quota, and 'vmshelf cancel' gives them back.
+func printTickets(w io.Writer, tickets []uploadclient.Ticket, afterImages bool) {
+	if afterImages {
+		fmt.Fprintln(w)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UNUSED TICKET\tNAME\tEFI\tEXPIRES (UTC)")
+	for _, tk := range tickets {
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\n", tk.UploadID, tk.Name, tk.EFI, utcMinute(tk.ExpiresAt))
+	}
+	tw.Flush()
+}
+
+// utcMinute is how the command line shows a time: in UTC, to the minute,
+// with "(UTC)" in its column's heading.
+func utcMinute(t time.Time) string { return t.UTC().Format("2006-01-02 15:04") }
 
 // rm is 'vmshelf rm'.
 func rm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cf, ids, err := parseControlCommand("rm", rmHelp, args, nil)
+	return idCommand{name: "rm", doc: rmHelp, what: "of the images to remove", done: "removed",
+		call: uploadclient.Control.Remove}.run(ctx, args, stdout)
+}
+
+// idCommand is a command that acts on UPLOAD_IDs one after the other: rm,
+// cancel.
+type idCommand struct {
+	name string
+	doc  cli.Doc
+	what string // "of the images to remove": what the UPLOAD_IDs name
+	hint string // follows a malformed id's usage error
+	done string // printed before each id acted on
+	call func(uploadclient.Control, context.Context, string) error
+}
+
+// run checks every UPLOAD_ID first, then calls for each in order, printing
+// "done ID" for each until the first failure, which names the ids not
+// tried.
+func (ic idCommand) run(ctx context.Context, args []string, stdout io.Writer) error {
+	cf, ids, err := parseControlCommand(ic.name, ic.doc, args, nil)
 	if err != nil {
 		return err
 	}
 	if len(ids) == 0 {
-		return usagef("rm needs the UPLOAD_IDs to remove (see 'vmshelf images')")
+		return usagef("%s needs the UPLOAD_IDs %s (see 'vmshelf images')", ic.name, ic.what)
 	}
 	for _, id := range ids {
-		if !imagestore.ValidUploadID(id) {
-			return usagef("rm: %q is not an UPLOAD_ID (24 hex characters; see 'vmshelf images')", id)
+		switch {
+		case imagestore.ValidUploadID(id):
+		case len(id) == 64 && strings.Trim(id, "0123456789abcdefABCDEF") == "":
+			// A ticket or a token pasted by mistake: a secret, never echoed.
+			return usagef("%s: an argument of 64 hex characters is a ticket or token (not shown here), not an UPLOAD_ID "+
+				"(24 hex characters; see 'vmshelf images'%s)", ic.name, ic.hint)
+		default:
+			return usagef("%s: %q is not an UPLOAD_ID (24 hex characters; see 'vmshelf images'%s)", ic.name, id, ic.hint)
 		}
 	}
-	c, err := cf.dial("rm")
+	c, err := cf.dial(ic.name)
 	if err != nil {
 		return err
 	}
 	for i, id := range ids {
-		if err := c.Remove(ctx, id); err != nil {
+		if err := ic.call(c, ctx, id); err != nil {
 			if left := ids[i+1:]; len(left) > 0 {
 				err = fmt.Errorf("%w (not tried: %s)", err, strings.Join(left, " "))
 			}
 			return clientExit(err)
 		}
-		fmt.Fprintln(stdout, "removed", id)
+		fmt.Fprintln(stdout, ic.done, id)
 	}
 	return nil
 }

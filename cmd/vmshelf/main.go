@@ -42,6 +42,7 @@ var commands = []cli.Command{
 	{Name: "check", Doc: checkHelp, Run: check},
 	{Name: "images", Doc: imagesHelp, Run: images},
 	{Name: "rm", Doc: rmHelp, Run: rm},
+	{Name: "cancel", Doc: cancelHelp, Run: cancel},
 	{Name: "quarantine", Doc: quarantineHelp, Sub: quarantineCommands},
 	{Name: "version", Doc: versionHelp, Run: version},
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/cli"
@@ -17,7 +19,7 @@ import (
 var tenantHelp = cli.Doc{
 	Args:    "COMMAND [arguments] [flags]",
 	Summary: "manage the boxes (tenants) the edge knows",
-	About: `Adds, lists and changes the boxes (tenants) in the store of --data-dir, also while ` +
+	About: `Adds, lists, changes and removes the boxes (tenants) in the store of --data-dir, also while ` +
 		`serve runs. A token is printed once, on stdout, and stored only as a hash.`,
 }
 
@@ -36,7 +38,7 @@ var tenantCommands = []cli.Command{
 	cli.SubCommand("list", tenant, cli.Doc{
 		Args:    "[flags]",
 		Summary: "list the boxes and their attributes",
-		About:   `Prints a table of the boxes on stdout: name, attributes and when each was added. No token is shown.`,
+		About:   `Prints a table of the boxes on stdout: name, attributes and when each was added (UTC). No token is shown.`,
 		Env:     []cli.EnvVar{storeURLVar},
 	}),
 	cli.SubCommand("set", tenant, cli.Doc{
@@ -55,6 +57,21 @@ var tenantCommands = []cli.Command{
 			`stops working at once.`,
 		Env: []cli.EnvVar{storeURLVar},
 		Exits: []string{"0  rotated; the token is on stdout", "1  no box NAME, or the store failed",
+			"2  a usage error (a bad flag or NAME); nothing was changed"},
+	}),
+	cli.SubCommand("rm", tenant, cli.Doc{
+		Args:    "NAME [flags]",
+		Summary: "remove a box that holds nothing on the edge",
+		About: `Removes the box NAME; its token stops working at once. A box that still holds ` +
+			`something is refused, and the message says what and how it ends: images (the box ` +
+			`removes them with 'vmshelf rm'), unused upload tickets ('vmshelf cancel', or they ` +
+			`expire), uploads running or resumable (they end, or expire 24 hours after their ` +
+			`last byte), open listings (closed by the box), and orders as buyer or host in any ` +
+			`state: order records are the market's history and keep their boxes, so such a box ` +
+			`is locked out instead ('tenant set NAME --sharing=false', then 'tenant token NAME'). ` +
+			`Its ended tickets and closed listings go with it.`,
+		Env: []cli.EnvVar{storeURLVar},
+		Exits: []string{"0  removed", "1  no box NAME, it still holds something (the message says what), or the store failed",
 			"2  a usage error (a bad flag or NAME); nothing was changed"},
 	}),
 }
@@ -126,6 +143,12 @@ func tenant(ctx context.Context, sub string, doc cli.Doc, args []string, stdout,
 		}
 		fmt.Fprintln(stderr, "tenant", name, "has a new token (the old one no longer works); shown only this once:")
 		fmt.Fprintln(stdout, token)
+	case "rm":
+		if err := st.RemoveTenant(ctx, name, time.Now()); err != nil {
+			return tenantHeld(notFound(err, name), name)
+		}
+		fmt.Fprintln(stderr, "tenant", name, "removed; its token no longer works")
+		fmt.Fprintln(stdout, "removed", name)
 	case "list":
 		ts, err := st.Tenants(ctx)
 		if err != nil {
@@ -134,6 +157,33 @@ func tenant(ctx context.Context, sub string, doc cli.Doc, args []string, stdout,
 		printTenants(stdout, ts)
 	}
 	return nil
+}
+
+// tenantHeld explains a refused tenant rm: what the box still holds, and
+// how each ends.
+func tenantHeld(err error, name string) error {
+	var h *imagestore.TenantInUse
+	if !errors.As(err, &h) {
+		return err
+	}
+	var held []string
+	for _, c := range []struct {
+		n         int
+		what, how string
+	}{
+		{h.Images, "image(s)", "the box removes them: vmshelf rm"},
+		{h.Tickets, "unused upload ticket(s)", "vmshelf cancel, or they expire"},
+		{h.Uploads, "upload(s) running", "they end with their connection"},
+		{h.Sessions, "resumable upload(s)", "ended by DELETE on the session, or 24 hours after their last byte"},
+		{h.Listings, "open listing(s)", "the box closes them"},
+		{h.Orders, "order(s) as buyer or host", "kept as history: lock the box out with 'tenant set " + name +
+			" --sharing=false' and 'tenant token " + name + "' instead"},
+	} {
+		if c.n > 0 {
+			held = append(held, fmt.Sprintf("%d %s (%s)", c.n, c.what, c.how))
+		}
+	}
+	return fmt.Errorf("tenant %s was not removed: it still holds %s", name, strings.Join(held, "; "))
 }
 
 func notFound(err error, name string) error {
@@ -176,10 +226,10 @@ func (a *tenantAttrs) apply(fs *flag.FlagSet, t *imagestore.Tenant) {
 
 func printTenants(w io.Writer, ts []imagestore.Tenant) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tIN_MESH\tSHARING\tHOSTS_VMS\tAPPLIANCE\tSTRIPE_ACCOUNT\tCREATED")
+	fmt.Fprintln(tw, "NAME\tIN_MESH\tSHARING\tHOSTS_VMS\tAPPLIANCE\tSTRIPE_ACCOUNT\tCREATED (UTC)")
 	for _, t := range ts {
 		fmt.Fprintf(tw, "%s\t%t\t%t\t%t\t%s\t%s\t%s\n", t.Name, t.InMesh, t.Sharing, t.HostsVMs,
-			dash(t.Appliance), dash(t.StripeAccount), t.CreatedAt.Format("2006-01-02 15:04"))
+			dash(t.Appliance), dash(t.StripeAccount), utcMinute(t.CreatedAt))
 	}
 	tw.Flush()
 }
