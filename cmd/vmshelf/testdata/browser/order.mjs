@@ -83,10 +83,14 @@ b.main(async (track) => {
     afterKube = await readOrder();
   }
   await b.shot(page, 'machines-listed.png', { selector: '#machines' });
+  const height = () => page.evaluate(() => document.documentElement.scrollHeight);
+  const heights = { desktop: await height() };
   await page.setViewportSize(b.phone);
+  heights.phone = await height();
+  b.log('page heights (px):', JSON.stringify(heights));
   const phoneOverflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   await b.shot(page, 'machines-phone.png', { scrollTo: '#order-result' });
   const store = await b.storage(page);
   await ctx.close();
-  return { offer, catalogue, checkoutTab, link, beforePay, paid, afterPay, afterKube, phoneOverflow, store };
+  return { offer, catalogue, checkoutTab, link, beforePay, paid, afterPay, afterKube, phoneOverflow, heights, store };
 });
