@@ -79,7 +79,7 @@ func ticketError(err error) *apierr.Error {
 	case errors.Is(err, imagestore.ErrNotFound):
 		return apierr.New(fasthttp.StatusNotFound, "ticketUnknown", "no such upload ticket")
 	case errors.Is(err, imagestore.ErrTicketUsed):
-		return apierr.New(fasthttp.StatusGone, "ticketUsed", "this upload ticket was already used; ask for a new one")
+		return apierr.New(fasthttp.StatusGone, "ticketUsed", "this upload ticket was already used or cancelled; ask for a new one")
 	case errors.Is(err, imagestore.ErrTicketExpired):
 		return apierr.New(fasthttp.StatusGone, "ticketExpired", "this upload ticket has expired; ask for a new one")
 	case errors.Is(err, imagestore.ErrNoSpace):

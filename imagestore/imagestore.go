@@ -23,7 +23,10 @@ var (
 	ErrExists        = errors.New("already exists")
 	ErrTicketUsed    = errors.New("ticket already used")
 	ErrTicketExpired = errors.New("ticket expired")
-	ErrQuota         = errors.New("image quota reached")
+	// ErrTicketCancelled is a ticket its tenant cancelled, or that an
+	// upload refused before its body released.
+	ErrTicketCancelled = errors.New("ticket cancelled")
+	ErrQuota           = errors.New("image quota reached")
 	// ErrDamaged is a store whose own integrity check failed, or that met
 	// a damaged page while answering.
 	ErrDamaged = errors.New("store damaged")
@@ -66,7 +69,10 @@ type Ticket struct {
 	EFI       bool
 	CreatedAt time.Time
 	ExpiresAt time.Time
-	UsedAt    time.Time // zero while unused
+	// UsedAt is when an upload used the ticket or it was cancelled
+	// (CancelTicket); zero while unused. A cancelled ticket is refused
+	// like a used one.
+	UsedAt time.Time
 }
 
 // Image is a stored QCOW2 file; its JSON is the upload's 201 answer.
@@ -193,6 +199,20 @@ type Store interface {
 	// the quota (CreateTicket counts it) until AddImage records its image
 	// or EndUpload ends it.
 	ConsumeTicket(ctx context.Context, ticket Hash, now time.Time) (Ticket, error)
+	// UnusedTickets lists the tenant's tickets that are unused (neither
+	// used nor cancelled) and unexpired at now, the ones CreateTicket
+	// counts, oldest first (then by upload id).
+	UnusedTickets(ctx context.Context, tenantID int64, now time.Time) ([]Ticket, error)
+	// CancelTicket ends the tenant's unused ticket uploadID at now: it
+	// no longer counts against the quota, and ConsumeTicket and
+	// StartSession refuse it as used (ErrTicketUsed). The decision is one
+	// conditional update, so of a CancelTicket and a ConsumeTicket or
+	// StartSession racing for one ticket exactly one succeeds. Errors:
+	// ErrNotFound if the tenant has no ticket with that id (another
+	// tenant's is not found either); ErrTicketUsed if an upload used it;
+	// ErrTicketCancelled if it was cancelled already; ErrTicketExpired if
+	// it expired unused. None of them changes the ticket.
+	CancelTicket(ctx context.Context, tenantID int64, uploadID string, now time.Time) error
 	// EndUpload ends the quota reservation of a plain upload that did not
 	// become an image (refused, cut off, failed); a missing or already
 	// ended one is not an error.

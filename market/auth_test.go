@@ -19,6 +19,7 @@ func TestAuth(t *testing.T) {
 	routes := []struct{ path, body string }{
 		{"/market/vm-images/ticket", `{"name":"disk"}`},
 		{"/market/vm-images/remove", `{"upload_id":"000000000000000000000000"}`},
+		{"/market/vm-images/ticket/cancel", `{"upload_id":"000000000000000000000000"}`},
 		{"/market/vms/status", `{}`},
 	}
 	headers := []struct {

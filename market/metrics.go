@@ -21,10 +21,13 @@ const statsTimeout = 2 * time.Second
 type metrics struct {
 	ticketsIssued  prometheus.Counter
 	ticketsExpired prometheus.Counter
-	requests       *prometheus.CounterVec
-	ordersPlaced   prometheus.Counter
-	webhookEvents  *prometheus.CounterVec
-	log            *slog.Logger
+	// ticketsCancelled counts the cancels that ended a ticket, not the
+	// answers to a cancel of one that had ended already.
+	ticketsCancelled prometheus.Counter
+	requests         *prometheus.CounterVec
+	ordersPlaced     prometheus.Counter
+	webhookEvents    *prometheus.CounterVec
+	log              *slog.Logger
 }
 
 func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logger) (*metrics, error) {
@@ -36,6 +39,10 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 		ticketsExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vmshelf_tickets_expired_total",
 			Help: "Upload tickets that expired unused.",
+		}),
+		ticketsCancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vmshelf_tickets_cancelled_total",
+			Help: "Upload tickets their tenant cancelled unused.",
 		}),
 		// route is a registered pattern or "other" and code an HTTP
 		// status, so the label set stays bounded whatever clients send.
@@ -55,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 		}, []string{"type", "result"}),
 		log: log,
 	}
-	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.requests, m.ordersPlaced, m.webhookEvents,
+	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.webhookEvents,
 		newStatsCollector(st, blobs)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)

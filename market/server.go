@@ -222,6 +222,7 @@ func (s *Server) routes(reg prometheus.Registerer, gather prometheus.Gatherer) (
 	rt.handle(http.MethodGet, "/metrics", s.metrics.handler(reg, gather).ServeHTTP)
 	rt.handle(http.MethodGet, "/market/vm-images", s.catalogue)
 	rt.handle(http.MethodPost, "/market/vm-images/ticket", s.tenantRoute(s.ticket))
+	rt.handle(http.MethodPost, "/market/vm-images/ticket/cancel", s.tenantRoute(s.cancelTicket))
 	rt.handle(http.MethodPost, "/market/vm-images/remove", s.tenantRoute(s.remove))
 	rt.handle(http.MethodPost, "/market/vms/status", s.tenantRoute(s.status))
 	rt.handle(http.MethodPost, "/market/vms/listings", s.machineRoute(true, s.createListing))

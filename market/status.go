@@ -23,6 +23,10 @@ type statusAnswer struct {
 	// Sessions are the unfinished resumable uploads: their bytes are on
 	// the edge's disk and each counts against the image quota.
 	Sessions []sessionInfo `json:"sessions"`
+	// Tickets are the unused, unexpired tickets: each counts against the
+	// image quota until it is used, cancelled or expires. Never the
+	// capability itself, which only the ticket's answer carried.
+	Tickets  []ticketInfo  `json:"tickets"`
 	Listings []listingInfo `json:"listings"`
 	Offers   []offerInfo   `json:"offers"`
 	Orders   []orderInfo   `json:"orders"`
@@ -111,6 +115,14 @@ type sessionInfo struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// ticketInfo is an unused ticket as status shows it.
+type ticketInfo struct {
+	UploadID  string    `json:"upload_id"`
+	Name      string    `json:"name"`
+	EFI       bool      `json:"efi"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
 type statusRequest struct{}
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
@@ -139,10 +151,16 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 		sessions = append(sessions, sessionInfo{UploadID: us.UploadID, Name: us.Name,
 			Offset: us.Offset, Length: us.Length, ExpiresAt: us.ExpiresAt.UTC()})
 	}
+	tickets, err := s.unusedTickets(r.Context(), t)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	ans := statusAnswer{
 		Available: true,
 		Images:    images,
 		Sessions:  sessions,
+		Tickets:   tickets,
 		Account: account{
 			Name:          t.Name,
 			InMesh:        t.InMesh,
@@ -167,6 +185,19 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, ans)
+}
+
+// unusedTickets is t's tickets that count against its quota, for status.
+func (s *Server) unusedTickets(ctx context.Context, t imagestore.Tenant) ([]ticketInfo, error) {
+	unused, err := s.st.UnusedTickets(ctx, t.ID, s.cfg.Now())
+	if err != nil {
+		return nil, err
+	}
+	tickets := make([]ticketInfo, 0, len(unused))
+	for _, tk := range unused {
+		tickets = append(tickets, ticketInfo{UploadID: tk.UploadID, Name: tk.Name, EFI: tk.EFI, ExpiresAt: tk.ExpiresAt.UTC()})
+	}
+	return tickets, nil
 }
 
 // market is t's part of the VM market for status: its own listings, the

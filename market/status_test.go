@@ -53,7 +53,7 @@ func TestStatus(t *testing.T) {
 			decode(t, r, &raw)
 			// Arrays are arrays even when empty: clients iterate
 			// without nil checks.
-			for _, k := range []string{"images", "listings", "offers", "orders"} {
+			for _, k := range []string{"images", "sessions", "tickets", "listings", "offers", "orders"} {
 				if !strings.HasPrefix(string(raw[k]), "[") {
 					t.Errorf("%s = %s, want an array", k, raw[k])
 				}

@@ -29,6 +29,8 @@ type Store interface {
 	CreateTicket(ctx context.Context, tk imagestore.Ticket, ticket imagestore.Hash, quota int) error
 	SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (newlyExpired int, err error)
 	OpenSessions(ctx context.Context, tenantID int64, now time.Time) ([]imagestore.UploadSession, error)
+	UnusedTickets(ctx context.Context, tenantID int64, now time.Time) ([]imagestore.Ticket, error)
+	CancelTicket(ctx context.Context, tenantID int64, uploadID string, now time.Time) error
 
 	// Images, and the end of a removal's intent (imagestore.Journal).
 	Image(ctx context.Context, uploadID string) (imagestore.Image, error)

@@ -112,3 +112,67 @@ func cleanName(name string) (string, error) {
 	}
 	return name, nil
 }
+
+var errTicketUnknown = apierr.New(http.StatusNotFound, "ticketUnknown",
+	"this box has no upload ticket with that upload_id")
+
+type cancelTicketRequest struct {
+	UploadID string `json:"upload_id"`
+}
+
+type cancelTicketAnswer struct {
+	Cancelled string `json:"cancelled"`
+}
+
+// cancelTicket ends one of the tenant's unused tickets:
+// POST /market/vm-images/ticket/cancel. From the answer on the ticket
+// holds no place in the quota, and an upload with it is refused like one
+// with a used ticket (410 ticketUsed). A ticket that has ended without an
+// upload (cancelled already, released by a refused upload, expired) is
+// answered alike, 200, so a retry after a lost answer succeeds; one an
+// upload used is a 409 that says how that upload ends.
+func (s *Server) cancelTicket(w http.ResponseWriter, r *http.Request, t imagestore.Tenant) {
+	var req cancelTicketRequest
+	if err := s.decodeBody(w, r, &req, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !t.Sharing {
+		s.fail(w, r, errNotSharing)
+		return
+	}
+	// As for remove: a malformed id names no ticket, and is answered
+	// like another tenant's.
+	if !imagestore.ValidUploadID(req.UploadID) {
+		s.fail(w, r, errTicketUnknown)
+		return
+	}
+	err := s.st.CancelTicket(r.Context(), t.ID, req.UploadID, s.cfg.Now())
+	switch {
+	case err == nil:
+		s.metrics.ticketsCancelled.Inc()
+	case errors.Is(err, imagestore.ErrTicketCancelled), errors.Is(err, imagestore.ErrTicketExpired):
+	case errors.Is(err, imagestore.ErrNotFound):
+		s.fail(w, r, errTicketUnknown)
+		return
+	case errors.Is(err, imagestore.ErrTicketUsed):
+		s.fail(w, r, s.ticketUsed(r, t, req.UploadID))
+		return
+	default:
+		s.fail(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, cancelTicketAnswer{Cancelled: req.UploadID})
+}
+
+// ticketUsed is the 409 of a cancel of a ticket an upload used: what holds
+// the place now, and how to give it back.
+func (s *Server) ticketUsed(r *http.Request, t imagestore.Tenant, uploadID string) error {
+	if img, err := s.st.Image(r.Context(), uploadID); err == nil && img.TenantID == t.ID {
+		return apierr.New(http.StatusConflict, "ticketUsed",
+			"this ticket's upload has finished: it is the image "+uploadID+"; remove the image to free its place (POST /market/vm-images/remove, vmshelf rm)")
+	}
+	return apierr.New(http.StatusConflict, "ticketUsed",
+		"an upload has already used this ticket; it holds a place only while it runs: a resumable upload ends with DELETE on its upload-session URL "+
+			"(or 24 hours after its last byte), a plain PUT when its connection closes")
+}

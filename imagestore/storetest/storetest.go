@@ -89,6 +89,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"Intents", testIntents},
 		{"IntentsOfImages", testIntentsOfImages},
 	}
+	tests = append(tests, ticketTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

@@ -1,0 +1,11 @@
+-- Cancelled tickets (CancelTicket), the SQLite store's step 9: a tenant
+-- cancels an unused ticket, and an upload refused before its body releases
+-- its ticket the same way. used_at is set with cancelled_at, so every rule
+-- that reads used_at (single use, the quota's count, the expiry count)
+-- holds for a cancelled ticket unchanged; cancelled_at tells it from a
+-- ticket an upload used. The CHECK keeps the two together and a cancelled
+-- ticket out of the running uploads.
+
+ALTER TABLE tickets ADD COLUMN cancelled_at BIGINT;
+ALTER TABLE tickets ADD CONSTRAINT tickets_cancelled
+	CHECK (cancelled_at IS NULL OR (cancelled_at = used_at AND put_running = 0));
