@@ -659,14 +659,15 @@
   async function cancelTicket (btn) {
     btn.disabled = true
     const ans = await api('/market/vm-images/ticket/cancel', { upload_id: btn.dataset.uploadId })
+    if (!ans.ok) btn.disabled = false
+    // After the refresh, whose answer clears the message.
+    await refresh()
     if (!ans.ok) {
       setMessage('The ticket was not cancelled: ' + refusal(ans))
-      btn.disabled = false
-    } else {
-      setMessage('The ticket was cancelled; its place in the quota is free.', 'info')
+      return
     }
-    await refresh()
-    if (ans.ok && !$('#upload-file').disabled) $('#upload-file').focus()
+    setMessage('The ticket was cancelled; its place in the quota is free.', 'info')
+    if (!$('#upload-file').disabled) $('#upload-file').focus()
   }
 
   async function closeListing (btn) {
