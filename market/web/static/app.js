@@ -565,19 +565,22 @@
   // arrange puts what the box has first: its machines (the orders it
   // bought) and, for a host, its listings; then images, the market and the
   // systems. A box with neither starts with its images, and "Your
-  // machines" (empty) comes last. Nodes move only when the order changes,
-  // so the focus stays where it is.
+  // machines" (empty) comes last. Only the sections out of place move,
+  // and the focus is put back where it was if a move took it.
   function arrange (st, market) {
     const acc = st.account || {}
     const mine = (st.orders || []).length > 0 || (market && acc.hosts_vms && (st.listings || []).length > 0)
     const ids = mine ? ['machines', 'listings', 'images', 'market', 'catalogue']
       : ['images', 'market', 'catalogue', 'listings', 'machines']
-    const app = $('#app')
-    app.dataset.first = ids[0]
-    const want = ids.map((id) => document.getElementById(id))
-    const have = [...app.children].filter((c) => want.includes(c))
-    if (have.every((c, i) => c === want[i])) return
-    for (const e of want) app.append(e)
+    $('#app').dataset.first = ids[0]
+    const focused = document.activeElement
+    let ref = $('#unavailable')
+    for (const id of ids) {
+      const e = document.getElementById(id)
+      if (ref.nextElementSibling !== e) ref.after(e)
+      ref = e
+    }
+    if (focused && focused !== document.activeElement && focused.isConnected) focused.focus({ preventScroll: true })
   }
 
   function renderMachines (st, market) {
