@@ -129,7 +129,8 @@
   // data-state → the row's first word. "waiting" is a file queued for a
   // free transfer slot (the page goes on by itself); an unfinished upload
   // the edge holds for a file this page does not have says what the user
-  // must do (SESSION_WORD).
+  // must do (SESSION_WORDS: this browser can resume it, or only the one
+  // that started it can, since only that one has its session address).
   const UPLOAD_STATES = {
     checking: 'Checking the file',
     waiting: 'Queued',
@@ -139,7 +140,7 @@
     refused: 'Refused',
     cancelled: 'Cancelled'
   }
-  const SESSION_WORD = 'Choose the file again'
+  const SESSION_WORDS = { mine: 'Choose the file again', elsewhere: 'Resume it where it started' }
 
   // ---- small DOM helpers: text only, never HTML from data ----
 
@@ -1282,15 +1283,17 @@
         const file = known && known.metadata.filename ? known.metadata.filename : ''
         const pct = s.length > 0 ? Math.floor((s.offset / s.length) * 100) : 0
         let li = list.querySelector(`li.upload[data-session=true][data-upload-id="${CSS.escape(s.upload_id)}"]`)
-        const text = (file ? `“${file}”` : 'the same file') + ' in the upload form above to resume: ' +
-          `${bytes(s.offset)} of ${bytes(s.length)} are on the edge, which keeps them until ${when(s.expires_at)}.`
+        const kept = `${bytes(s.offset)} of ${bytes(s.length)} are on the edge, which keeps them until ${when(s.expires_at)}`
+        const text = known
+          ? `${file ? `“${file}”` : 'the same file'} in the upload form above to resume: ${kept}.`
+          : `another browser or program started this upload, and only it can resume or cancel it; ${kept}, holding a place of the quota until then.`
         const children = [
           el('div', { class: 'card-head' }, el('span', { class: 'upload-name', text: file || s.name }),
             el('span', { class: 'meta', text: `image “${s.name}”` })),
           el('progress', { class: 'upload-bar', max: 100, value: pct, 'aria-label': `Unfinished upload of ${s.name}` }),
           el('div', { class: 'upload-numbers' }, el('span', { class: 'upload-percent', text: `${pct} %` }),
             el('span', { class: 'upload-speed' }), el('span', { class: 'upload-eta' })),
-          el('p', { class: 'upload-status' }, el('span', { class: 'upload-state', text: SESSION_WORD + ':' }), ' ', text)
+          el('p', { class: 'upload-status' }, el('span', { class: 'upload-state', text: (known ? SESSION_WORDS.mine : SESSION_WORDS.elsewhere) + ':' }), ' ', text)
         ]
         if (known) {
           const btn = el('button', { type: 'button', class: 'upload-cancel', text: 'Cancel', 'aria-label': `Cancel the unfinished upload of ${s.name}` })
