@@ -565,14 +565,15 @@
 
   // arrange puts what the box has first: its machines (the orders it
   // bought) and, for a host, its listings; then images, the market and the
-  // systems. A box with neither starts with its images, and "Your
-  // machines" (empty) comes last. Only the sections out of place move,
+  // systems, and last what it has none of (an empty "Your machines", the
+  // listing form of a host without listings). Only the sections out of place move,
   // and the focus is put back where it was if a move took it.
   function arrange (st, market) {
     const acc = st.account || {}
-    const mine = (st.orders || []).length > 0 || (market && acc.hosts_vms && (st.listings || []).length > 0)
-    const ids = mine ? ['machines', 'listings', 'images', 'market', 'catalogue']
-      : ['images', 'market', 'catalogue', 'listings', 'machines']
+    const first = []
+    if ((st.orders || []).length > 0) first.push('machines')
+    if (market && acc.hosts_vms && (st.listings || []).length > 0) first.push('listings')
+    const ids = [...first, 'images', 'market', 'catalogue', ...['listings', 'machines'].filter((id) => !first.includes(id))]
     $('#app').dataset.first = ids[0]
     const focused = document.activeElement
     let ref = $('#unavailable')
