@@ -376,6 +376,80 @@ type pageStorage struct {
 	Local   map[string]string `json:"local"`
 }
 
+// pageLayout is lib.mjs's layout: where the sections start, the page's
+// height, the catalogue's cards and the not-offered list.
+type pageLayout struct {
+	Tops     map[string]*int `json:"tops"`
+	Height   int             `json:"height"`
+	Viewport int             `json:"viewport"`
+	Cards    []struct {
+		Top        int `json:"top"`
+		Left       int `json:"left"`
+		Height     int `json:"height"`
+		LastBottom int `json:"lastBottom"`
+	} `json:"cards"`
+	NotOffered struct {
+		Details   string `json:"details"`
+		Open      bool   `json:"open"`
+		Summary   string `json:"summary"`
+		Items     int    `json:"items"`
+		ItemShown bool   `json:"itemShown"`
+	} `json:"notOffered"`
+}
+
+// above checks that section a is shown and starts above section b (or b
+// is not shown).
+func (l pageLayout) above(t *testing.T, what, a, b string) {
+	t.Helper()
+	ta, tb := l.Tops[a], l.Tops[b]
+	if ta == nil || (tb != nil && *ta >= *tb) {
+		t.Errorf("%s: #%s starts at %s, #%s at %s; want #%s shown, above", what, a, topOf(ta), b, topOf(tb), a)
+	}
+}
+
+func topOf(p *int) string {
+	if p == nil {
+		return "(not shown)"
+	}
+	return strconv.Itoa(*p) + " px"
+}
+
+// wantEvenCatalogue checks the systems' grid: every card as tall as the
+// others, cards side by side in rows that start level, and each card's
+// last line at the same distance from its bottom.
+func wantEvenCatalogue(t *testing.T, l pageLayout) {
+	t.Helper()
+	if len(l.Cards) < 4 {
+		t.Fatalf("the catalogue shows %d cards", len(l.Cards))
+	}
+	rows := map[int]int{}
+	for _, c := range l.Cards {
+		rows[c.Top]++
+		if d := c.Height - l.Cards[0].Height; d < -1 || d > 1 || c.LastBottom != l.Cards[0].LastBottom {
+			t.Errorf("catalogue card %+v beside %+v: heights or last lines differ (ragged)", c, l.Cards[0])
+		}
+	}
+	if len(rows) >= len(l.Cards) {
+		t.Errorf("the catalogue's %d cards are in %d rows: not a grid", len(l.Cards), len(rows))
+	}
+	if first := rows[l.Cards[0].Top]; first < 2 {
+		t.Errorf("the catalogue's first row has %d card(s)", first)
+	}
+}
+
+// wantFolded checks that the not-offered list is a closed <details> whose
+// summary counts its n entries.
+func wantFolded(t *testing.T, l pageLayout, n int) {
+	t.Helper()
+	no := l.NotOffered
+	if no.Details != "details" || no.Open || no.ItemShown || no.Items != n || !strings.Contains(no.Summary, strconv.Itoa(n)) {
+		t.Errorf("the not-offered list is %+v; want a closed <details> of its %d entries, the count in its summary", no, n)
+	}
+}
+
+// utcMinute is how the page and the CLI write an instant.
+func utcMinute(tm time.Time) string { return tm.UTC().Format("2006-01-02 15:04") + " UTC" }
+
 // commonReport is in every report.
 type commonReport struct {
 	Events     []pageEvent `json:"events"`
@@ -685,6 +759,11 @@ func TestPageUploadReload(t *testing.T) {
 			!(strings.Contains(lower, "same file") || strings.Contains(w.Text, filepath.Base(disk))) {
 			t.Errorf("%s the unfinished upload's row is %+v; want waiting, saying to choose the same file to resume", what, w)
 		}
+		// The row waits for the user, not the user for the row: its
+		// first word says what to do.
+		if !strings.Contains(strings.ToLower(w.Word), "choose") {
+			t.Errorf("%s the unfinished upload's row starts %q; want words that say to choose the file again", what, w.Word)
+		}
 	}
 	if !rep.AfterReload.Resumed || !rep.Done.Resumed {
 		t.Errorf("data-resumed: %v after the reload, %v at the end; want true (it continued from an offset > 0)", rep.AfterReload.Resumed, rep.Done.Resumed)
@@ -726,6 +805,7 @@ type sessionRow struct {
 	State string `json:"state"`
 	File  string `json:"file"`
 	Text  string `json:"text"`
+	Word  string `json:"word"` // the state's word, first on the row
 }
 
 // TestPageUploadCancel: Cancel in the middle of an upload ends it at the
@@ -1024,12 +1104,35 @@ func TestPageRefusals(t *testing.T) {
 	pr.extra = s.logs
 	var rep struct {
 		commonReport
-		NotQcow2 uploadRow   `json:"notQcow2"`
-		Backed   uploadRow   `json:"backed"`
-		Rows     []uploadRow `json:"rows"`
-		Listed   pageImages  `json:"listed"`
+		NotQcow2   uploadRow       `json:"notQcow2"`
+		Backed     uploadRow       `json:"backed"`
+		RefusedRow map[string]bool `json:"refusedRow"`
+		Dismissed  struct {
+			Tabs int      `json:"tabs"`
+			Left []string `json:"left"`
+		} `json:"dismissed"`
+		Rows   []uploadRow `json:"rows"`
+		Listed pageImages  `json:"listed"`
+		Full   struct {
+			InputDisabled bool   `json:"inputDisabled"`
+			StartDisabled bool   `json:"startDisabled"`
+			Sentence      string `json:"sentence"`
+			DescribedBy   string `json:"describedBy"`
+		} `json:"full"`
 	}
 	pr.wait(&rep)
+	if r := rep.RefusedRow; r["bar"] || r["numbers"] || !r["dismiss"] {
+		t.Errorf("a row refused before any byte shows %v; want no bar, no numbers, a Dismiss button", r)
+	}
+	if d := rep.Dismissed; d.Tabs == 0 || slices.Contains(d.Left, filepath.Base(junk)) || !slices.Contains(d.Left, filepath.Base(backed)) {
+		t.Errorf("after Enter on Dismiss (reached with %d Tabs) the rows are %q; want %s gone, %s kept", d.Tabs, d.Left, filepath.Base(junk), filepath.Base(backed))
+	}
+	// At the quota the page closes the file input before any file is
+	// chosen, and says why and what frees a place.
+	if f := rep.Full; !f.InputDisabled || !f.StartDisabled || !strings.Contains(f.Sentence, "1 of 1") ||
+		!strings.Contains(f.Sentence, "remove an image") || !strings.Contains(f.DescribedBy, "upload-full") {
+		t.Errorf("at 1 of 1 images the upload form is %+v; want the input and Upload disabled, a sentence (described-by) saying 1 of 1 and to remove an image", f)
+	}
 	if ticketsAtCheck != 0 {
 		t.Errorf("%v tickets were issued for files the browser can tell are no upload, want 0", ticketsAtCheck)
 	}
@@ -1157,6 +1260,7 @@ func TestPageOrder(t *testing.T) {
 		Address   string `json:"address"`
 		Expires   string `json:"expires"`
 		Note      string `json:"note"`
+		Meta      string `json:"meta"`
 		Replicas  []struct {
 			Replica   string `json:"replica"`
 			State     string `json:"state"`
@@ -1175,13 +1279,17 @@ func TestPageOrder(t *testing.T) {
 			Rel    string `json:"rel"`
 		} `json:"link"`
 		BeforePay struct {
-			Order string `json:"order"`
-			State string `json:"state"`
+			Order     string `json:"order"`
+			State     string `json:"state"`
+			StateText string `json:"stateText"`
 		} `json:"beforePay"`
-		AfterPay      orderRow    `json:"afterPay"`
-		AfterKube     *orderRow   `json:"afterKube"`
-		PhoneOverflow int         `json:"phoneOverflow"`
-		Store         pageStorage `json:"store"`
+		AfterPay      orderRow       `json:"afterPay"`
+		AfterKube     *orderRow      `json:"afterKube"`
+		PhoneOverflow int            `json:"phoneOverflow"`
+		Heights       map[string]int `json:"heights"`
+		LayoutBefore  pageLayout     `json:"layoutBefore"`
+		LayoutAfter   pageLayout     `json:"layoutAfter"`
+		Store         pageStorage    `json:"store"`
 	}
 	pr.wait(&rep)
 
@@ -1255,6 +1363,57 @@ func TestPageOrder(t *testing.T) {
 	if len(st.Orders) != 1 || st.Orders[0].OrderID != orderID || st.Orders[0].Quantity != 2 || st.Orders[0].Image != "debian-13" {
 		t.Errorf("status orders %+v; want the page's order of 2 debian-13", st.Orders)
 	}
+	wantOrderLayout(t, s, rep.LayoutBefore, rep.LayoutAfter, rep.Heights)
+	// The browser ran in America/Los_Angeles: the page's times are UTC
+	// all the same, said so, as the CLI writes them.
+	if len(st.Orders) == 1 && st.Orders[0].ExpiresAt != nil {
+		if want := utcMinute(*st.Orders[0].ExpiresAt); o.Expires != want || !strings.HasSuffix(o.Meta, " UTC") {
+			t.Errorf("the order shows paid until %q, ordered %q; want %q, and the order time in UTC", o.Expires, o.Meta, want)
+		}
+	}
+	if !strings.Contains(strings.ToLower(rep.BeforePay.StateText), "pay") {
+		t.Errorf("an unpaid order's state reads %q; want it to say the buyer must pay", rep.BeforePay.StateText)
+	}
+}
+
+// wantOrderLayout: before the order the box has nothing of its own and
+// its images come first, "Your machines" last; with a machine, the machine
+// comes first, in the first screen of a desktop; the not-offered list is
+// folded, the catalogue an even grid; the page shorter than the 3 100 px
+// (desktop) and 4 570 px (phone) that issue 25 measured, with room to spare.
+func wantOrderLayout(t *testing.T, s *server, before, after pageLayout, heights map[string]int) {
+	t.Helper()
+	before.above(t, "with no orders", "images", "machines")
+	after.above(t, "with a machine", "machines", "images")
+	after.above(t, "with a machine", "machines", "order")
+	after.above(t, "with a machine", "machines", "catalogue")
+	if m := after.Tops["machines"]; m == nil || *m >= after.Viewport {
+		t.Errorf("with a machine, #machines starts at %s: below the first screen (%d px)", topOf(m), after.Viewport)
+	}
+	wantFolded(t, after, notOfferedCount(t, s))
+	wantEvenCatalogue(t, after)
+	if heights["desktop"] == 0 || heights["desktop"] > 2700 || heights["phone"] == 0 || heights["phone"] > 3800 {
+		t.Errorf("the signed-in page is %d px tall on a desktop and %d on a phone; want at most 2700 and 3800", heights["desktop"], heights["phone"])
+	}
+	t.Logf("the signed-in page with one machine: %d px on a desktop (1280 × 900), %d on a phone (390 × 844)", heights["desktop"], heights["phone"])
+}
+
+// notOfferedCount is how many systems the edge's catalogue says it does
+// not offer.
+func notOfferedCount(t *testing.T, s *server) int {
+	t.Helper()
+	resp, err := httpClient.Get(s.ctlBase + "/market/vm-images")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c struct {
+		NotOffered []json.RawMessage `json:"not_offered"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || len(c.NotOffered) == 0 {
+		t.Fatalf("GET /market/vm-images: %v, %d not offered", err, len(c.NotOffered))
+	}
+	return len(c.NotOffered)
 }
 
 // TestPageUnavailable: a tenant the market does not serve (made with

@@ -397,8 +397,11 @@ func TestPageListing(t *testing.T) {
 			Open        string `json:"open"`
 			CloseButton bool   `json:"closeButton"`
 		} `json:"after"`
+		LayoutListed pageLayout `json:"layoutListed"`
 	}
 	pr.wait(&rep)
+	rep.LayoutListed.above(t, "a host with an open listing", "listings", "images")
+	rep.LayoutListed.above(t, "a host with an open listing", "listings", "order")
 	if !rep.FormVisible {
 		t.Error("#listing-form is hidden for a host with a payout account")
 	}
@@ -540,4 +543,150 @@ func TestPageKeyboard(t *testing.T) {
 	if rep.FocusAfterForget != "#token" {
 		t.Errorf("after Forget token the focus is on %q, want #token", rep.FocusAfterForget)
 	}
+}
+
+// statusQueue is what status says holds places of the quota besides
+// images: unfinished uploads and unused tickets.
+type statusQueue struct {
+	Sessions []json.RawMessage `json:"sessions"`
+	Tickets  []struct {
+		UploadID  string    `json:"upload_id"`
+		Name      string    `json:"name"`
+		EFI       bool      `json:"efi"`
+		ExpiresAt time.Time `json:"expires_at"`
+	} `json:"tickets"`
+}
+
+func queueOf(t *testing.T, s *server) statusQueue {
+	t.Helper()
+	code, body := s.ctl(t, "/market/vms/status", s.token, "")
+	if code != http.StatusOK {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	var q statusQueue
+	if err := json.Unmarshal(body, &q); err != nil {
+		t.Fatalf("status %s: %v", body, err)
+	}
+	return q
+}
+
+// TestPageDismiss: a row the edge refused mid-upload (507 noSpace, which
+// Retry may get past) keeps its session; Dismiss, reached by Tab and
+// pressed with Enter, removes the row, this browser's localStorage entry
+// of the session and the session on the edge, and a reload brings nothing
+// of it back.
+func TestPageDismiss(t *testing.T) {
+	t.Parallel()
+	browserDir(t)
+	needTool(t, "qemu-img")
+	work := t.TempDir()
+	s := startPageServe(t, filepath.Join(work, "data"), nil, nil)
+	file, _ := randomQcow2(t, work, "full-disk.qcow2", 2)
+	pr := startPage(t, "dismiss", 60*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_FILE": file,
+	}, map[string]action{
+		"sessions": func([]byte) any { return map[string]int{"sessions": len(queueOf(t, s).Sessions)} },
+	})
+	pr.extra = s.logs
+	var rep struct {
+		commonReport
+		Refused         uploadRow      `json:"refused"`
+		Buttons         []string       `json:"buttons"`
+		StoreBefore     pageStorage    `json:"storeBefore"`
+		EdgeBefore      map[string]int `json:"edgeBefore"`
+		Tabs            int            `json:"tabs"`
+		StoreAfter      pageStorage    `json:"storeAfter"`
+		EdgeAfter       map[string]int `json:"edgeAfter"`
+		RowsAfterReload int            `json:"rowsAfterReload"`
+	}
+	pr.wait(&rep)
+	tusKeys := func(st pageStorage) []string {
+		var keys []string
+		for k := range st.Local {
+			if strings.HasPrefix(k, "tus::") {
+				keys = append(keys, k)
+			}
+		}
+		return keys
+	}
+	if rep.Refused.Reason != "noSpace" || rep.Refused.UploadID == "" || !slices.Contains(rep.Buttons, "upload-dismiss") || !slices.Contains(rep.Buttons, "upload-retry") {
+		t.Fatalf("the refused row is %+v with buttons %q; want noSpace, its upload id, Retry and Dismiss", rep.Refused, rep.Buttons)
+	}
+	if len(tusKeys(rep.StoreBefore)) != 1 || rep.EdgeBefore["sessions"] != 1 {
+		t.Fatalf("before Dismiss localStorage has %q and the edge %v sessions; want the one session in both", tusKeys(rep.StoreBefore), rep.EdgeBefore)
+	}
+	if k := tusKeys(rep.StoreAfter); len(k) != 0 {
+		t.Errorf("after Dismiss localStorage still has %q", k)
+	}
+	if rep.EdgeAfter["sessions"] != 0 {
+		t.Errorf("after Dismiss the edge holds %v sessions; want the dismissed one ended", rep.EdgeAfter)
+	}
+	if rep.RowsAfterReload != 0 {
+		t.Errorf("after Dismiss and a reload the page shows %d upload rows", rep.RowsAfterReload)
+	}
+}
+
+// TestPageTickets: an image and an unused ticket fill a quota of 2. The
+// page counts the ticket, closes the file input with a sentence naming
+// both ways out, lists the ticket with its name and its expiry in UTC
+// (in a browser far from UTC); Cancel, reached by Tab, cancels it at the
+// edge (an upload with it is refused) and opens the file input again.
+func TestPageTickets(t *testing.T) {
+	t.Parallel()
+	browserDir(t)
+	work := t.TempDir()
+	s := startPageServe(t, filepath.Join(work, "data"), nil, []string{"--images-per-tenant", "2"})
+	disk, b := makeImage(t, work, "kept.qcow2")
+	s.upload(t, s.ticket(t, "kept"), disk, b)
+	tk := s.ticket(t, "later")
+	var left statusQueue
+	pr := startPage(t, "tickets", 60*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token, "PAGE_TICKET": tk.UploadID,
+	}, map[string]action{
+		"tickets": func([]byte) any {
+			left = queueOf(t, s)
+			return map[string]int{"tickets": len(left.Tickets)}
+		},
+	})
+	pr.extra = s.logs
+	type form struct {
+		InputDisabled bool   `json:"inputDisabled"`
+		Sentence      string `json:"sentence"`
+	}
+	var rep struct {
+		commonReport
+		Before struct {
+			Images pageImages `json:"images"`
+			Form   form       `json:"form"`
+			Ticket struct {
+				Text    string `json:"text"`
+				Expires string `json:"expires"`
+			} `json:"ticket"`
+		} `json:"before"`
+		Tabs  int `json:"tabs"`
+		After struct {
+			Images  pageImages `json:"images"`
+			Form    form       `json:"form"`
+			Message string     `json:"message"`
+		} `json:"after"`
+	}
+	pr.wait(&rep)
+	bf := rep.Before
+	if q := bf.Images.Quota; q == nil || q.Used != "2" || q.Limit != "2" || !strings.Contains(q.Text, "ticket") {
+		t.Errorf("#image-quota is %+v; want 2 of 2, counting the unused ticket", bf.Images.Quota)
+	}
+	if !bf.Form.InputDisabled || !strings.Contains(bf.Form.Sentence, "cancel an unused ticket") || !strings.Contains(bf.Form.Sentence, "remove an image") {
+		t.Errorf("at 2 of 2 (an image and a ticket) the upload form is %+v; want the input disabled and a sentence: remove an image or cancel an unused ticket", bf.Form)
+	}
+	if want := utcMinute(tk.ExpiresAt); bf.Ticket.Expires != want || !strings.Contains(bf.Ticket.Text, "later") {
+		t.Errorf("the ticket's row reads %+v; want its name (later) and its expiry %q", bf.Ticket, want)
+	}
+	if rep.Tabs == 0 || len(left.Tickets) != 0 {
+		t.Errorf("after Enter on Cancel (reached with %d Tabs) status has tickets %+v; want none", rep.Tabs, left.Tickets)
+	}
+	if q := rep.After.Images.Quota; rep.After.Form.InputDisabled || q == nil || q.Used != "1" || rep.After.Message == "" {
+		t.Errorf("after the cancel the form is %+v, the quota %+v, the message %q; want the input open, 1 of 2, a word", rep.After.Form, q, rep.After.Message)
+	}
+	code, body := curl(t, "-T", disk, tk.UploadURL)
+	wantError(t, "an upload with the cancelled ticket", code, body, http.StatusGone, "ticketUsed")
 }

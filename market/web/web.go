@@ -29,7 +29,7 @@ import (
 // The page's files, named one by one: static/README.md (where tus.min.js
 // comes from) is for developers and stays out of the binary.
 //
-//go:embed static/index.html static/app.js static/qcow2.js static/style.css
+//go:embed static/index.html static/app.js static/qcow2.js static/format.js static/style.css
 //go:embed static/tus.min.js static/tus-js-client-LICENSE.txt
 var static embed.FS
 
@@ -39,6 +39,7 @@ var files = []struct{ path, file, contentType string }{
 	{"/machines", "index.html", "text/html; charset=utf-8"},
 	{"/machines/app.js", "app.js", "text/javascript; charset=utf-8"},
 	{"/machines/qcow2.js", "qcow2.js", "text/javascript; charset=utf-8"},
+	{"/machines/format.js", "format.js", "text/javascript; charset=utf-8"},
 	{"/machines/style.css", "style.css", "text/css; charset=utf-8"},
 	{"/machines/tus.min.js", "tus.min.js", "text/javascript; charset=utf-8"},
 	{"/machines/tus-js-client-LICENSE.txt", "tus-js-client-LICENSE.txt", "text/plain; charset=utf-8"},

@@ -35,6 +35,7 @@ func TestServesEveryFile(t *testing.T) {
 		{"/machines", "index.html", "text/html; charset=utf-8"},
 		{"/machines/app.js", "app.js", "text/javascript; charset=utf-8"},
 		{"/machines/qcow2.js", "qcow2.js", "text/javascript; charset=utf-8"},
+		{"/machines/format.js", "format.js", "text/javascript; charset=utf-8"},
 		{"/machines/style.css", "style.css", "text/css; charset=utf-8"},
 		{"/machines/tus.min.js", "tus.min.js", "text/javascript; charset=utf-8"},
 		{"/machines/tus-js-client-LICENSE.txt", "tus-js-client-LICENSE.txt", "text/plain; charset=utf-8"},
@@ -209,12 +210,13 @@ func TestNoInlineCode(t *testing.T) {
 		}
 	}
 	for _, src := range []string{`<script defer src="/machines/tus.min.js"></script>`,
-		`<script defer src="/machines/qcow2.js"></script>`, `<script defer src="/machines/app.js"></script>`} {
+		`<script defer src="/machines/qcow2.js"></script>`, `<script defer src="/machines/format.js"></script>`,
+		`<script defer src="/machines/app.js"></script>`} {
 		if !strings.Contains(html, src) {
 			t.Errorf("index.html lacks %s", src)
 		}
 	}
-	if n := strings.Count(html, "<script"); n != 3 {
-		t.Errorf("index.html has %d script elements, want the 3 files", n)
+	if n := strings.Count(html, "<script"); n != 4 {
+		t.Errorf("index.html has %d script elements, want the 4 files", n)
 	}
 }

@@ -1,6 +1,7 @@
 // app.js: the Machines page. Plain script, no build step: it needs
-// window.tus (tus.min.js, tus-js-client 4.3.1) and window.vmshelfQcow2
-// (qcow2.js), loaded before it with defer.
+// window.tus (tus.min.js, tus-js-client 4.3.1), window.vmshelfQcow2
+// (qcow2.js) and window.vmshelfFormat (format.js), loaded before it with
+// defer.
 //
 // The tenant token lives in sessionStorage["vmshelf.token"] only: it is
 // sent to this origin's API in an Authorization header and never put in a
@@ -57,7 +58,7 @@
     imageUnknown: 'That image does not exist (any more) on this box.',
     imageInUse: 'An order that is awaiting payment, paid or running uses this image; remove it once the order has ended.',
     // uploads: the control plane
-    imageQuota: 'This box already holds as many images (counting unfinished uploads and unused tickets) as the edge allows. Remove an image, or let an unfinished upload expire.',
+    imageQuota: 'This box already holds as many images (counting unfinished uploads and unused tickets) as the edge allows. Remove an image, cancel an unused ticket or an unfinished upload, or let one expire.',
     noSpace: 'The edge\'s disk is full; uploads are refused until space is freed.',
     rateLimited: 'Too many requests in a short time; wait a little and try again.',
     // uploads: the image itself
@@ -105,12 +106,17 @@
     cancelled: 'Cancelled.'
   }
 
+  // The words of a state say what happens next, and who must act: an
+  // unpaid order waits for its buyer, not for the edge.
   const ORDER_STATES = {
-    awaitingPayment: 'awaiting payment',
+    awaitingPayment: 'pay now to start',
     paid: 'paid, starting',
     active: 'running',
     expired: 'expired',
-    cancelled: 'cancelled'
+    cancelled: 'cancelled',
+    refunding: 'being refunded',
+    refundFailed: 'refund failed, retrying',
+    refunded: 'refunded'
   }
   const REPLICA_STATES = {
     running: 'running',
@@ -120,15 +126,21 @@
     stopped: 'stopped',
     failed: 'failed'
   }
+  // data-state → the row's first word. "waiting" is a file queued for a
+  // free transfer slot (the page goes on by itself); an unfinished upload
+  // the edge holds for a file this page does not have says what the user
+  // must do (SESSION_WORDS: this browser can resume it, or only the one
+  // that started it can, since only that one has its session address).
   const UPLOAD_STATES = {
     checking: 'Checking the file',
-    waiting: 'Waiting',
+    waiting: 'Queued',
     uploading: 'Uploading',
     retrying: 'Retrying',
     done: 'Stored',
     refused: 'Refused',
     cancelled: 'Cancelled'
   }
+  const SESSION_WORDS = { mine: 'Choose the file again', elsewhere: 'Resume it where it started' }
 
   // ---- small DOM helpers: text only, never HTML from data ----
 
@@ -172,25 +184,12 @@
   }
   const LOOPBACK = /^(localhost|127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\])$/
 
-  function bytes (n) {
-    if (!Number.isFinite(n)) return '?'
-    const units = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB']
-    let i = 0
-    let v = n
-    while (v >= 1024 && i < units.length - 1) { v /= 1024; i++ }
-    return i === 0 ? `${n} bytes` : `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`
-  }
-  function duration (s) {
-    if (!Number.isFinite(s) || s < 0) return ''
-    if (s < 60) return `${Math.max(1, Math.round(s))} s`
-    if (s < 3600) return `${Math.round(s / 60)} min`
-    return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`
-  }
-  function when (iso) {
-    if (!iso) return ''
-    const d = new Date(iso)
-    return Number.isNaN(d.getTime()) ? iso : d.toLocaleString()
-  }
+  // Sizes and times: format.js, the CLI's units and UTC (a stand-in
+  // keeps the page readable if it did not load; init says so).
+  const FORMAT = window.vmshelfFormat || { bytes: (n) => `${n} B`, when: (t) => String(t || ''), duration: () => '' }
+  const bytes = FORMAT.bytes
+  const when = FORMAT.when
+  const duration = FORMAT.duration
   function fractionDigits (currency) {
     try {
       return new Intl.NumberFormat('en', { style: 'currency', currency }).resolvedOptions().maximumFractionDigits
@@ -368,9 +367,10 @@
     if (market) {
       renderOffers(st)
       renderOrderForm(st)
-      renderListings(st)
     }
-    renderMachines(st)
+    renderListings(st, market)
+    renderMachines(st, market)
+    arrange(st, market)
     uploads.renderSessions(st.sessions || [])
     if (!state.rendered) {
       state.rendered = true
@@ -379,16 +379,24 @@
     schedulePoll(busy(st))
   }
 
+  // renderImages shows the images, the quota and what counts against it
+  // (the edge counts stored images, unfinished uploads and unused tickets
+  // alike), and at the quota closes the file input with what to do, so no
+  // file is chosen only to be refused.
   function renderImages (st) {
     const images = st.images || []
     const sessions = st.sessions || []
+    const tickets = st.tickets || []
     const limit = state.limits.images_per_tenant
-    const used = images.length + sessions.length
+    const used = images.length + sessions.length + tickets.length
     const q = $('#image-quota')
     q.dataset.used = String(used)
     q.dataset.limit = String(limit)
+    const parts = []
+    if (sessions.length) parts.push(count(sessions.length, 'unfinished upload', 'unfinished uploads'))
+    if (tickets.length) parts.push(count(tickets.length, 'unused ticket', 'unused tickets'))
     q.textContent = `${used} of ${limit} ${limit === 1 ? 'image' : 'images'}` +
-      (sessions.length ? ` (${sessions.length} of them ${sessions.length === 1 ? 'an unfinished upload' : 'unfinished uploads'})` : '') +
+      (parts.length ? ` (counting ${parts.join(' and ')})` : '') +
       ` · files up to ${bytes(state.limits.upload_max_bytes)}, disks up to ${bytes(state.limits.max_virtual_bytes)}`
     const list = $('#image-list')
     list.replaceChildren(...images.map((img) => el('li', { 'data-upload-id': img.upload_id },
@@ -402,19 +410,70 @@
       el('div', { class: 'actions' },
         el('button', { type: 'button', class: 'image-remove', 'aria-label': `Remove image ${img.name}`, text: 'Remove', 'data-upload-id': img.upload_id })))))
     show($('#image-empty'), images.length === 0)
+    renderTickets(tickets)
     const sharing = !st.account || st.account.sharing !== false
     show($('#upload-form'), sharing)
+    atQuota(used >= limit, { images: images.length, sessions: sessions.length, tickets: tickets.length, limit })
+  }
+
+  function count (n, one, many) {
+    return `${n} ${n === 1 ? one : many}`
+  }
+
+  // atQuota disables choosing and uploading files while the box holds as
+  // many images as the edge allows, and says what frees a place.
+  function atQuota (full, n) {
+    const input = $('#upload-file')
+    const note = $('#upload-full')
+    input.disabled = full
+    $('#upload-start').disabled = full
+    $('#upload-form').dataset.full = String(full)
+    if (!full) {
+      note.textContent = ''
+      show(note, false)
+      return
+    }
+    const ways = []
+    if (n.images) ways.push('remove an image')
+    if (n.tickets) ways.push('cancel an unused ticket')
+    if (n.sessions) ways.push('cancel an unfinished upload or let it expire (24 hours after its last byte)')
+    if (!ways.length) ways.push('wait until an upload of this box ends')
+    const last = ways.length > 1 ? `${ways.slice(0, -1).join(', ')} or ${ways[ways.length - 1]}` : ways[0]
+    note.textContent = `This box holds ${n.limit} of ${n.limit} images, as many as this edge allows, so no file can be uploaded now. To upload one, ${last}.`
+    show(note, true)
+  }
+
+  // renderTickets lists the unused tickets no row of this page is about
+  // to use: each holds a place of the quota until it expires or is
+  // cancelled.
+  function renderTickets (tickets) {
+    const busy = uploads.busyIds()
+    const list = $('#ticket-list')
+    const shown = tickets.filter((tk) => !busy.has(tk.upload_id))
+    list.replaceChildren(...shown.map((tk) => el('li', { class: 'ticket', 'data-upload-id': tk.upload_id },
+      el('div', { class: 'card-head' },
+        el('span', { class: 'ticket-name', text: `Ticket for “${tk.name}”` }),
+        el('span', { class: 'meta', text: tk.efi ? 'starts with UEFI' : 'starts with BIOS' })),
+      el('p', { class: 'meta' }, 'Unused: it holds a place of the quota until ',
+        el('span', { class: 'ticket-expires', text: when(tk.expires_at) }), ' unless cancelled.'),
+      el('div', { class: 'actions' },
+        el('button', { type: 'button', class: 'ticket-cancel', 'data-upload-id': tk.upload_id,
+          'aria-label': `Cancel the unused ticket for ${tk.name}`, text: 'Cancel ticket' })))))
+    show(list, shown.length > 0)
   }
 
   function renderCatalogue () {
     const c = state.catalogue || { catalogue: [], not_offered: [] }
     $('#catalogue-list').replaceChildren(...(c.catalogue || []).map((e) => el('li', { 'data-image-id': e.id },
-      el('div', { class: 'card-head' }, el('span', { class: 'catalogue-name', text: e.name }),
-        el('span', { text: e.efi ? 'starts with UEFI' : 'starts with BIOS' })),
-      el('p', { class: 'meta', text: [e.source === 'losos' ? 'registry disk' : 'cloud image',
-        e.min_memory_mib ? `at least ${e.min_memory_mib} MiB memory` : '',
-        e.min_disk_gib ? `at least ${e.min_disk_gib} GiB disk` : ''].filter(Boolean).join(' · ') }))))
-    $('#not-offered').replaceChildren(...(c.not_offered || []).map((n) => el('li', {},
+      el('span', { class: 'catalogue-name', text: e.name }),
+      el('span', { class: 'meta', text: `${e.source === 'losos' ? 'registry disk' : 'cloud image'} · ${e.efi ? 'UEFI' : 'BIOS'}` }),
+      el('span', { class: 'meta catalogue-needs',
+        text: [e.min_memory_mib ? `memory ≥ ${bytes(e.min_memory_mib * MiB)}` : '',
+          e.min_disk_gib ? `disk ≥ ${bytes(e.min_disk_gib * GiB)}` : ''].filter(Boolean).join(' · ') || 'no minimum' }))))
+    const no = c.not_offered || []
+    $('#not-offered-count').textContent = String(no.length)
+    show($('#not-offered-box'), no.length > 0)
+    $('#not-offered').replaceChildren(...no.map((n) => el('li', {},
       el('strong', { class: 'not-offered-name', text: n.name }), ': ', el('span', { class: 'not-offered-reason', text: n.reason }))))
   }
 
@@ -460,11 +519,11 @@
     return (l && l.currency) || st.currency || 'eur'
   }
 
-  function renderListings (st) {
+  function renderListings (st, market) {
     const acc = st.account || {}
     const sec = $('#listings')
-    show(sec, !!acc.hosts_vms)
-    if (!acc.hosts_vms) return
+    show(sec, market && !!acc.hosts_vms)
+    if (!market || !acc.hosts_vms) return
     let why = ''
     if (!acc.in_mesh) why = 'This box cannot list machines: it is not in the mesh.'
     else if (!acc.sharing) why = 'This box cannot list machines: it does not share its disk.'
@@ -501,11 +560,34 @@
     if (!o.checkout_url) return null
     const url = checkoutURL(o.checkout_url)
     if (!url) return el('p', { class: 'order-pay-refused notice', text: words('badCheckoutURL') })
-    return el('p', {}, el('a', { href: url, target: '_blank', rel: 'noopener noreferrer', class: 'order-pay', text: 'Pay this order at Stripe' }))
+    return el('p', {}, el('a', { href: url, target: '_blank', rel: 'noopener noreferrer', class: 'order-pay', text: 'Pay now at Stripe' }))
   }
 
-  function renderMachines (st) {
+  // arrange puts what the box has first: its machines (the orders it
+  // bought) and, for a host, its listings; then images, the market and the
+  // systems, and last what it has none of (an empty "Your machines", the
+  // listing form of a host without listings). Only the sections out of place move,
+  // and the focus is put back where it was if a move took it.
+  function arrange (st, market) {
+    const acc = st.account || {}
+    const first = []
+    if ((st.orders || []).length > 0) first.push('machines')
+    if (market && acc.hosts_vms && (st.listings || []).length > 0) first.push('listings')
+    const ids = [...first, 'images', 'market', 'catalogue', ...['listings', 'machines'].filter((id) => !first.includes(id))]
+    $('#app').dataset.first = ids[0]
+    const focused = document.activeElement
+    let ref = $('#unavailable')
+    for (const id of ids) {
+      const e = document.getElementById(id)
+      if (ref.nextElementSibling !== e) ref.after(e)
+      ref = e
+    }
+    if (focused && focused !== document.activeElement && focused.isConnected) focused.focus({ preventScroll: true })
+  }
+
+  function renderMachines (st, market) {
     const orders = st.orders || []
+    $('#machine-empty').textContent = 'No machines yet.' + (market ? ' Order some under “Order machines” above.' : '')
     $('#machine-list').replaceChildren(...orders.map((o) => {
       const note = o.note || (o.state === 'cancelled' && o.reason ? words(o.reason) : '')
       const replicas = o.replicas || []
@@ -575,6 +657,22 @@
       setMessage('The image was removed.', 'info')
     }
     await refresh()
+  }
+
+  // cancelTicket gives an unused ticket's place in the quota back: the
+  // ticket can no longer start an upload.
+  async function cancelTicket (btn) {
+    btn.disabled = true
+    const ans = await api('/market/vm-images/ticket/cancel', { upload_id: btn.dataset.uploadId })
+    if (!ans.ok) btn.disabled = false
+    // After the refresh, whose answer clears the message.
+    await refresh()
+    if (!ans.ok) {
+      setMessage('The ticket was not cancelled: ' + refusal(ans))
+      return
+    }
+    setMessage('The ticket was cancelled; its place in the quota is free.', 'info')
+    if (!$('#upload-file').disabled) $('#upload-file').focus()
   }
 
   async function closeListing (btn) {
@@ -757,15 +855,18 @@
         this.status = el('p', { class: 'upload-status' }, this.stateWord, ' ', this.statusText)
         this.cancelBtn = el('button', { type: 'button', class: 'upload-cancel', 'aria-label': `Cancel the upload of ${f.name}`, text: 'Cancel' })
         this.retryBtn = el('button', { type: 'button', class: 'upload-retry', 'aria-label': `Retry the upload of ${f.name}`, text: 'Retry', hidden: true })
+        this.dismissBtn = el('button', { type: 'button', class: 'upload-dismiss', 'aria-label': `Dismiss the row of ${f.name}`, text: 'Dismiss', hidden: true })
         this.cancelBtn.addEventListener('click', () => this.cancel())
         this.retryBtn.addEventListener('click', () => this.retry())
+        this.dismissBtn.addEventListener('click', () => this.dismiss())
+        this.numbers = el('div', { class: 'upload-numbers' }, this.percent, this.speed, this.eta)
         this.li = el('li', { class: 'upload', 'data-file': f.name },
           el('div', { class: 'card-head' }, el('span', { class: 'upload-name', text: f.name }),
             el('span', { class: 'meta', text: bytes(f.size) })),
           this.bar,
-          el('div', { class: 'upload-numbers' }, this.percent, this.speed, this.eta),
+          this.numbers,
           this.status,
-          el('div', { class: 'actions' }, this.retryBtn, this.cancelBtn))
+          el('div', { class: 'actions' }, this.retryBtn, this.cancelBtn, this.dismissBtn))
       }
 
       set (st, text, reason) {
@@ -775,11 +876,19 @@
         if (reason) this.li.dataset.reason = reason
         else delete this.li.dataset.reason
         // A network that stayed down is no refusal by the edge.
-        this.stateWord.textContent = (st === 'refused' && reason === 'network' ? 'Stopped' : UPLOAD_STATES[st]) + ':'
+        this.stateWord.textContent = (st === 'refused' && (reason === 'network' || this.retryable) ? 'Stopped, press Retry' : UPLOAD_STATES[st]) + ':'
         this.statusText.textContent = text || ''
         const ended = st === 'done' || st === 'refused' || st === 'cancelled'
-        this.cancelBtn.hidden = st === 'done' || st === 'cancelled' || (st === 'refused' && !this.retryable)
+        // Running: Cancel. Ended: Dismiss (and Retry where trying again
+        // may pass).
+        this.cancelBtn.hidden = ended
+        this.dismissBtn.hidden = !ended
         this.retryBtn.hidden = !(st === 'refused' && this.retryable)
+        // A refused row shows no bar: the refusal is its news. A bar
+        // stays only where Retry goes on from bytes already sent.
+        const bar = !(st === 'refused' && !(this.retryable && this.bar.value > 0))
+        this.bar.hidden = !bar
+        this.numbers.hidden = !bar
         if (ended) {
           this.speed.textContent = ''
           this.eta.textContent = ''
@@ -939,7 +1048,7 @@
             this.proxyHeadOK = 0
             const before = this.upload ? this.upload.options.chunkSize : 0
             if (this.halve()) {
-              this.set('retrying', `parts of ${Math.round(before / MiB)} MiB get no answer while the edge answers otherwise, the mark of a proxy's body limit; going on with ${bytes(this.chunk)} parts`)
+              this.set('retrying', `parts of ${bytes(before)} get no answer while the edge answers otherwise, the mark of a proxy's body limit; going on with ${bytes(this.chunk)} parts`)
             }
           }
         }
@@ -970,7 +1079,7 @@
           const before = opts.chunkSize
           this.proxyLimit = before
           if (!this.halve()) return false
-          this.set('retrying', `a proxy in front of the edge refuses requests over ${Math.round(before / MiB)} MiB; going on with ${bytes(opts.chunkSize)} parts`)
+          this.set('retrying', `a proxy in front of the edge refuses requests over ${bytes(before)}; going on with ${bytes(opts.chunkSize)} parts`)
           return true
         }
         if (status === 0) {
@@ -1010,7 +1119,7 @@
         }
         if (status === 413 && reason !== 'tooLarge' && this.proxyLimit) {
           this.retryable = true
-          this.fail('proxyTooLarge', `A proxy in front of the edge refuses requests over ${Math.round(this.proxyLimit / MiB)} MiB, and this page sends no smaller parts. Its operator must raise the limit (nginx: client_max_body_size).`)
+          this.fail('proxyTooLarge', `A proxy in front of the edge refuses requests over ${bytes(this.proxyLimit)}, and this page sends no smaller parts. Its operator must raise the limit (nginx: client_max_body_size).`)
           return
         }
         if (!status) {
@@ -1080,6 +1189,35 @@
         refresh()
       }
 
+      // dismiss drops an ended row: the row, and this browser's record of
+      // its upload session (localStorage), so that nothing of it comes
+      // back after a reload. A session the edge may still hold (a
+      // refusal Retry could go on from) is ended there first.
+      async dismiss () {
+        this.dismissBtn.disabled = true
+        const up = this.upload
+        const url = up && up.url
+        if (url && this.state === 'refused' && this.retryable) {
+          try { await window.tus.Upload.terminate(url, { retryDelays: [0, 1000] }) } catch (e) {}
+        }
+        const s = window.tus && window.tus.defaultOptions.urlStorage
+        if (s) {
+          const stored = await storedUploads()
+          await Promise.all(stored.filter((p) => (url && p.uploadUrl === url) ||
+            (this.uploadId && p.metadata && p.metadata.upload_id === this.uploadId))
+            .map((p) => s.removeUpload(p.urlStorageKey).catch(() => {})))
+        }
+        const next = this.li.nextElementSibling || this.li.previousElementSibling
+        rows.delete(this.key)
+        this.li.remove()
+        live(`${this.file.name}: dismissed`)
+        const focus = next && next.querySelector('button:not([hidden])')
+        if (focus) focus.focus()
+        else if (!$('#upload-file').disabled) $('#upload-file').focus()
+        else $('#main').focus()
+        refresh()
+      }
+
       retry () {
         this.proxyLimit = 0
         this.queued = true
@@ -1146,15 +1284,17 @@
         const file = known && known.metadata.filename ? known.metadata.filename : ''
         const pct = s.length > 0 ? Math.floor((s.offset / s.length) * 100) : 0
         let li = list.querySelector(`li.upload[data-session=true][data-upload-id="${CSS.escape(s.upload_id)}"]`)
-        const text = (file ? `Choose “${file}” again to resume` : 'Choose the same file to resume') +
-          ` (${bytes(s.offset)} of ${bytes(s.length)} are on the edge; it keeps them until ${when(s.expires_at)}).`
+        const kept = `${bytes(s.offset)} of ${bytes(s.length)} are on the edge, which keeps them until ${when(s.expires_at)}`
+        const text = known
+          ? `${file ? `“${file}”` : 'the same file'} in the upload form above to resume: ${kept}.`
+          : `another browser or program started this upload, and only it can resume or cancel it; ${kept}, holding a place of the quota until then.`
         const children = [
           el('div', { class: 'card-head' }, el('span', { class: 'upload-name', text: file || s.name }),
             el('span', { class: 'meta', text: `image “${s.name}”` })),
           el('progress', { class: 'upload-bar', max: 100, value: pct, 'aria-label': `Unfinished upload of ${s.name}` }),
           el('div', { class: 'upload-numbers' }, el('span', { class: 'upload-percent', text: `${pct} %` }),
             el('span', { class: 'upload-speed' }), el('span', { class: 'upload-eta' })),
-          el('p', { class: 'upload-status' }, el('span', { class: 'upload-state', text: 'Waiting:' }), ' ', text)
+          el('p', { class: 'upload-status' }, el('span', { class: 'upload-state', text: (known ? SESSION_WORDS.mine : SESSION_WORDS.elsewhere) + ':' }), ' ', text)
         ]
         if (known) {
           const btn = el('button', { type: 'button', class: 'upload-cancel', text: 'Cancel', 'aria-label': `Cancel the unfinished upload of ${s.name}` })
@@ -1177,14 +1317,20 @@
       }
     }
 
-    return { add, renderSessions }
+    // busyIds are the upload ids this page's rows work on: their tickets
+    // and sessions are no one else's to list.
+    function busyIds () {
+      return new Set([...rows.values()].filter((t) => t.uploadId && t.state !== 'cancelled').map((t) => t.uploadId))
+    }
+
+    return { add, renderSessions, busyIds }
   })()
 
   // ---- wiring ----
 
   function init () {
-    if (!window.tus || !window.tus.isSupported || !window.vmshelfQcow2) {
-      setMessage('This browser cannot run the uploads of this page (tus-js-client or the QCOW2 check did not load).')
+    if (!window.tus || !window.tus.isSupported || !window.vmshelfQcow2 || !window.vmshelfFormat) {
+      setMessage('This browser cannot run the uploads of this page (tus-js-client, the QCOW2 check or the formats did not load).')
     }
     $('#token-form').addEventListener('submit', (ev) => {
       ev.preventDefault()
@@ -1230,6 +1376,10 @@
     $('#image-list').addEventListener('click', (ev) => {
       const b = ev.target.closest('button.image-remove')
       if (b) removeImage(b)
+    })
+    $('#ticket-list').addEventListener('click', (ev) => {
+      const b = ev.target.closest('button.ticket-cancel')
+      if (b) cancelTicket(b)
     })
     $('#listing-list').addEventListener('click', (ev) => {
       const b = ev.target.closest('button.listing-close')

@@ -61,7 +61,10 @@ b.main(async (track) => {
     // one, none may be left open.
     const opened = [];
     for (const p of ctx.pages().slice(pagesBefore)) {
-      try { await p.waitForLoadState('domcontentloaded', { timeout: 5000 }); } catch (e) {}
+      // The page sets the tab's address in the task that marks the order
+      // placed; the navigation commits after: wait for it (bounded), not
+      // for about:blank's own load.
+      try { await p.waitForURL((u) => u.href !== 'about:blank', { timeout: 5000 }); } catch (e) {}
       opened.push(p.url());
       await p.close();
     }

@@ -83,15 +83,21 @@ const recorder = () => {
   });
 };
 
+// A zone far from UTC, for scenarios that check the page shows times in
+// UTC whatever the browser's zone.
+export const farZone = 'America/Los_Angeles';
+
 // launch starts Chromium on the profile dir (the same dir again is a
-// browser restart with the same localStorage).
-export async function launch(profile = env('PAGE_PROFILE'), viewport = desktop) {
+// browser restart with the same localStorage); more are more of
+// playwright's context options (timezoneId).
+export async function launch(profile = env('PAGE_PROFILE'), viewport = desktop, more = {}) {
   const ctx = await chromium.launchPersistentContext(profile, {
     executablePath: process.env.PAGE_CHROMIUM || '/usr/bin/chromium',
     headless: true,
     args: ['--no-sandbox', '--disable-gpu'],
     viewport,
     timeout: 30000,
+    ...more,
   });
   ctx.setDefaultTimeout(20000);
   await ctx.exposeBinding('__vmshelfRecord', (_src, ev) => {
@@ -229,8 +235,53 @@ export async function untilSession(page, uploadId, timeout = 20000) {
   }
   return page.evaluate((sel) => {
     const li = document.querySelector(sel);
-    return { state: li.dataset.state || '', file: li.dataset.file || '', text: li.textContent.replace(/\s+/g, ' ').trim() };
+    return {
+      state: li.dataset.state || '', file: li.dataset.file || '', text: li.textContent.replace(/\s+/g, ' ').trim(),
+      word: (li.querySelector('.upload-state')?.textContent || '').trim(),
+    };
   }, sel);
+}
+
+// layout reads where the page's parts are: each section's top (px from
+// the top of the document, null when not shown), the page's height and
+// the viewport's, the catalogue's cards and the not-offered list.
+export async function layout(page) {
+  return page.evaluate(() => {
+    const top = (id) => {
+      const e = document.getElementById(id);
+      if (!e) return null;
+      const r = e.getBoundingClientRect();
+      return r.height > 0 ? Math.round(r.top + window.scrollY) : null;
+    };
+    const cards = [...document.querySelectorAll('#catalogue-list > li')].map((li) => {
+      const r = li.getBoundingClientRect();
+      const last = li.lastElementChild?.getBoundingClientRect();
+      return { top: Math.round(r.top), left: Math.round(r.left), height: Math.round(r.height), lastBottom: last ? Math.round(r.bottom - last.bottom) : -1 };
+    });
+    const box = document.querySelector('#not-offered-box');
+    const item = document.querySelector('#not-offered li');
+    return {
+      tops: Object.fromEntries(['machines', 'listings', 'images', 'offers', 'order', 'catalogue'].map((id) => [id, top(id)])),
+      height: document.documentElement.scrollHeight, viewport: window.innerHeight,
+      cards,
+      notOffered: {
+        details: box ? box.tagName.toLowerCase() : '', open: !!(box && box.open),
+        summary: (box?.querySelector('summary')?.textContent || '').replace(/\s+/g, ' ').trim(),
+        items: document.querySelectorAll('#not-offered li').length,
+        itemShown: !!(item && item.checkVisibility()),
+      },
+    };
+  });
+}
+
+// tabTo presses Tab until the element matching sel has the focus
+// (bounded), from where the focus is.
+export async function tabTo(page, sel, max = 30) {
+  for (let i = 0; i < max; i++) {
+    await page.keyboard.press('Tab');
+    if (await page.evaluate((sel) => document.activeElement === document.querySelector(sel), sel)) return i + 1;
+  }
+  throw new Error(`${max} presses of Tab did not reach ${sel}; the focus is on ${await page.evaluate(() => document.activeElement?.outerHTML.slice(0, 120))}`);
 }
 
 export async function message(page) {

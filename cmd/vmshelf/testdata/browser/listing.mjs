@@ -1,7 +1,8 @@
 // Scenario: the host's listing form. A box that hosts machines and has a
 // payout account lists 3 replicas at "7.50" on the page; #listing-list
 // shows it (the Go test checks status); Close closes it (the Go test checks
-// that it left the offers).
+// that it left the offers). With an open listing, what the host hosts
+// comes first on the page.
 // Env: PAGE_TOKEN is the host's.
 import * as b from './lib.mjs';
 
@@ -23,6 +24,7 @@ b.main(async (track) => {
   if (listed.length !== 1) throw new Error(`#listing-list has ${listed.length} listings: ${JSON.stringify(listed)}`);
   const id = listed[0].id;
   const atEdge = await b.control('listed', { listing_id: id });
+  const layoutListed = await b.layout(page);
   const result = await page.evaluate(() => document.getElementById('listing-result').textContent.trim());
 
   await page.locator(`#listing-list li[data-listing-id="${id}"] button.listing-close`).click();
@@ -37,5 +39,5 @@ b.main(async (track) => {
   }, id);
   const closed = await b.control('closed', { listing_id: id });
   await ctx.close();
-  return { formVisible, listed, atEdge, result, after, closed };
+  return { formVisible, listed, atEdge, result, after, closed, layoutListed };
 });

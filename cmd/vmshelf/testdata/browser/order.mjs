@@ -2,20 +2,24 @@
 // offer; the page opens Stripe Checkout (the fake's URL) in a new tab; the
 // Go test pays it and posts the signed webhook; the machine appears with
 // its replicas; the Go test sets their state in the cluster (when it has
-// one) and #refresh shows it.
+// one) and #refresh shows it. The browser runs in a zone far from UTC; the
+// page's times must still be UTC. Where the sections are is read before
+// the order (nothing of the box's own: images first) and after it (its
+// machine first), with the page's height on a desktop and a phone.
 // Env: PAGE_LISTING (the offer), PAGE_IMAGE (a catalogue id).
 import * as b from './lib.mjs';
 
 b.main(async (track) => {
   const listing = b.env('PAGE_LISTING');
   const image = b.env('PAGE_IMAGE');
-  const ctx = await b.launch();
+  const ctx = await b.launch(undefined, b.desktop, { timezoneId: b.farZone });
   // The fake's checkout URL is not on loopback: the tab gets a stand-in.
   await ctx.route('https://checkout.stripe.test/**', (route) =>
     route.fulfill({ status: 200, contentType: 'text/html', body: '<title>checkout</title>fake checkout' }));
   const page = await b.firstPage(ctx);
   track(page);
   await b.signIn(page);
+  const layoutBefore = await b.layout(page);
   const offer = await page.evaluate((id) => {
     const li = document.querySelector(`#offer-list li[data-listing-id="${id}"]`);
     return li ? li.textContent.replace(/\s+/g, ' ').trim() : null;
@@ -42,7 +46,7 @@ b.main(async (track) => {
   await page.waitForSelector('#machine-list li[data-order-id]', { timeout: 20000 });
   const beforePay = await page.evaluate(() => {
     const li = document.querySelector('#machine-list li[data-order-id]');
-    return { order: li.dataset.orderId, state: li.dataset.state };
+    return { order: li.dataset.orderId, state: li.dataset.state, stateText: li.querySelector('.order-state')?.textContent.trim() || '' };
   });
 
   const paid = await b.control('pay', { checkout_url: checkoutTab });
@@ -58,6 +62,7 @@ b.main(async (track) => {
     return {
       state: li.dataset.state, name: text(li, '.order-name'), stateText: text(li, '.order-state'),
       address: text(li, '.order-address'), expires: text(li, '.order-expires'), note: text(li, '.order-note'),
+      meta: text(li, '.meta'),
       replicas: [...li.querySelectorAll('ul.replicas li.replica')].map((r) => ({
         replica: r.dataset.replica, state: r.dataset.state, name: text(r, '.replica-name'), stateText: text(r, '.replica-state'),
       })),
@@ -83,10 +88,15 @@ b.main(async (track) => {
     afterKube = await readOrder();
   }
   await b.shot(page, 'machines-listed.png', { selector: '#machines' });
+  await b.shot(page, 'machines-desktop.png');
+  const layoutAfter = await b.layout(page);
+  const heights = { desktop: layoutAfter.height };
   await page.setViewportSize(b.phone);
+  heights.phone = (await b.layout(page)).height;
+  b.log('page heights (px):', JSON.stringify(heights));
   const phoneOverflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  await b.shot(page, 'machines-phone.png', { scrollTo: '#order-result' });
+  await b.shot(page, 'machines-phone.png');
   const store = await b.storage(page);
   await ctx.close();
-  return { offer, catalogue, checkoutTab, link, beforePay, paid, afterPay, afterKube, phoneOverflow, store };
+  return { offer, catalogue, checkoutTab, link, beforePay, paid, afterPay, afterKube, phoneOverflow, heights, layoutBefore, layoutAfter, store };
 });
