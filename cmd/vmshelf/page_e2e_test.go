@@ -447,8 +447,9 @@ func wantFolded(t *testing.T, l pageLayout, n int) {
 	}
 }
 
-// utcMinute is how the page and the CLI write an instant.
-func utcMinute(tm time.Time) string { return tm.UTC().Format("2006-01-02 15:04") + " UTC" }
+// pageUTC is how the page writes an instant: the CLI's utcMinute, with
+// the zone named.
+func pageUTC(tm time.Time) string { return utcMinute(tm) + " UTC" }
 
 // commonReport is in every report.
 type commonReport struct {
@@ -1367,7 +1368,7 @@ func TestPageOrder(t *testing.T) {
 	// The browser ran in America/Los_Angeles: the page's times are UTC
 	// all the same, said so, as the CLI writes them.
 	if len(st.Orders) == 1 && st.Orders[0].ExpiresAt != nil {
-		if want := utcMinute(*st.Orders[0].ExpiresAt); o.Expires != want || !strings.HasSuffix(o.Meta, " UTC") {
+		if want := pageUTC(*st.Orders[0].ExpiresAt); o.Expires != want || !strings.HasSuffix(o.Meta, " UTC") {
 			t.Errorf("the order shows paid until %q, ordered %q; want %q, and the order time in UTC", o.Expires, o.Meta, want)
 		}
 	}

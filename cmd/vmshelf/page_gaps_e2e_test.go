@@ -678,7 +678,7 @@ func TestPageTickets(t *testing.T) {
 	if !bf.Form.InputDisabled || !strings.Contains(bf.Form.Sentence, "cancel an unused ticket") || !strings.Contains(bf.Form.Sentence, "remove an image") {
 		t.Errorf("at 2 of 2 (an image and a ticket) the upload form is %+v; want the input disabled and a sentence: remove an image or cancel an unused ticket", bf.Form)
 	}
-	if want := utcMinute(tk.ExpiresAt); bf.Ticket.Expires != want || !strings.Contains(bf.Ticket.Text, "later") {
+	if want := pageUTC(tk.ExpiresAt); bf.Ticket.Expires != want || !strings.Contains(bf.Ticket.Text, "later") {
 		t.Errorf("the ticket's row reads %+v; want its name (later) and its expiry %q", bf.Ticket, want)
 	}
 	if rep.Tabs == 0 || len(left.Tickets) != 0 {
