@@ -10,7 +10,7 @@ import (
 
 // cancelHelp is "vmshelf cancel -h".
 var cancelHelp = cli.Doc{
-	Args:    "--control URL --token-file F [flags] UPLOAD_ID...",
+	Args:    "[--control URL] --token-file F [flags] UPLOAD_ID...",
 	Summary: "cancel this box's unused upload tickets",
 	About: `Cancels unused upload tickets of this box, by the UPLOAD_ID each ticket's answer ` +
 		`gave, in the order given, and prints "cancelled UPLOAD_ID" for each. A cancelled ticket ` +
