@@ -111,7 +111,7 @@ func docFlag(sets map[string]*flag.FlagSet, name string) *flag.Flag {
 // foreignFlags are the flags the documents quote of other programs, with
 // the program: any other flag a document names must be vmshelf's.
 var foreignFlags = map[string]string{
-	"data-binary": "curl", "fail-with-body": "curl", "max-time": "curl",
+	"data-binary": "curl", "fail-with-body": "curl", "fail": "curl", "max-time": "curl",
 	"debug": "local-path-provisioner", "config": "local-path-provisioner",
 	"provisioner-name": "local-path-provisioner", "configmap-name": "local-path-provisioner",
 	"service-account-name": "local-path-provisioner",

@@ -616,7 +616,11 @@ type statusAnswer struct {
 	Available bool          `json:"available"`
 	Reason    string        `json:"reason"`
 	Images    []imageAnswer `json:"images"`
-	Account   struct {
+	Tickets   []struct {
+		UploadID string `json:"upload_id"`
+		Name     string `json:"name"`
+	} `json:"tickets"`
+	Account struct {
 		Name    string `json:"name"`
 		InMesh  bool   `json:"in_mesh"`
 		Sharing bool   `json:"sharing"`

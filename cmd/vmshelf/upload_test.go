@@ -599,7 +599,7 @@ func TestE2EUploadRefusals(t *testing.T) {
 		mention string
 	}{
 		{"no name", []string{"upload", "--control", s.ctlBase, "--token-file", tokenFile, disk}, "--name"},
-		{"no control", []string{"upload", "--token-file", tokenFile, "--name", "x", disk}, "--control"},
+		{"empty control", []string{"upload", "--control", "", "--token-file", tokenFile, "--name", "x", disk}, "--control"},
 		{"no token file", []string{"upload", "--control", s.ctlBase, "--name", "x", disk}, "--token-file"},
 		{"control not a URL", []string{"upload", "--control", "ftp://x", "--token-file", tokenFile, "--name", "x", disk}, "ftp://x"},
 		{"missing token file", []string{"upload", "--control", s.ctlBase, "--token-file", "/nonexistent-token", "--name", "x", disk}, "/nonexistent-token"},
@@ -1071,10 +1071,10 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	}
 	_, firstBytes := makeImageData(t, filepath.Join(work, "scratch"), "disk.qcow2", 2)
 	blocks := readmeBlocks(t, "## Resumable uploads")
-	if len(blocks) != 3 {
-		t.Fatalf("README's resumable section has %d sh blocks, want 3 (vmshelf upload, curl, vmshelf images and rm)", len(blocks))
+	if len(blocks) != 4 {
+		t.Fatalf("README's resumable section has %d sh blocks, want 4 (vmshelf upload, curl, vmshelf images and rm, cancel)", len(blocks))
 	}
-	script := strings.Join(blocks, "\n")
+	script := strings.Join(blocks[:3], "\n")
 	for _, want := range []string{"Upload-Length: $SIZE", "head -c $N", "curl -sS --fail -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload", "./bin/vmshelf images", "./bin/vmshelf rm"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("README's sequence lacks %q", want)
@@ -1149,6 +1149,25 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 	}
 	if left := s.status(t, s.token).Images; len(left) != 1 || left[0].Name != "resumed disk" {
 		t.Errorf("after README's rm status lists %+v; want only \"resumed disk\"", left)
+	}
+	readmeCancelBlock(t, s, work, blocks[3])
+}
+
+// readmeCancelBlock runs README's cancel block: a ticket taken, listed by
+// vmshelf images under UNUSED TICKET, cancelled; status lists no ticket.
+func readmeCancelBlock(t *testing.T, s *server, work, block string) {
+	t.Helper()
+	script := strings.NewReplacer("127.0.0.1:8481", s.ctlAddr, "./bin/vmshelf", binPath).Replace(block)
+	r := runWithin(t, 60*time.Second, []string{"VMSHELF_CONTROL=" + s.ctlBase}, "bash", "-euo", "pipefail", "-c", `cd "$1" && `+script, "bash", work)
+	if r.code != 0 {
+		t.Fatalf("README's cancel block: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "UNUSED TICKET") || !strings.Contains(r.stdout, "not now") ||
+		!strings.HasSuffix(r.stdout, "done\n") || !strings.Contains(r.stdout, "cancelled ") {
+		t.Errorf("README's cancel block printed:\n%s\nwant the ticket \"not now\" under UNUSED TICKET, then cancelled and done", r.stdout)
+	}
+	if st := s.status(t, s.token); len(st.Tickets) != 0 {
+		t.Errorf("after README's cancel status lists tickets %+v", st.Tickets)
 	}
 }
 

@@ -458,7 +458,8 @@ func TestMakeTestStopsWithoutTools(t *testing.T) {
 
 // TestMakeTestChecksThenStrict: on a machine that has everything, make
 // test runs .ci/deps first and then the rest under CI=true (a tool still
-// missing fails its test), lint's go vet first.
+// missing fails its test), lint's race build first (through
+// buildprogress, which says what a cold build does).
 func TestMakeTestChecksThenStrict(t *testing.T) {
 	if os.Geteuid() != 0 {
 		// .ci/deps asks for root: the tests mount file systems.
@@ -481,10 +482,10 @@ func TestMakeTestChecksThenStrict(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make test never ran go past .ci/deps (exit %d):\n%s", r.code, r.out)
 	}
-	if got, want := string(b), "go vet -race ./... CI=true\n"; got != want {
+	if got, want := string(b), "go run ./internal/buildprogress go build -race -v ./... CI=true\n"; got != want {
 		t.Errorf("after .ci/deps make test ran %q, want %q", got, want)
 	}
-	deps, vet := strings.Index(r.out, "deps: everything the tests use is here"), strings.Index(r.out, "go vet")
+	deps, vet := strings.Index(r.out, "deps: everything the tests use is here"), strings.Index(r.out, "go run ./internal/buildprogress")
 	if deps < 0 || vet < deps {
 		t.Errorf(".ci/deps did not run before lint:\n%s", r.out)
 	}
