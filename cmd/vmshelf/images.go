@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -135,31 +136,32 @@ func images(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		_, err = stdout.Write(append(b, '\n'))
 		return err
 	}
+	var err1, err2 error
 	if len(imgs) == 0 {
 		fmt.Fprintln(stderr, "this box has no images on the edge")
 	} else {
-		printImages(stdout, imgs)
+		err1 = printImages(stdout, imgs)
 	}
 	if len(tickets) > 0 {
-		printTickets(stdout, tickets, len(imgs) > 0)
+		err2 = printTickets(stdout, tickets, len(imgs) > 0)
 	}
-	return nil
+	return errors.Join(err1, err2) // stdout closed early, say: not "listed"
 }
 
-func printImages(w io.Writer, imgs []uploadclient.Image) {
+func printImages(w io.Writer, imgs []uploadclient.Image) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "UPLOAD_ID\tNAME\tSIZE\tVIRTUAL\tCREATED (UTC)\tSHA256")
 	for _, img := range imgs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", img.UploadID, img.Name, humanize.IBytes(uint64(img.Size)),
 			humanize.IBytes(uint64(img.VirtualSize)), utcMinute(img.CreatedAt), img.SHA256[:min(12, len(img.SHA256))])
 	}
-	tw.Flush()
+	return tw.Flush()
 }
 
 // printTickets is the table of unused tickets that follows the images
 // (after a blank line when there are images): they hold places in the
 // quota, and 'vmshelf cancel' gives them back.
-func printTickets(w io.Writer, tickets []uploadclient.Ticket, afterImages bool) {
+func printTickets(w io.Writer, tickets []uploadclient.Ticket, afterImages bool) error {
 	if afterImages {
 		fmt.Fprintln(w)
 	}
@@ -168,7 +170,7 @@ func printTickets(w io.Writer, tickets []uploadclient.Ticket, afterImages bool) 
 	for _, tk := range tickets {
 		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\n", tk.UploadID, tk.Name, tk.EFI, utcMinute(tk.ExpiresAt))
 	}
-	tw.Flush()
+	return tw.Flush()
 }
 
 // utcMinute is how the command line shows a time: in UTC, to the minute,

@@ -2,7 +2,6 @@ package ociimage
 
 import (
 	"encoding/json"
-	"github.com/vmshelf/vmshelf/internal/imagespec"
 	"maps"
 	"os"
 	"path/filepath"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/imagespec"
 )
 
 // instruction is one Dockerfile instruction, its continuation lines joined.
