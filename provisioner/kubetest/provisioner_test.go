@@ -119,7 +119,7 @@ func newMarket(t *testing.T, ctx context.Context, now time.Time) *marketFixture 
 // the month every replica is halted and nothing is deleted.
 func TestProvisionerAgainstAPIServer(t *testing.T) {
 	srv := Start(t)
-	registerCRDs(t, srv.Admin, standInCRDs())
+	registerCRDs(t, srv.Admin, operatorCRDs(t))
 	s := kitScheme(t)
 	applyKit(t, srv.Admin, s, loadKitFile(t, s, "rbac.yaml"))
 

@@ -72,7 +72,7 @@ func (k rbacKind) unstructured(ns string) *unstructured.Unstructured {
 // refused.
 func TestRBAC(t *testing.T) {
 	srv := Start(t)
-	registerCRDs(t, srv.Admin, standInCRDs())
+	registerCRDs(t, srv.Admin, operatorCRDs(t))
 	s := kitScheme(t)
 	applyKit(t, srv.Admin, s, loadKitFile(t, s, "rbac.yaml"))
 
