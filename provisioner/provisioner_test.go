@@ -847,7 +847,7 @@ func TestUnreachableCluster(t *testing.T) {
 		"CreateSecret": c.CreateSecret(ctx, nil), "CreateService": c.CreateService(ctx, nil),
 		"CreateIngress": c.CreateIngress(ctx, nil), "CreateVM": c.CreateVM(ctx, nil),
 		"CreateDataVolume": c.CreateDataVolume(ctx, nil),
-		"SetRunStrategy": c.SetRunStrategy(ctx, "ns", "vm", kubevirtv1.RunStrategyHalted)}
+		"SetRunStrategy":   c.SetRunStrategy(ctx, "ns", "vm", kubevirtv1.RunStrategyHalted)}
 	_, calls["GetNamespace"] = c.GetNamespace(ctx, "x")
 	_, calls["GetSecret"] = c.GetSecret(ctx, "x", "y")
 	_, calls["GetService"] = c.GetService(ctx, "x", "y")
