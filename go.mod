@@ -25,7 +25,7 @@ require (
 	k8s.io/klog/v2 v2.130.1
 	kubevirt.io/api v1.8.0
 	kubevirt.io/client-go v1.8.0
-	kubevirt.io/containerized-data-importer-api v1.64.0
+	kubevirt.io/containerized-data-importer-api v1.66.0
 	modernc.org/sqlite v1.62.0
 )
 

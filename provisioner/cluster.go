@@ -29,6 +29,10 @@ import (
 // delete either is a method that one bug away deletes somebody's data, so
 // there is none, and the RBAC vmshelf ships grants no delete either.
 //
+// Every write is sent with strict field validation (strict): a field the
+// API server's schema does not know is an error, never silently dropped,
+// so an object is made as built or not at all.
+//
 // Errors are the API's own (k8s.io/apimachinery/pkg/api/errors tells
 // NotFound and AlreadyExists apart); a Get that could not ask is an error,
 // never a NotFound.
@@ -49,6 +53,8 @@ type Cluster interface {
 	// merge patch, and nothing else of it.
 	SetRunStrategy(ctx context.Context, ns, name string, s kubevirtv1.VirtualMachineRunStrategy) error
 	GetDataVolume(ctx context.Context, ns, name string) (*cdiv1.DataVolume, error)
+	// CreateDataVolume makes a replica's disk, before its VM.
+	CreateDataVolume(ctx context.Context, dv *cdiv1.DataVolume) error
 }
 
 // cluster is Cluster over the generated clientsets of Kubernetes, KubeVirt
@@ -63,6 +69,13 @@ type cluster struct {
 func NewCluster(k kubernetes.Interface, kv kubevirtclient.Interface, cdi cdiclient.Interface) Cluster {
 	return &cluster{k: k, kv: kv, cdi: cdi}
 }
+
+// strict is the field validation of every write: the API server refuses
+// an unknown or duplicate field instead of dropping it (its default, Warn,
+// only warns). A KubeVirt VirtualMachine schema that lacks a field the
+// provisioner sets must stop the order with an error, not make a replica
+// without it.
+const strict = metav1.FieldValidationStrict
 
 // requestTimeout bounds every single API request, whatever the caller's
 // context: a pass of the reconciler must end even against an API server
@@ -175,7 +188,7 @@ func (c *cluster) GetNamespace(ctx context.Context, name string) (*corev1.Namesp
 }
 
 func (c *cluster) CreateNamespace(ctx context.Context, ns *corev1.Namespace) error {
-	_, err := c.k.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	_, err := c.k.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldValidation: strict})
 	return err
 }
 
@@ -184,7 +197,7 @@ func (c *cluster) GetSecret(ctx context.Context, ns, name string) (*corev1.Secre
 }
 
 func (c *cluster) CreateSecret(ctx context.Context, s *corev1.Secret) error {
-	_, err := c.k.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+	_, err := c.k.CoreV1().Secrets(s.Namespace).Create(ctx, s, metav1.CreateOptions{FieldValidation: strict})
 	return err
 }
 
@@ -193,7 +206,7 @@ func (c *cluster) GetService(ctx context.Context, ns, name string) (*corev1.Serv
 }
 
 func (c *cluster) CreateService(ctx context.Context, s *corev1.Service) error {
-	_, err := c.k.CoreV1().Services(s.Namespace).Create(ctx, s, metav1.CreateOptions{})
+	_, err := c.k.CoreV1().Services(s.Namespace).Create(ctx, s, metav1.CreateOptions{FieldValidation: strict})
 	return err
 }
 
@@ -202,7 +215,7 @@ func (c *cluster) GetIngress(ctx context.Context, ns, name string) (*networkingv
 }
 
 func (c *cluster) CreateIngress(ctx context.Context, ing *networkingv1.Ingress) error {
-	_, err := c.k.NetworkingV1().Ingresses(ing.Namespace).Create(ctx, ing, metav1.CreateOptions{})
+	_, err := c.k.NetworkingV1().Ingresses(ing.Namespace).Create(ctx, ing, metav1.CreateOptions{FieldValidation: strict})
 	return err
 }
 
@@ -211,7 +224,7 @@ func (c *cluster) GetVM(ctx context.Context, ns, name string) (*kubevirtv1.Virtu
 }
 
 func (c *cluster) CreateVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) error {
-	_, err := c.kv.KubevirtV1().VirtualMachines(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{})
+	_, err := c.kv.KubevirtV1().VirtualMachines(vm.Namespace).Create(ctx, vm, metav1.CreateOptions{FieldValidation: strict})
 	return err
 }
 
@@ -223,12 +236,17 @@ func (c *cluster) SetRunStrategy(ctx context.Context, ns, name string, s kubevir
 	if err != nil {
 		return err
 	}
-	_, err = c.kv.KubevirtV1().VirtualMachines(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err = c.kv.KubevirtV1().VirtualMachines(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldValidation: strict})
 	return err
 }
 
 func (c *cluster) GetDataVolume(ctx context.Context, ns, name string) (*cdiv1.DataVolume, error) {
 	return c.cdi.CdiV1beta1().DataVolumes(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (c *cluster) CreateDataVolume(ctx context.Context, dv *cdiv1.DataVolume) error {
+	_, err := c.cdi.CdiV1beta1().DataVolumes(dv.Namespace).Create(ctx, dv, metav1.CreateOptions{FieldValidation: strict})
+	return err
 }
 
 // unreachable is a Cluster that cannot be asked anything.
@@ -267,3 +285,4 @@ func (u unreachable) SetRunStrategy(context.Context, string, string, kubevirtv1.
 func (u unreachable) GetDataVolume(context.Context, string, string) (*cdiv1.DataVolume, error) {
 	return nil, u.err
 }
+func (u unreachable) CreateDataVolume(context.Context, *cdiv1.DataVolume) error { return u.err }

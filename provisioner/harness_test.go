@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
@@ -106,7 +107,8 @@ type harness struct {
 // newHarness builds a provisioner over fresh fakes and a fresh store with
 // a host (appliance "box-1") and a buyer. mod may change the config
 // before New. Every test's cleanup checks that no fake was asked to
-// delete anything.
+// delete anything, and that every write asked for strict field
+// validation.
 func newHarness(t *testing.T, mod ...func(*Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, k: k8sfake.NewSimpleClientset(), kv: kvfake.NewSimpleClientset(), cdi: cdifake.NewSimpleClientset(),
@@ -143,15 +145,37 @@ func newHarness(t *testing.T, mod ...func(*Config)) *harness {
 }
 
 // checkNoDeletes fails the test if any action of any fake deleted
-// anything: nothing vmshelf does deletes.
+// anything (nothing vmshelf does deletes), or wrote without strict field
+// validation (fieldValidationOf).
 func (h *harness) checkNoDeletes() {
 	for name, f := range h.fakes() {
 		for _, a := range f.Actions() {
 			if v := a.GetVerb(); v == "delete" || v == "delete-collection" || v == "deletecollection" {
 				h.t.Errorf("the %s fake was asked to %s %s %v", name, v, a.GetResource().Resource, a)
 			}
+			if fv, write := fieldValidationOf(a); write && fv != metav1.FieldValidationStrict {
+				h.t.Errorf("the %s fake was sent %s with fieldValidation %q, want Strict", name, describe(a), fv)
+			}
 		}
 	}
+}
+
+// fieldValidationOf is the fieldValidation option a write action was sent
+// with; write is false for a read.
+func fieldValidationOf(a k8stesting.Action) (fv string, write bool) {
+	switch a := a.(type) {
+	case k8stesting.CreateActionImpl:
+		return a.GetCreateOptions().FieldValidation, true
+	case k8stesting.UpdateActionImpl:
+		return a.GetUpdateOptions().FieldValidation, true
+	case k8stesting.PatchActionImpl:
+		return a.GetPatchOptions().FieldValidation, true
+	}
+	switch a.GetVerb() {
+	case "get", "list", "watch", "delete", "delete-collection", "deletecollection":
+		return "", false
+	}
+	return "", true // a write of a shape the check does not know: not Strict
 }
 
 func (h *harness) fakes() map[string]*k8stesting.Fake {
@@ -322,19 +346,31 @@ func (h *harness) setVMStatus(ns, name string, s kubevirtv1.VirtualMachinePrinta
 	}
 }
 
-// setDataVolume creates or updates a replica's DataVolume in the fake, as
-// KubeVirt and CDI would.
+func (h *harness) dataVolume(ns, name string) *cdiv1.DataVolume {
+	h.t.Helper()
+	obj, err := h.cdi.Tracker().Get(dvResource, ns, name)
+	if err != nil {
+		h.t.Fatalf("DataVolume %s/%s: %v", ns, name, err)
+	}
+	return obj.(*cdiv1.DataVolume)
+}
+
+// setDataVolume gives a replica's DataVolume a phase and progress in the
+// fake, as CDI would (through the tracker: not an action of the
+// provisioner); one that is not there is made, as by somebody else.
 func (h *harness) setDataVolume(ns, name string, phase cdiv1.DataVolumePhase, progress string) {
 	h.t.Helper()
-	dv := &cdiv1.DataVolume{}
-	dv.Name, dv.Namespace = name, ns
-	dv.Status.Phase, dv.Status.Progress = phase, cdiv1.DataVolumeProgress(progress)
-	if _, err := h.cdi.Tracker().Get(dvResource, ns, name); err == nil {
+	if obj, err := h.cdi.Tracker().Get(dvResource, ns, name); err == nil {
+		dv := obj.(*cdiv1.DataVolume).DeepCopy()
+		dv.Status.Phase, dv.Status.Progress = phase, cdiv1.DataVolumeProgress(progress)
 		if err := h.cdi.Tracker().Update(dvResource, dv, ns); err != nil {
 			h.t.Fatal(err)
 		}
 		return
 	}
+	dv := &cdiv1.DataVolume{}
+	dv.Name, dv.Namespace = name, ns
+	dv.Status.Phase, dv.Status.Progress = phase, cdiv1.DataVolumeProgress(progress)
 	if err := h.cdi.Tracker().Create(dvResource, dv, ns); err != nil {
 		h.t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ const (
 	stepNamespace = "namespace" // the buyer's namespace
 	stepCloudInit = "cloudinit" // the cloud-init Secret
 	stepFetch     = "fetch"     // the fetch token and its Secret
+	stepDisk      = "disk"      // a replica's DataVolume
 	stepVM        = "vm"        // a VirtualMachine
 	stepService   = "service"
 	stepIngress   = "ingress"
@@ -23,7 +24,7 @@ const (
 	stepExpire    = "expire" // revoking the tokens, expiring the order
 )
 
-var steps = []string{stepPing, stepStore, stepResolve, stepNamespace, stepCloudInit, stepFetch, stepVM,
+var steps = []string{stepPing, stepStore, stepResolve, stepNamespace, stepCloudInit, stepFetch, stepDisk, stepVM,
 	stepService, stepIngress, stepStatus, stepHalt, stepExpire}
 
 type metrics struct {

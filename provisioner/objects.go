@@ -64,6 +64,10 @@ const (
 	minimalUserData = "#cloud-config\n"
 )
 
+// checksumPrefix is the algorithm part of a CDI http source's checksum
+// ("sha256:<hex>"); the store keeps each image's SHA-256 in hex.
+const checksumPrefix = "sha256:"
+
 // fetchPath is the data plane's route an own image is imported from; the
 // URL names only the image, the token travels in a header.
 const fetchPath = "/market/vm-images/fetch/"
@@ -139,6 +143,11 @@ func machineFor(sz sizes, o imagestore.Order, host imagestore.Tenant, entry *cat
 		m.source.HTTP = &cdiv1.DataVolumeSourceHTTP{
 			URL:                sz.fetchBase + fetchPath + img.UploadID,
 			SecretExtraHeaders: []string{fetchSecretName(o.ID)},
+			// CDI's importer hashes the bytes it downloads, which the
+			// fetch route serves as stored, and fails the import on a
+			// mismatch: a disk is never made of a file that changed
+			// or was cut on the way.
+			Checksum: checksumPrefix + img.SHA256,
 		}
 	default:
 		return machine{}, fmt.Errorf("image kind %q", o.ImageKind)
@@ -179,12 +188,38 @@ func fetchSecret(o imagestore.Order, token string) *corev1.Secret {
 func mib(n int) resource.Quantity { return *resource.NewQuantity(int64(n)<<20, resource.BinarySI) }
 func gib(n int) resource.Quantity { return *resource.NewQuantity(int64(n)<<30, resource.BinarySI) }
 
+// dataVolume is replica i's disk: a CDI DataVolume of its own, imported
+// from m's source (a copy: replicas share no pointers) into a PVC of the
+// replica's size and class. It is made before the VM, which names it in
+// volumes[].dataVolume; it is not a dataVolumeTemplate of the VM, for two
+// reasons. KubeVirt's VirtualMachine schema (v1.8.0 and v1.9.0) embeds an
+// older CDI API without the http source's checksum, so a template carrying
+// it is refused under strict field validation and silently pruned without.
+// And a standalone DataVolume has no owner reference to the VM: deleting a
+// VM never deletes the buyer's disk, where KubeVirt garbage-collects the
+// DataVolumes it made from a VM's templates with the VM.
+func dataVolume(m machine, i int) *cdiv1.DataVolume {
+	storageClass := m.storageClass
+	return &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: diskName(m.orderID, i), Namespace: m.namespace, Labels: replicaLabels(m.orderID, i)},
+		Spec: cdiv1.DataVolumeSpec{
+			Source: m.source.DeepCopy(),
+			Storage: &cdiv1.StorageSpec{
+				StorageClassName: &storageClass,
+				Resources: corev1.VolumeResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceStorage: gib(m.diskGiB)},
+				},
+			},
+		},
+	}
+}
+
 // virtualMachine is replica i of m: always running, bound to the host's
-// box, tolerating its compute window, booting from its own DataVolume
-// with the order's cloud-init.
+// box, tolerating its compute window, booting from its DataVolume
+// (dataVolume, made first) with the order's cloud-init. It has no
+// dataVolumeTemplates.
 func virtualMachine(m machine, i int) *kubevirtv1.VirtualMachine {
 	always := kubevirtv1.RunStrategyAlways
-	storageClass := m.storageClass
 	labels := replicaLabels(m.orderID, i)
 	var firmware *kubevirtv1.Firmware
 	if m.efi {
@@ -195,18 +230,6 @@ func virtualMachine(m machine, i int) *kubevirtv1.VirtualMachine {
 		ObjectMeta: metav1.ObjectMeta{Name: vmName(m.orderID, i), Namespace: m.namespace, Labels: labels},
 		Spec: kubevirtv1.VirtualMachineSpec{
 			RunStrategy: &always,
-			DataVolumeTemplates: []kubevirtv1.DataVolumeTemplateSpec{{
-				ObjectMeta: metav1.ObjectMeta{Name: diskName(m.orderID, i), Labels: replicaLabels(m.orderID, i)},
-				Spec: cdiv1.DataVolumeSpec{
-					Source: m.source.DeepCopy(), // each replica its own: objects share no pointers
-					Storage: &cdiv1.StorageSpec{
-						StorageClassName: &storageClass,
-						Resources: corev1.VolumeResourceRequirements{
-							Requests: corev1.ResourceList{corev1.ResourceStorage: gib(m.diskGiB)},
-						},
-					},
-				},
-			}},
 			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: replicaLabels(m.orderID, i)},
 				Spec: kubevirtv1.VirtualMachineInstanceSpec{

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/market/catalogue"
@@ -30,9 +31,11 @@ type wantVM struct {
 	efi       bool
 	disk      string // a quantity: "20Gi"
 	class     string
-	// Exactly one of httpURL and registryURL; headers go with httpURL.
+	// Exactly one of httpURL and registryURL; headers and checksum go
+	// with httpURL.
 	httpURL, registryURL string
 	headers              []string
+	checksum             string // "sha256:<hex>" of an own image, else ""
 }
 
 func labelsOf(order string, replica int) map[string]string {
@@ -121,17 +124,31 @@ func checkVM(t *testing.T, vm *kubevirtv1.VirtualMachine, w wantVM) {
 		t.Errorf("%s: volumes %+v, want %+v", name, spec.Volumes, wantVolumes)
 	}
 
-	if len(vm.Spec.DataVolumeTemplates) != 1 {
-		t.Fatalf("%s: %d dataVolumeTemplates, want 1", name, len(vm.Spec.DataVolumeTemplates))
+	if len(vm.Spec.DataVolumeTemplates) != 0 {
+		t.Errorf("%s: %d dataVolumeTemplates, want none (its disk is a DataVolume of its own)", name, len(vm.Spec.DataVolumeTemplates))
 	}
-	dvt := vm.Spec.DataVolumeTemplates[0]
-	if dvt.Name != name+"-disk" || !maps.Equal(dvt.Labels, labels) {
-		t.Errorf("%s: dataVolumeTemplate %s labels %v, want %s-disk with %v", name, dvt.Name, dvt.Labels, name, labels)
+}
+
+// checkDataVolume checks replica w.replica's disk: a standalone
+// DataVolume with the replica's labels, its storage and its source.
+func checkDataVolume(t *testing.T, dv *cdiv1.DataVolume, w wantVM) {
+	t.Helper()
+	name := fmt.Sprintf("vm-%s-%d-disk", w.order, w.replica)
+	if dv.Name != name || dv.Namespace != w.namespace {
+		t.Errorf("DataVolume %s/%s, want %s/%s", dv.Namespace, dv.Name, w.namespace, name)
 	}
-	if dvt.Spec.PVC != nil || dvt.Spec.SourceRef != nil || dvt.Spec.Storage == nil {
-		t.Fatalf("%s: dataVolumeTemplate spec %+v, want storage and a source only", name, dvt.Spec)
+	if labels := labelsOf(w.order, w.replica); !maps.Equal(dv.Labels, labels) {
+		t.Errorf("%s: labels %v, want %v", name, dv.Labels, labels)
 	}
-	st := dvt.Spec.Storage
+	if len(dv.OwnerReferences) != 0 || len(dv.Annotations) != 0 || len(dv.Finalizers) != 0 {
+		t.Errorf("%s: owners %v, annotations %v, finalizers %v; want none (nothing collects the buyer's disk)",
+			name, dv.OwnerReferences, dv.Annotations, dv.Finalizers)
+	}
+	if dv.Spec.PVC != nil || dv.Spec.SourceRef != nil || dv.Spec.Storage == nil || dv.Spec.ContentType != "" ||
+		dv.Spec.Preallocation != nil || dv.Spec.PriorityClassName != "" || dv.Spec.Checkpoints != nil {
+		t.Fatalf("%s: spec %+v, want storage and a source only", name, dv.Spec)
+	}
+	st := dv.Spec.Storage
 	if st.StorageClassName == nil || *st.StorageClassName != w.class {
 		t.Errorf("%s: storage class %v, want %s", name, st.StorageClassName, w.class)
 	}
@@ -139,7 +156,7 @@ func checkVM(t *testing.T, vm *kubevirtv1.VirtualMachine, w wantVM) {
 		t.Errorf("%s: storage resources %+v, want a storage request only", name, st.Resources)
 	}
 	quantityIs(t, name+" disk request", st.Resources.Requests[corev1.ResourceStorage], w.disk)
-	src := dvt.Spec.Source
+	src := dv.Spec.Source
 	if src == nil {
 		t.Fatalf("%s: no source", name)
 	}
@@ -149,8 +166,11 @@ func checkVM(t *testing.T, vm *kubevirtv1.VirtualMachine, w wantVM) {
 			t.Fatalf("%s: source %+v, want http only", name, src)
 		}
 		if src.HTTP.URL != w.httpURL || !slices.Equal(src.HTTP.SecretExtraHeaders, w.headers) ||
-			len(src.HTTP.ExtraHeaders) != 0 || src.HTTP.SecretRef != "" {
-			t.Errorf("%s: http source %+v, want url %s with secretExtraHeaders %v and nothing else", name, src.HTTP, w.httpURL, w.headers)
+			len(src.HTTP.ExtraHeaders) != 0 || src.HTTP.SecretRef != "" || src.HTTP.CertConfigMap != "" {
+			t.Errorf("%s: http source %+v, want url %s with secretExtraHeaders %v", name, src.HTTP, w.httpURL, w.headers)
+		}
+		if src.HTTP.Checksum != w.checksum {
+			t.Errorf("%s: http source checksum %q, want %q", name, src.HTTP.Checksum, w.checksum)
 		}
 	default:
 		if src.Registry == nil || src.HTTP != nil || src.Registry.URL == nil || *src.Registry.URL != w.registryURL ||
@@ -171,6 +191,8 @@ var testSizes = sizes{cpu: 2, memoryMiB: 2048, diskGiB: 20, storageClass: "losos
 func TestVirtualMachine(t *testing.T) {
 	host := imagestore.Tenant{ID: 3, Appliance: "box-1"}
 	const upload = "0123456789abcdef01234567"
+	// The image's stored SHA-256 (hex), which its DataVolume pins.
+	const sum = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 	tests := []struct {
 		name  string
 		o     imagestore.Order
@@ -190,13 +212,13 @@ func TestVirtualMachine(t *testing.T) {
 				EFI: true, MinMemoryMiB: 4096},
 			nil, wantVM{memory: "4Gi", disk: "20Gi", efi: true, registryURL: "docker://ghcr.io/vmshelf/demo:stable"}},
 		{"own image, small", testOrder(imagestore.ImageUpload, upload), nil,
-			&imagestore.Image{UploadID: upload, VirtualSize: 2 << 30},
+			&imagestore.Image{UploadID: upload, VirtualSize: 2 << 30, SHA256: sum},
 			wantVM{memory: "2Gi", disk: "20Gi", httpURL: "https://edge.example.org/market/vm-images/fetch/" + upload,
-				headers: []string{"vm-o00000000000000aa-fetch"}}},
+				headers: []string{"vm-o00000000000000aa-fetch"}, checksum: "sha256:" + sum}},
 		{"own image larger than the disk, efi", testOrder(imagestore.ImageUpload, upload), nil,
-			&imagestore.Image{UploadID: upload, VirtualSize: 30<<30 + 1, EFI: true}, // rounded up to whole GiB
+			&imagestore.Image{UploadID: upload, VirtualSize: 30<<30 + 1, EFI: true, SHA256: sum}, // rounded up to whole GiB
 			wantVM{memory: "2Gi", disk: "31Gi", efi: true, httpURL: "https://edge.example.org/market/vm-images/fetch/" + upload,
-				headers: []string{"vm-o00000000000000aa-fetch"}}},
+				headers: []string{"vm-o00000000000000aa-fetch"}, checksum: "sha256:" + sum}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -207,23 +229,24 @@ func TestVirtualMachine(t *testing.T) {
 			for i := range tc.o.Quantity {
 				w := tc.want
 				w.order, w.namespace, w.replica, w.appliance, w.cores, w.class = tc.o.ID, "market-7", i, "box-1", 2, "losos-vm-local"
-				vm := virtualMachine(m, i)
-				checkVM(t, vm, w)
+				checkVM(t, virtualMachine(m, i), w)
+				checkDataVolume(t, dataVolume(m, i), w)
 				// No secret field anywhere: the URL names only the image.
 				if strings.Contains(tc.want.httpURL, "token") || strings.Contains(tc.want.httpURL, "?") {
 					t.Errorf("the fetch URL %s carries more than the image", tc.want.httpURL)
 				}
 			}
 			// Replicas share no pointers: changing one changes no other.
-			a, b := virtualMachine(m, 0), virtualMachine(m, 1)
-			if src := a.Spec.DataVolumeTemplates[0].Spec.Source; src.HTTP != nil {
+			a, b := dataVolume(m, 0), dataVolume(m, 1)
+			if src := a.Spec.Source; src.HTTP != nil {
 				src.HTTP.URL = "changed"
 			} else {
 				*src.Registry.URL = "changed"
 			}
-			if src := b.Spec.DataVolumeTemplates[0].Spec.Source; (src.HTTP != nil && src.HTTP.URL == "changed") ||
-				(src.Registry != nil && *src.Registry.URL == "changed") {
-				t.Error("two replicas share their DataVolume source")
+			*a.Spec.Storage.StorageClassName = "changed"
+			if src := b.Spec.Source; (src.HTTP != nil && src.HTTP.URL == "changed") ||
+				(src.Registry != nil && *src.Registry.URL == "changed") || *b.Spec.Storage.StorageClassName == "changed" {
+				t.Error("two replicas share their DataVolume source or storage")
 			}
 		})
 	}

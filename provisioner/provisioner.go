@@ -1,7 +1,8 @@
 // Package provisioner turns every paid VM order into KubeVirt objects and
 // keeps them: a level-based reconciler that, on every pass, makes sure each
 // paid or active order has its namespace, Secrets, VirtualMachines,
-// Service and Ingress, creating only what a Get reported NotFound and never
+// Service and Ingress (a replica's disk is a DataVolume of its own, made
+// before its VM), creating only what a Get reported NotFound and never
 // replacing what exists; it reports each replica's state to the store, and
 // halts the replicas of an order whose month is over and gives their
 // capacity back. Nothing here deletes: the Cluster seam has no such method.
@@ -390,29 +391,49 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 		}
 	}
 
-	// The machine is resolved only when a VM is missing: a catalogue
-	// entry removed after the order was provisioned stops nothing.
+	// The machine is resolved only when a DataVolume or a VM is missing:
+	// a catalogue entry removed after the order was provisioned stops
+	// nothing.
 	var m *machine
+	resolved := func() (machine, error) {
+		if m == nil {
+			r, err := p.resolve(ctx, o)
+			if err != nil {
+				return machine{}, err
+			}
+			m = &r
+		}
+		return *m, nil
+	}
 	vms := make([]*kubevirtv1.VirtualMachine, o.Quantity)
 	for i := range o.Quantity {
+		// The disk first: the VM names it, and KubeVirt would wait
+		// for it anyway. A DataVolume that exists is left as it is,
+		// also one KubeVirt made from the dataVolumeTemplate of a VM
+		// of an earlier vmshelf.
+		disk := diskName(o.ID, i)
+		_, err := ensure(func() (*cdiv1.DataVolume, error) { return p.c.GetDataVolume(ctx, ns, disk) },
+			func() error {
+				mm, err := resolved()
+				if err != nil {
+					return err
+				}
+				return p.c.CreateDataVolume(ctx, dataVolume(mm, i))
+			})
+		if err != nil {
+			return inStep(err, stepDisk, "making the DataVolume "+disk)
+		}
 		name := vmName(o.ID, i)
 		vm, err := ensure(func() (*kubevirtv1.VirtualMachine, error) { return p.c.GetVM(ctx, ns, name) },
 			func() error {
-				if m == nil {
-					resolved, err := p.resolve(ctx, o)
-					if err != nil {
-						return err
-					}
-					m = &resolved
+				mm, err := resolved()
+				if err != nil {
+					return err
 				}
-				return p.c.CreateVM(ctx, virtualMachine(*m, i))
+				return p.c.CreateVM(ctx, virtualMachine(mm, i))
 			})
 		if err != nil {
-			var se *stepError
-			if errors.As(err, &se) {
-				return err
-			}
-			return failed(stepVM, "making the VirtualMachine "+name, err)
+			return inStep(err, stepVM, "making the VirtualMachine "+name)
 		}
 		vms[i] = vm
 	}

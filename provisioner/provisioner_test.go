@@ -46,7 +46,8 @@ func expectedCreates(o imagestore.Order, domain string) []string {
 		want = append(want, "create secrets "+ns+"/vm-"+o.ID+"-fetch")
 	}
 	for i := range o.Quantity {
-		want = append(want, fmt.Sprintf("create virtualmachines %s/vm-%s-%d", ns, o.ID, i))
+		want = append(want, fmt.Sprintf("create virtualmachines %s/vm-%s-%d", ns, o.ID, i),
+			fmt.Sprintf("create datavolumes %s/vm-%s-%d-disk", ns, o.ID, i))
 	}
 	if domain != "" {
 		want = append(want, "create ingresses "+ns+"/vm-"+o.ID)
@@ -59,6 +60,23 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+// recordCreates notes each create of a DataVolume or VirtualMachine as
+// "<resource>/<name>", in the order the cluster got them (their fakes
+// keep separate action lists).
+func (h *harness) recordCreates() *[]string {
+	var mu sync.Mutex
+	got := new([]string)
+	for _, resource := range []string{"datavolumes", "virtualmachines"} {
+		h.react("create", resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			*got = append(*got, resource+"/"+a.(k8stesting.CreateAction).GetObject().(interface{ GetName() string }).GetName())
+			return false, nil, nil
+		})
+	}
+	return got
 }
 
 func withDomain(d string) func(*Config) { return func(c *Config) { c.Domain = d } }
@@ -102,8 +120,10 @@ func TestPaidOrderCreatesObjects(t *testing.T) {
 					o = h.order(2, imagestore.ImageUpload, img.UploadID, userData)
 					w.httpURL = fetchBase + "/market/vm-images/fetch/" + img.UploadID
 					w.headers = []string{"vm-" + o.ID + "-fetch"}
+					w.checksum = "sha256:" + img.SHA256
 					w.efi, w.disk = true, "26Gi"
 				}
+				created := h.recordCreates()
 				h.reconcile()
 
 				if got, want := sorted(h.creates()), expectedCreates(o, domain); !slices.Equal(got, want) {
@@ -115,6 +135,12 @@ func TestPaidOrderCreatesObjects(t *testing.T) {
 				for i := range o.Quantity {
 					w.order, w.replica = o.ID, i
 					checkVM(t, h.vm(ns, fmt.Sprintf("vm-%s-%d", o.ID, i)), w)
+					checkDataVolume(t, h.dataVolume(ns, diskName(o.ID, i)), w)
+					// The disk before the VM that names it.
+					dvAt, vmAt := slices.Index(*created, "datavolumes/"+diskName(o.ID, i)), slices.Index(*created, "virtualmachines/"+vmName(o.ID, i))
+					if dvAt < 0 || vmAt < 0 || dvAt > vmAt {
+						t.Errorf("creates in order %v, want %s before %s", *created, diskName(o.ID, i), vmName(o.ID, i))
+					}
 				}
 				ci := h.secret(ns, "vm-"+o.ID+"-cloudinit")
 				if string(ci.Data["userdata"]) != userData || len(ci.Data) != 1 {
@@ -236,7 +262,7 @@ func TestGetErrorIsNotAbsence(t *testing.T) {
 		{"virtualmachines", stepVM, apierrors.NewInternalError(errors.New("webhook unreachable"))},
 		{"services", stepService, apierrors.NewTimeoutError("the server was too slow", 1)},
 		{"ingresses", stepIngress, errors.New("connection reset by peer")},
-		{"datavolumes", stepStatus, apierrors.NewTooManyRequests("slow down", 1)},
+		{"datavolumes", stepDisk, apierrors.NewTooManyRequests("slow down", 1)},
 		{"virtualmachines", stepVM, apierrors.NewUnauthorized("token expired")},
 		{"virtualmachines", stepVM, context.DeadlineExceeded},
 	}
@@ -284,7 +310,7 @@ func TestGetErrorIsNotAbsence(t *testing.T) {
 // TestAlreadyExistsIsSuccess: a create that meets an existing object (a
 // pass of another process, a lost answer) is success.
 func TestAlreadyExistsIsSuccess(t *testing.T) {
-	for _, resource := range []string{"namespaces", "secrets", "virtualmachines", "services", "ingresses"} {
+	for _, resource := range []string{"namespaces", "secrets", "datavolumes", "virtualmachines", "services", "ingresses"} {
 		t.Run(resource, func(t *testing.T) {
 			h := newHarness(t, withDomain("vms.example.org"))
 			img := h.image(1<<30, false)
@@ -363,8 +389,8 @@ func TestExpiry(t *testing.T) {
 		if vm.Spec.RunStrategy == nil || *vm.Spec.RunStrategy != kubevirtv1.RunStrategyHalted {
 			t.Errorf("%s runStrategy %v, want Halted", vm.Name, vm.Spec.RunStrategy)
 		}
-		if len(vm.Spec.DataVolumeTemplates) != 1 || vm.Spec.DataVolumeTemplates[0].Name != diskName(o.ID, i) {
-			t.Errorf("%s lost its disk template", vm.Name)
+		if vol := vm.Spec.Template.Spec.Volumes[0]; vol.DataVolume == nil || vol.DataVolume.Name != diskName(o.ID, i) {
+			t.Errorf("%s no longer boots from its DataVolume: %+v", vm.Name, vol)
 		}
 	}
 	after := h.allObjects()
@@ -490,6 +516,22 @@ func TestFailingOrderDoesNotBlockOthers(t *testing.T) {
 			})
 			return o
 		}, stepVM},
+		{"its disk is refused, so is no VM made", func(h *harness) imagestore.Order {
+			o := h.order(2, imagestore.ImageCatalogue, "debian-13", "")
+			h.react("create", "datavolumes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if dv := a.(k8stesting.CreateAction).GetObject().(*cdiv1.DataVolume); strings.HasPrefix(dv.Name, "vm-"+o.ID+"-") {
+					return true, nil, apierrors.NewForbidden(testGR, dv.Name, errors.New("exceeded quota: requests.storage"))
+				}
+				return false, nil, nil
+			})
+			h.react("create", "virtualmachines", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if vm := a.(k8stesting.CreateAction).GetObject().(*kubevirtv1.VirtualMachine); strings.HasPrefix(vm.Name, "vm-"+o.ID+"-") {
+					h.t.Errorf("the VM %s was made without its disk", vm.Name)
+				}
+				return false, nil, nil
+			})
+			return o
+		}, stepDisk},
 		{"its catalogue entry is gone", func(h *harness) imagestore.Order {
 			return h.order(1, imagestore.ImageCatalogue, "withdrawn-os", "")
 		}, stepResolve},
@@ -804,7 +846,8 @@ func TestUnreachableCluster(t *testing.T) {
 	calls := map[string]error{"Ping": c.Ping(ctx), "CreateNamespace": c.CreateNamespace(ctx, nil),
 		"CreateSecret": c.CreateSecret(ctx, nil), "CreateService": c.CreateService(ctx, nil),
 		"CreateIngress": c.CreateIngress(ctx, nil), "CreateVM": c.CreateVM(ctx, nil),
-		"SetRunStrategy": c.SetRunStrategy(ctx, "ns", "vm", kubevirtv1.RunStrategyHalted)}
+		"CreateDataVolume": c.CreateDataVolume(ctx, nil),
+		"SetRunStrategy":   c.SetRunStrategy(ctx, "ns", "vm", kubevirtv1.RunStrategyHalted)}
 	_, calls["GetNamespace"] = c.GetNamespace(ctx, "x")
 	_, calls["GetSecret"] = c.GetSecret(ctx, "x", "y")
 	_, calls["GetService"] = c.GetService(ctx, "x", "y")
@@ -814,6 +857,38 @@ func TestUnreachableCluster(t *testing.T) {
 	for name, err := range calls {
 		if !errors.Is(err, reason) {
 			t.Errorf("%s = %v, want the reason", name, err)
+		}
+	}
+}
+
+// TestEveryWriteIsStrict: each write the Cluster makes (a create of every
+// kind, the runStrategy patch) asks the API server for strict field
+// validation, so that a field its schema does not know (an http source's
+// checksum in an older CDI API) is an error, not silently dropped. (The
+// harness checks every other test's writes too.)
+func TestEveryWriteIsStrict(t *testing.T) {
+	h := newHarness(t, withDomain("vms.example.org"))
+	o := h.order(1, imagestore.ImageUpload, h.image(1<<30, false).UploadID, "")
+	h.reconcile() // its creates
+	h.clock.Set(o.ExpiresAt)
+	h.reconcile() // its expiry: the patch
+	seen := map[string]int{}
+	for name, f := range h.fakes() {
+		for _, a := range f.Actions() {
+			fv, write := fieldValidationOf(a)
+			if !write {
+				continue
+			}
+			seen[a.GetVerb()+" "+a.GetResource().Resource]++
+			if fv != "Strict" {
+				t.Errorf("the %s fake was sent %s with fieldValidation %q, want Strict", name, describe(a), fv)
+			}
+		}
+	}
+	for _, w := range []string{"create namespaces", "create secrets", "create services", "create ingresses",
+		"create datavolumes", "create virtualmachines", "patch virtualmachines"} {
+		if seen[w] == 0 {
+			t.Errorf("no %s was sent; writes seen: %v", w, seen)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func TestReplicaSizesFromConfig(t *testing.T) {
 				t.Errorf("%s: cpu %+v, want %d cores", name, got, cpu)
 			}
 			quantityIs(t, name+" memory request", vm.Spec.Template.Spec.Domain.Resources.Requests[corev1.ResourceMemory], c.memory)
-			st := vm.Spec.DataVolumeTemplates[0].Spec.Storage
+			st := h.dataVolume(vm.Namespace, diskName(c.order.ID, 0)).Spec.Storage
 			if st.StorageClassName == nil {
 				t.Errorf("%s: no storage class, want %s", name, class)
 			} else if *st.StorageClassName != class {

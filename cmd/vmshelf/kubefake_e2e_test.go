@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmshelf/vmshelf/billing/stripetest"
 )
@@ -238,14 +239,19 @@ func TestE2EKubeFakeOrder(t *testing.T) {
 		tmpl := vm.Spec.Template
 		if vm.Spec.RunStrategy == nil || *vm.Spec.RunStrategy != kubevirtv1.RunStrategyAlways ||
 			vm.Labels["losos.dev/order"] != a.OrderID || vm.Labels["losos.dev/replica"] != strconv.Itoa(i) ||
-			tmpl == nil || tmpl.Spec.NodeSelector["losos.dev/appliance"] != "node1" ||
-			len(vm.Spec.DataVolumeTemplates) != 1 || vm.Spec.DataVolumeTemplates[0].Name != name+"-disk" ||
-			vm.Spec.DataVolumeTemplates[0].Spec.Source == nil || vm.Spec.DataVolumeTemplates[0].Spec.Source.HTTP == nil {
-			t.Errorf("VirtualMachine %s: %s; want runStrategy Always, the order's labels, node1, an http DataVolume %s-disk",
+			tmpl == nil || tmpl.Spec.NodeSelector["losos.dev/appliance"] != "node1" || len(vm.Spec.DataVolumeTemplates) != 0 ||
+			len(tmpl.Spec.Volumes) == 0 || tmpl.Spec.Volumes[0].DataVolume == nil || tmpl.Spec.Volumes[0].DataVolume.Name != name+"-disk" {
+			t.Errorf("VirtualMachine %s: %s; want runStrategy Always, the order's labels, node1, booting from the DataVolume %s-disk",
 				name, mustJSON(vm.Spec), name)
 			continue
 		}
-		dv := vm.Spec.DataVolumeTemplates[0].Spec.Storage
+		disk := kubeObject[cdiv1.DataVolume](t, kube, "DataVolume", ns, name+"-disk")
+		if disk.Spec.Source == nil || disk.Spec.Source.HTTP == nil || disk.Spec.Source.HTTP.Checksum != "" ||
+			disk.Labels["losos.dev/replica"] != strconv.Itoa(i) || len(disk.OwnerReferences) != 0 {
+			t.Errorf("DataVolume %s-disk: %s; want an http source without checksum (a catalogue image), the replica's labels, no owner",
+				name, mustJSON(disk))
+		}
+		dv := disk.Spec.Storage
 		mem := tmpl.Spec.Domain.Resources.Requests[corev1.ResourceMemory]
 		if tmpl.Spec.Domain.CPU == nil || tmpl.Spec.Domain.CPU.Cores != 3 || mem.String() != "3000Mi" ||
 			dv == nil || dv.StorageClassName == nil || *dv.StorageClassName != "fast-nvme" ||
@@ -301,11 +307,19 @@ func TestE2EKubeFakeOrder(t *testing.T) {
 	if strings.Contains(mustJSON(vmB), token) {
 		t.Error("the fetch token is in the VirtualMachine")
 	}
-	src := kubeObject[kubevirtv1.VirtualMachine](t, kube, "VirtualMachine", ns, "vm-"+b.OrderID+"-0").Spec.DataVolumeTemplates[0].Spec.Source
+	if dvB := kube.get("DataVolume", ns, "vm-"+b.OrderID+"-0-disk"); strings.Contains(mustJSON(dvB), token) {
+		t.Error("the fetch token is in the DataVolume")
+	}
+	src := kubeObject[cdiv1.DataVolume](t, kube, "DataVolume", ns, "vm-"+b.OrderID+"-0-disk").Spec.Source
 	wantURL := s.dataBase + "/market/vm-images/fetch/" + img.UploadID
 	if src == nil || src.HTTP == nil || src.HTTP.URL != wantURL || len(src.HTTP.SecretExtraHeaders) != 1 ||
 		src.HTTP.SecretExtraHeaders[0] != "vm-"+b.OrderID+"-fetch" {
 		t.Fatalf("B's disk source %s; want %s with the header Secret vm-%s-fetch", mustJSON(src), wantURL, b.OrderID)
+	}
+	// The checksum CDI's importer checks is the SHA-256 of the bytes the
+	// fetch route serves (checked against the upload's below).
+	if src.HTTP.Checksum != "sha256:"+img.SHA256 {
+		t.Errorf("B's disk checksum %q, want sha256:%s", src.HTTP.Checksum, img.SHA256)
 	}
 	// The header from a file, as CDI's importer gets it: the token on
 	// no command line.

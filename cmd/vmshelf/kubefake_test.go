@@ -7,13 +7,15 @@ package main
 // speaks exactly the REST the provisioner's client-go clients send
 // (provisioner/cluster.go), keeps objects as the JSON they were sent in,
 // and lets a test play KubeVirt and CDI: give a VM a printable status,
-// give a replica's DataVolume a phase and a progress.
+// give a replica's DataVolume (which the provisioner makes itself, before
+// the VM) a phase and a progress.
 //
 // It is no validating API server (provisioner/kubetest runs the real
 // one); it is faithful where the provisioner's safety depends on it: only
 // a missing object is NotFound, a second create is AlreadyExists, objects
-// need their namespace, status is the status subresource's alone, and a
-// DELETE is never carried out but recorded, so a test can assert none
+// need their namespace, status is the status subresource's alone, every
+// write must ask for strict field validation (fieldValidation=Strict), and
+// a DELETE is never carried out but recorded, so a test can assert none
 // came.
 
 import (
@@ -127,8 +129,8 @@ func (r kubeRequest) String() string {
 // it (ns "" matches any namespace).
 type pendingVM struct{ ns, name, status string }
 
-// pendingDV is a DataVolume a test arranged before the VM whose template
-// names it exists.
+// pendingDV is a DataVolume status a test arranged before the provisioner
+// made the DataVolume.
 type pendingDV struct{ ns, name, phase, progress string }
 
 // kubeFake is the stand-in API server. Build it with newKubeFake; hand
@@ -148,8 +150,9 @@ type kubeFake struct {
 // bearer token only so) and stops it when the test ends. It answers GET
 // /version; GET, POST, PUT and PATCH (JSON merge patch, JSON patch) of
 // namespaces, secrets, services, ingresses, KubeVirt VirtualMachines and
-// CDI DataVolumes, with their status subresource; DELETE with 405, and
-// anything else with 404 or 405, marked unexpected.
+// CDI DataVolumes, with their status subresource; a write without
+// fieldValidation=Strict with 400, DELETE with 405, and anything else with
+// 404 or 405, all marked unexpected.
 func newKubeFake(t *testing.T) *kubeFake {
 	t.Helper()
 	f := &kubeFake{objs: map[kubeKey]map[string]any{}}
@@ -193,7 +196,7 @@ func (f *kubeFake) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case readErr != nil:
 		a = kubeStatus(apierrors.NewBadRequest("reading the body: "+readErr.Error()), true)
 	default:
-		a = f.handle(r.Method, r.URL.Path, rec.ContentType, body)
+		a = f.handle(r.Method, r.URL.Path, r.URL.Query().Get("fieldValidation"), rec.ContentType, body)
 	}
 	b, err := json.Marshal(a.body)
 	if err != nil {
@@ -283,8 +286,9 @@ func kubePath(p string) (k kubeKind, ns, name, sub string, ok bool) {
 	return k, "", name, sub, sub == "" || sub == "status"
 }
 
-// handle answers one authorized request; f.mu is held.
-func (f *kubeFake) handle(method, path, contentType string, body []byte) kubeAnswer {
+// handle answers one authorized request, sent with the fieldValidation
+// query parameter fieldValidation; f.mu is held.
+func (f *kubeFake) handle(method, path, fieldValidation, contentType string, body []byte) kubeAnswer {
 	if method == http.MethodGet && path == "/version" {
 		return kubeAnswer{code: http.StatusOK, body: map[string]string{"major": "1", "minor": "34", "gitVersion": "v1.34.3",
 			"goVersion": "go1.24", "platform": "linux/amd64"}}
@@ -298,6 +302,12 @@ func (f *kubeFake) handle(method, path, contentType string, body []byte) kubeAns
 		// Never carried out: the provisioner deletes nothing, and a
 		// test asserts that no DELETE came (deletes).
 		return kubeStatus(apierrors.NewMethodNotSupported(gr, "delete"), true)
+	}
+	if method != http.MethodGet && fieldValidation != metav1.FieldValidationStrict {
+		// The provisioner writes nothing a schema could drop unseen
+		// (provisioner/cluster.go, strict).
+		return kubeStatus(apierrors.NewBadRequest(fmt.Sprintf("the fake takes writes with fieldValidation=Strict only, not %q",
+			fieldValidation)), true)
 	}
 	key := kubeKey{gv: k.gv, resource: k.resource, namespace: ns, name: name}
 	switch {
@@ -420,8 +430,11 @@ func (f *kubeFake) create(k kubeKind, ns, contentType string, body []byte) kubeA
 		obj["status"] = map[string]any{"phase": "Active"}
 	}
 	f.objs[key] = obj
-	if k.kind == "VirtualMachine" {
-		f.vmCreated(key, obj)
+	switch k.kind {
+	case "VirtualMachine":
+		f.vmCreated(key)
+	case "DataVolume":
+		f.dvCreated(key)
 	}
 	return kubeAnswer{code: http.StatusCreated, body: obj}
 }
@@ -540,9 +553,8 @@ func kubeCopy(obj map[string]any) map[string]any {
 }
 
 // vmCreated plays KubeVirt for a VM just created: it gives the VM the
-// printable status a test arranged for it, and makes the DataVolumes of
-// its dataVolumeTemplates that a test arranged. f.mu is held.
-func (f *kubeFake) vmCreated(key kubeKey, vm map[string]any) {
+// printable status a test arranged for it. f.mu is held.
+func (f *kubeFake) vmCreated(key kubeKey) {
 	f.pendingVM = slices.DeleteFunc(f.pendingVM, func(p pendingVM) bool {
 		if p.name != key.name || (p.ns != "" && p.ns != key.namespace) {
 			return false
@@ -550,29 +562,18 @@ func (f *kubeFake) vmCreated(key kubeKey, vm map[string]any) {
 		f.setStatusLocked(key, map[string]any{"printableStatus": p.status})
 		return true
 	})
-	for _, tmpl := range kubeDVTemplates(vm) {
-		dvName := kubeStr(kubeMeta(tmpl), "name")
-		f.pendingDV = slices.DeleteFunc(f.pendingDV, func(p pendingDV) bool {
-			if p.name != dvName || (p.ns != "" && p.ns != key.namespace) {
-				return false
-			}
-			f.putDataVolumeLocked(key.namespace, dvName, p.phase, p.progress)
-			return true
-		})
-	}
 }
 
-// kubeDVTemplates are the entries of a VM's spec.dataVolumeTemplates.
-func kubeDVTemplates(vm map[string]any) []map[string]any {
-	spec, _ := vm["spec"].(map[string]any)
-	list, _ := spec["dataVolumeTemplates"].([]any)
-	var out []map[string]any
-	for _, e := range list {
-		if m, ok := e.(map[string]any); ok {
-			out = append(out, m)
+// dvCreated plays CDI for a DataVolume just created: it gets the phase and
+// progress a test arranged for it. f.mu is held.
+func (f *kubeFake) dvCreated(key kubeKey) {
+	f.pendingDV = slices.DeleteFunc(f.pendingDV, func(p pendingDV) bool {
+		if p.name != key.name || (p.ns != "" && p.ns != key.namespace) {
+			return false
 		}
-	}
-	return out
+		f.setStatusLocked(key, kubeDVStatus(p.phase, p.progress))
+		return true
+	})
 }
 
 // setStatusLocked merges fields into the status of the object at key,
@@ -625,68 +626,30 @@ func (f *kubeFake) setVMStatus(ns, name, printableStatus string) {
 }
 
 // putDataVolume plays CDI: the DataVolume name in namespace ns (a
-// replica's is vm-<order>-<i>-disk, made by KubeVirt from the VM's
-// dataVolumeTemplate) gets status.phase (e.g. "ImportScheduled",
-// "ImportInProgress", "Succeeded", "Failed") and status.progress (CDI's
-// text, e.g. "42.5%", shown to the buyer as it is; "" for none). The
-// DataVolume is made if missing, from the template of the VM in ns that
-// names it (its spec, labels and an owner reference to the VM), as
-// KubeVirt makes it. ns "" means whichever namespace such a VM is in. If
-// no VM names it yet, it is made when that VM is created (see
+// replica's is vm-<order>-<i>-disk, made by the provisioner before the
+// VM) gets status.phase (e.g. "ImportScheduled", "ImportInProgress",
+// "Succeeded", "Failed") and status.progress (CDI's text, e.g. "42.5%",
+// shown to the buyer as it is; "" for none), with a new resourceVersion.
+// ns "" means whichever namespace it is in. If the DataVolume does not
+// exist yet, it gets that status the moment it is created (see
 // setVMStatus for why).
 func (f *kubeFake) putDataVolume(ns, name, phase, progress string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for key, obj := range f.objs {
-		if key.resource != "virtualmachines" || (ns != "" && key.namespace != ns) {
-			continue
-		}
-		for _, tmpl := range kubeDVTemplates(obj) {
-			if kubeStr(kubeMeta(tmpl), "name") == name {
-				f.putDataVolumeLocked(key.namespace, name, phase, progress)
-				return
-			}
-		}
+	if key, ok := f.findLocked(kubeKindNamed("DataVolume"), ns, name); ok {
+		f.setStatusLocked(key, kubeDVStatus(phase, progress))
+		return
 	}
 	f.pendingDV = append(f.pendingDV, pendingDV{ns: ns, name: name, phase: phase, progress: progress})
 }
 
-// putDataVolumeLocked makes or updates the DataVolume. f.mu is held.
-func (f *kubeFake) putDataVolumeLocked(ns, name, phase, progress string) {
-	dvk := kubeKindNamed("DataVolume")
-	key := kubeKey{gv: dvk.gv, resource: dvk.resource, namespace: ns, name: name}
+// kubeDVStatus is a DataVolume's status fields as CDI writes them.
+func kubeDVStatus(phase, progress string) map[string]any {
 	status := map[string]any{"phase": phase}
 	if progress != "" {
 		status["progress"] = progress
 	}
-	if _, ok := f.objs[key]; ok {
-		f.setStatusLocked(key, status)
-		return
-	}
-	dv := map[string]any{"apiVersion": dvk.gv, "kind": dvk.kind, "metadata": map[string]any{
-		"name": name, "namespace": ns, "uid": string(uuid.NewUUID()), "resourceVersion": f.nextRV(),
-		"creationTimestamp": time.Now().UTC().Format(time.RFC3339),
-	}, "status": status}
-	for vmKey, vm := range f.objs {
-		if vmKey.resource != "virtualmachines" || vmKey.namespace != ns {
-			continue
-		}
-		for _, tmpl := range kubeDVTemplates(vm) {
-			if kubeStr(kubeMeta(tmpl), "name") != name {
-				continue
-			}
-			c := kubeCopy(tmpl)
-			dv["spec"] = c["spec"]
-			m := kubeMeta(dv)
-			if l, ok := kubeMeta(c)["labels"]; ok {
-				m["labels"] = l
-			}
-			vmMeta := kubeMeta(vm)
-			m["ownerReferences"] = []any{map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-				"name": vmKey.name, "uid": vmMeta["uid"], "controller": true, "blockOwnerDeletion": true}}
-		}
-	}
-	f.objs[key] = dv
+	return status
 }
 
 // objects is every stored object of kind ("Namespace", "Secret",
@@ -809,8 +772,8 @@ func kubeFakeCluster(t *testing.T, f *kubeFake) (provisioner.Cluster, *rest.Conf
 	return c, rc
 }
 
-// testVM is a replica as the provisioner makes it, in short: a
-// dataVolumeTemplate, a run strategy, and a status that a create must
+// testVM is a replica as the provisioner makes it, in short: a volume
+// naming its DataVolume, a run strategy, and a status that a create must
 // drop.
 func testVM(ns, name string) *kubevirtv1.VirtualMachine {
 	always := kubevirtv1.RunStrategyAlways
@@ -818,12 +781,23 @@ func testVM(ns, name string) *kubevirtv1.VirtualMachine {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"losos.dev/order": "o1"}},
 		Spec: kubevirtv1.VirtualMachineSpec{
 			RunStrategy: &always,
-			DataVolumeTemplates: []kubevirtv1.DataVolumeTemplateSpec{{
-				ObjectMeta: metav1.ObjectMeta{Name: name + "-disk", Labels: map[string]string{"losos.dev/replica": "0"}},
-				Spec:       cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "https://example.org/d.qcow2"}}},
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
+				Volumes: []kubevirtv1.Volume{{Name: "rootdisk", VolumeSource: kubevirtv1.VolumeSource{
+					DataVolume: &kubevirtv1.DataVolumeSource{Name: name + "-disk"}}}},
 			}},
 		},
 		Status: kubevirtv1.VirtualMachineStatus{PrintableStatus: "Running"},
+	}
+}
+
+// testDV is a replica's disk as the provisioner makes it, in short: an
+// http source with a checksum, and a status that a create must drop.
+func testDV(ns, name string) *cdiv1.DataVolume {
+	return &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"losos.dev/replica": "0"}},
+		Spec: cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{
+			URL: "https://example.org/d.qcow2", Checksum: "sha256:" + strings.Repeat("ab", 32)}}},
+		Status: cdiv1.DataVolumeStatus{Phase: cdiv1.Succeeded},
 	}
 }
 
@@ -876,6 +850,8 @@ func TestKubeFakeClientGo(t *testing.T) {
 		{"Ingress", func() error {
 			return c.CreateIngress(ctx, &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "vm-o1", Namespace: ns}})
 		}, func() (metav1.Object, error) { return c.GetIngress(ctx, ns, "vm-o1") }},
+		{"DataVolume", func() error { return c.CreateDataVolume(ctx, testDV(ns, "vm-o1-0-disk")) },
+			func() (metav1.Object, error) { return c.GetDataVolume(ctx, ns, "vm-o1-0-disk") }},
 		{"VirtualMachine", func() error { return c.CreateVM(ctx, testVM(ns, "vm-o1-0")) },
 			func() (metav1.Object, error) { return c.GetVM(ctx, ns, "vm-o1-0") }},
 	} {
@@ -920,23 +896,26 @@ func TestKubeFakeClientGo(t *testing.T) {
 	halted, err := c.GetVM(ctx, ns, "vm-o1-0")
 	if err != nil || halted.Spec.RunStrategy == nil || *halted.Spec.RunStrategy != kubevirtv1.RunStrategyHalted ||
 		halted.Status.PrintableStatus != "Running" || halted.ResourceVersion == vm.ResourceVersion || halted.UID != vm.UID ||
-		len(halted.Spec.DataVolumeTemplates) != 1 || halted.Labels["losos.dev/order"] != "o1" {
+		len(halted.Spec.Template.Spec.Volumes) != 1 || halted.Labels["losos.dev/order"] != "o1" {
 		t.Fatalf("after the patch: %+v (%v); want Halted, the rest and the status kept, a new resourceVersion", halted, err)
 	}
 	if err := c.SetRunStrategy(ctx, ns, "vm-o1-9", kubevirtv1.RunStrategyHalted); !apierrors.IsNotFound(err) {
 		t.Errorf("SetRunStrategy of a missing VM: %v, want NotFound", err)
 	}
 
-	// CDI: the DataVolume the template names, made as KubeVirt makes it.
-	if _, err := c.GetDataVolume(ctx, ns, "vm-o1-0-disk"); !apierrors.IsNotFound(err) {
-		t.Fatalf("GetDataVolume before CDI: %v, want NotFound", err)
+	// CDI: the DataVolume the provisioner made gets what CDI writes; a
+	// create's status is dropped, the spec and labels stay, and no VM
+	// owns it.
+	dv, err := c.GetDataVolume(ctx, ns, "vm-o1-0-disk")
+	if err != nil || dv.Status.Phase != "" {
+		t.Fatalf("a new DataVolume has phase %q (%v), want none", dv.Status.Phase, err)
 	}
 	f.putDataVolume(ns, "vm-o1-0-disk", "ImportInProgress", "42.5%")
-	dv, err := c.GetDataVolume(ctx, ns, "vm-o1-0-disk")
+	dv, err = c.GetDataVolume(ctx, ns, "vm-o1-0-disk")
 	if err != nil || dv.Status.Phase != cdiv1.ImportInProgress || dv.Status.Progress != "42.5%" ||
-		dv.Spec.Source == nil || dv.Spec.Source.HTTP == nil || dv.Labels["losos.dev/replica"] != "0" ||
-		len(dv.OwnerReferences) != 1 || dv.OwnerReferences[0].UID != vm.UID {
-		t.Fatalf("GetDataVolume: %+v (%v); want ImportInProgress 42.5%% from the VM's template, owned by it", dv, err)
+		dv.Spec.Source == nil || dv.Spec.Source.HTTP == nil || dv.Spec.Source.HTTP.Checksum != "sha256:"+strings.Repeat("ab", 32) ||
+		dv.Labels["losos.dev/replica"] != "0" || len(dv.OwnerReferences) != 0 {
+		t.Fatalf("GetDataVolume: %+v (%v); want ImportInProgress 42.5%%, its spec and labels as made, no owner", dv, err)
 	}
 	f.putDataVolume("", "vm-o1-0-disk", "Succeeded", "100.0%")
 	if dv, err = c.GetDataVolume(ctx, ns, "vm-o1-0-disk"); err != nil || dv.Status.Phase != cdiv1.Succeeded || dv.Status.Progress != "100.0%" {
@@ -947,6 +926,9 @@ func TestKubeFakeClientGo(t *testing.T) {
 	// sees it (the provisioner's first pass).
 	f.setVMStatus("", "vm-o1-1", "Starting")
 	f.putDataVolume("", "vm-o1-1-disk", "ImportScheduled", "")
+	if err := c.CreateDataVolume(ctx, testDV(ns, "vm-o1-1-disk")); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.CreateVM(ctx, testVM(ns, "vm-o1-1")); err != nil {
 		t.Fatal(err)
 	}
@@ -956,7 +938,7 @@ func TestKubeFakeClientGo(t *testing.T) {
 	if dv, err := c.GetDataVolume(ctx, ns, "vm-o1-1-disk"); err != nil || dv.Status.Phase != cdiv1.ImportScheduled {
 		t.Errorf("an arranged DataVolume came back as %+v (%v), want ImportScheduled", dv, err)
 	}
-	if vm := kubeObject[kubevirtv1.VirtualMachine](t, f, "VirtualMachine", ns, "vm-o1-1"); vm.Spec.DataVolumeTemplates[0].Name != "vm-o1-1-disk" {
+	if vm := kubeObject[kubevirtv1.VirtualMachine](t, f, "VirtualMachine", ns, "vm-o1-1"); vm.Spec.Template.Spec.Volumes[0].DataVolume.Name != "vm-o1-1-disk" {
 		t.Errorf("kubeObject decoded %+v", vm)
 	}
 	if len(f.unexpected()) != 0 || len(f.deletes()) != 0 {
@@ -964,7 +946,8 @@ func TestKubeFakeClientGo(t *testing.T) {
 	}
 
 	// Refused, and recorded as what the provisioner must never send: a
-	// DELETE, a strategic merge patch of a VM, other credentials.
+	// DELETE, a write without strict field validation, a strategic merge
+	// patch of a VM, other credentials.
 	k, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -982,8 +965,19 @@ func TestKubeFakeClientGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, fv := range []string{"", metav1.FieldValidationWarn, metav1.FieldValidationIgnore} {
+		before := len(f.unexpected())
+		_, err := kv.KubevirtV1().VirtualMachines(ns).Patch(ctx, "vm-o1-0", types.MergePatchType,
+			[]byte(`{"spec":{"runStrategy":"Always"}}`), metav1.PatchOptions{FieldValidation: fv})
+		if !apierrors.IsBadRequest(err) || len(f.unexpected()) != before+1 {
+			t.Errorf("a patch with fieldValidation %q: %v, want BadRequest, recorded as unexpected", fv, err)
+		}
+	}
+	if vm, err := c.GetVM(ctx, ns, "vm-o1-0"); err != nil || *vm.Spec.RunStrategy != kubevirtv1.RunStrategyHalted {
+		t.Errorf("a refused patch changed the VM: %v (%v)", vm.Spec.RunStrategy, err)
+	}
 	_, err = kv.KubevirtV1().VirtualMachines(ns).Patch(ctx, "vm-o1-0", types.StrategicMergePatchType,
-		[]byte(`{"spec":{"runStrategy":"Always"}}`), metav1.PatchOptions{})
+		[]byte(`{"spec":{"runStrategy":"Always"}}`), metav1.PatchOptions{FieldValidation: metav1.FieldValidationStrict})
 	if !apierrors.IsUnsupportedMediaType(err) {
 		t.Errorf("a strategic merge patch of a VM: %v, want UnsupportedMediaType", err)
 	}
