@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -191,10 +190,9 @@ func TestProvisionerAgainstAPIServer(t *testing.T) {
 		o := m.cloud
 		setVMStatus(t, ctx, dyn, ns, fmt.Sprintf("vm-%s-0", o.ID), kubevirtv1.VirtualMachinePrintableStatus("Running"))
 		setVMStatus(t, ctx, dyn, ns, fmt.Sprintf("vm-%s-1", o.ID), kubevirtv1.VirtualMachineStatusProvisioning)
-		// What KubeVirt would make from the VM's dataVolumeTemplates, with
-		// CDI's status of an import under way.
+		// CDI's status of an import under way, on the provisioner's DataVolume.
 		dvName := fmt.Sprintf("vm-%s-1-disk", o.ID)
-		createDataVolume(t, ctx, dyn, ns, dvName, cdiv1beta1.ImportInProgress, "42.50%")
+		setDataVolumeStatus(t, ctx, dyn, ns, dvName, cdiv1beta1.ImportInProgress, "42.50%")
 		pass("after status")
 		states, err := m.st.ReplicaStates(ctx, o.ID)
 		if err != nil {
@@ -343,13 +341,19 @@ func checkOrderObjects(t *testing.T, ctx context.Context, admin kubernetes.Inter
 		if c := spec.Domain.CPU; c == nil || c.Cores != 2 {
 			t.Errorf("%s cpu %+v, want 2 cores", name, c)
 		}
-		if len(vm.Spec.DataVolumeTemplates) != 1 {
-			t.Fatalf("%s: %d dataVolumeTemplates", name, len(vm.Spec.DataVolumeTemplates))
+		if len(vm.Spec.DataVolumeTemplates) != 0 {
+			t.Errorf("%s: %d dataVolumeTemplates, want none (its disk is a DataVolume of its own)", name, len(vm.Spec.DataVolumeTemplates))
 		}
-		dvt := vm.Spec.DataVolumeTemplates[0]
-		if dvt.Name != name+"-disk" || dvt.Spec.Storage == nil || dvt.Spec.Storage.StorageClassName == nil ||
-			*dvt.Spec.Storage.StorageClassName != vmStorageClass {
-			t.Errorf("%s dataVolumeTemplate %s storage %+v, want %s-disk in %s", name, dvt.Name, dvt.Spec.Storage, name, vmStorageClass)
+		dv := getDataVolume(t, ctx, dyn, ns, name+"-disk")
+		checkManaged(t, dv.Name, dv.Labels, o.ID, strconv.Itoa(i))
+		if len(dv.OwnerReferences) != 0 {
+			t.Errorf("%s has owners %+v: deleting one would delete the buyer's disk", dv.Name, dv.OwnerReferences)
+		}
+		if dv.Spec.Storage == nil || dv.Spec.Storage.StorageClassName == nil || *dv.Spec.Storage.StorageClassName != vmStorageClass {
+			t.Errorf("DataVolume %s storage %+v, want %s", dv.Name, dv.Spec.Storage, vmStorageClass)
+		}
+		if v := spec.Volumes; len(v) == 0 || v[0].DataVolume == nil || v[0].DataVolume.Name != dv.Name {
+			t.Errorf("%s's first volume %+v, want DataVolume %s", name, v, dv.Name)
 		}
 		var volumes []string
 		for _, v := range spec.Volumes {
@@ -363,20 +367,22 @@ func checkOrderObjects(t *testing.T, ctx context.Context, admin kubernetes.Inter
 		if !slices.Equal(volumes, []string{"cloudinitdisk", "rootdisk"}) {
 			t.Errorf("%s volumes %v", name, volumes)
 		}
-		src := dvt.Spec.Source
+		src := dv.Spec.Source
 		switch o.ImageKind {
 		case imagestore.ImageCatalogue:
 			e, _ := cat.Lookup(o.Image)
-			if src == nil || src.HTTP == nil || src.HTTP.URL != e.URL {
-				t.Errorf("%s source %+v, want http %s", name, src, e.URL)
+			if src == nil || src.HTTP == nil || src.HTTP.URL != e.URL || src.HTTP.Checksum != "" {
+				t.Errorf("%s source %+v, want http %s without a checksum", name, src, e.URL)
 			}
 		case imagestore.ImageUpload:
 			wantURL := testFetchBase + "/market/vm-images/fetch/" + m.upload.UploadID
-			if src == nil || src.HTTP == nil || src.HTTP.URL != wantURL || !slices.Equal(src.HTTP.SecretExtraHeaders, []string{fetch.Name}) {
-				t.Errorf("%s source %+v, want http %s with secretExtraHeaders [%s]", name, src, wantURL, fetch.Name)
+			if src == nil || src.HTTP == nil || src.HTTP.URL != wantURL || !slices.Equal(src.HTTP.SecretExtraHeaders, []string{fetch.Name}) ||
+				src.HTTP.Checksum != "sha256:"+m.upload.SHA256 {
+				t.Errorf("%s source %+v, want http %s with secretExtraHeaders [%s] and checksum sha256:%s",
+					name, src, wantURL, fetch.Name, m.upload.SHA256)
 			}
 			want := resource.NewQuantity(31<<30, resource.BinarySI) // ceil(30 GiB + 1 byte)
-			if got := dvt.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; got.Cmp(*want) != 0 {
+			if got := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; got.Cmp(*want) != 0 {
 				t.Errorf("%s disk %s, want %s (the image's virtual size, rounded up)", name, got.String(), want.String())
 			}
 			if fw := spec.Domain.Firmware; fw == nil || fw.Bootloader == nil || fw.Bootloader.EFI == nil ||
@@ -455,18 +461,24 @@ func setVMStatus(t *testing.T, ctx context.Context, dyn dynamic.Interface, ns, n
 	}
 }
 
-// createDataVolume makes the DataVolume KubeVirt makes from a VM's
-// dataVolumeTemplates and gives it CDI's status.
-func createDataVolume(t *testing.T, ctx context.Context, dyn dynamic.Interface, ns, name string, phase cdiv1beta1.DataVolumePhase, progress string) {
+// getDataVolume reads a DataVolume as CDI's types (v1.66.0), refusing a
+// field they do not have.
+func getDataVolume(t *testing.T, ctx context.Context, dyn dynamic.Interface, ns, name string) *cdiv1beta1.DataVolume {
 	t.Helper()
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec":     map[string]any{"source": map[string]any{"http": map[string]any{"url": "https://images.example.net/d.qcow2"}}},
-	}}
-	if _, err := dyn.Resource(dvGVR).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+	u, err := dyn.Resource(dvGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
 		t.Fatalf("DataVolume %s: %v", name, err)
 	}
+	dv := &cdiv1beta1.DataVolume{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, dv, true); err != nil {
+		t.Fatalf("DataVolume %s is not CDI's: %v", name, err)
+	}
+	return dv
+}
+
+// setDataVolumeStatus gives a DataVolume CDI's status of an import.
+func setDataVolumeStatus(t *testing.T, ctx context.Context, dyn dynamic.Interface, ns, name string, phase cdiv1beta1.DataVolumePhase, progress string) {
+	t.Helper()
 	patch := fmt.Sprintf(`{"status":{"phase":%q,"progress":%q}}`, phase, progress)
 	if _, err := dyn.Resource(dvGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatalf("status of DataVolume %s: %v", name, err)
