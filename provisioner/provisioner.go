@@ -407,28 +407,23 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 	}
 	vms := make([]*kubevirtv1.VirtualMachine, o.Quantity)
 	for i := range o.Quantity {
-		// The disk first: the VM names it, and KubeVirt would wait
-		// for it anyway. A DataVolume that exists is left as it is,
-		// also one KubeVirt made from the dataVolumeTemplate of a VM
-		// of an earlier vmshelf.
-		disk := diskName(o.ID, i)
-		_, err := ensure(func() (*cdiv1.DataVolume, error) { return p.c.GetDataVolume(ctx, ns, disk) },
-			func() error {
-				mm, err := resolved()
-				if err != nil {
-					return err
-				}
-				return p.c.CreateDataVolume(ctx, dataVolume(mm, i))
-			})
-		if err != nil {
-			return inStep(err, stepDisk, "making the DataVolume "+disk)
-		}
 		name := vmName(o.ID, i)
+		// The disk first: the VM names it, and KubeVirt would wait for it
+		// anyway. It is made only while its VM is missing: behind a VM
+		// that exists, a missing DataVolume is KubeVirt's to make (the
+		// dataVolumeTemplate of a VM of an earlier vmshelf) or was
+		// deleted with the buyer's data, and a fresh import would pass
+		// for that data. A DataVolume that exists is left as it is.
 		vm, err := ensure(func() (*kubevirtv1.VirtualMachine, error) { return p.c.GetVM(ctx, ns, name) },
 			func() error {
 				mm, err := resolved()
 				if err != nil {
 					return err
+				}
+				disk := diskName(o.ID, i)
+				if _, err := ensure(func() (*cdiv1.DataVolume, error) { return p.c.GetDataVolume(ctx, ns, disk) },
+					func() error { return p.c.CreateDataVolume(ctx, dataVolume(mm, i)) }); err != nil {
+					return failed(stepDisk, "making the DataVolume "+disk, err)
 				}
 				return p.c.CreateVM(ctx, virtualMachine(mm, i))
 			})

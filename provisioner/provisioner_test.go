@@ -207,6 +207,13 @@ func TestSecondPassChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.p.cfg.CPU, h.p.cfg.MemoryMiB = 4, 8192
+	// A disk gone behind its VM (deleted, or a template's not made yet by
+	// KubeVirt) is not made again: a fresh import would pass for the
+	// buyer's data.
+	gone := diskName(o.ID, 1)
+	if err := h.cdi.Tracker().Delete(dvResource, ns, gone); err != nil {
+		t.Fatal(err)
+	}
 	for pass := range 3 {
 		h.clearActions()
 		h.clock.Advance(time.Minute)
@@ -220,6 +227,9 @@ func TestSecondPassChangesNothing(t *testing.T) {
 	}
 	if got := h.fetchToken(o); got != token {
 		t.Error("the fetch Secret was replaced")
+	}
+	if _, err := h.cdi.Tracker().Get(dvResource, ns, gone); !apierrors.IsNotFound(err) {
+		t.Errorf("DataVolume %s behind its VM: %v, want still NotFound", gone, err)
 	}
 	states, err := h.st.ReplicaStates(t.Context(), o.ID)
 	if err != nil || len(states) != 2 || states[0].State != "running" || !states[0].ObservedAt.Equal(t0.Add(3*time.Minute)) {
