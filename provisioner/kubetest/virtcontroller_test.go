@@ -112,7 +112,9 @@ func TestVirtControllerRunsOurVM(t *testing.T) {
 	// a VM on it.
 	var pods []corev1.Pod
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := playCDI(ctx, js, admin, ns); err != nil {
+		// A conflict is KubeVirt writing the same object meanwhile: the
+		// next round reads it again.
+		if err := playCDI(ctx, js, admin, ns); err != nil && !apierrors.IsConflict(err) {
 			return false, err
 		}
 		l, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kubevirtv1.AppLabel + "=virt-launcher"})
@@ -225,7 +227,9 @@ func deployKubeVirt(t *testing.T, ctx context.Context, js *judgeServer) {
 	}
 }
 
-// playCDI does what CDI would for each DataVolume in ns not yet done: a
+// playCDI does what CDI would for each DataVolume in ns not yet done
+// (whoever wrote it: KubeVirt's VM controller from a VM's
+// dataVolumeTemplates, or the provisioner for a standalone disk): a
 // PVC of the DataVolume's name, owned by it and bound, and the
 // DataVolume's phase Succeeded. (No CDI runs here: its main module is not
 // served by the Go module proxy, and there is nothing to import from.)
