@@ -93,17 +93,7 @@ func newJudgeMarket(t *testing.T, ctx context.Context, now time.Time, spare int)
 	}
 	m.bios, m.uefi = image("bios disk", false, "b1"), image("uefi disk", true, "e2")
 	order := func(kind imagestore.ImageKind, image string, quantity int) {
-		total := l.UnitPrice * int64(quantity)
-		o := imagestore.Order{ID: imagestore.NewOrderID(), ListingID: l.ID, BuyerID: m.buyer.ID, HostID: host.ID,
-			Quantity: quantity, ImageKind: kind, Image: image, Name: "web", UnitPrice: l.UnitPrice, Total: total,
-			Fee: total / 2, Currency: "eur", Destination: host.StripeAccount, ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-		if err := st.CreateOrder(ctx, o, "", 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.MarkOrderPaid(ctx, o.ID, now, m.expiry); err != nil {
-			t.Fatal(err)
-		}
-		m.orders = append(m.orders, o)
+		m.orders = append(m.orders, paidOrder(t, ctx, st, l, m.buyer, host, kind, image, quantity, "", now, m.expiry))
 	}
 	order(imagestore.ImageCatalogue, "debian-13", 1)
 	order(imagestore.ImageCatalogue, "losos-demo", 1)

@@ -92,21 +92,30 @@ func newMarket(t *testing.T, ctx context.Context, now time.Time) *marketFixture 
 		t.Fatal(err)
 	}
 	order := func(kind imagestore.ImageKind, image string, quantity int, userData string) imagestore.Order {
-		total := l.UnitPrice * int64(quantity)
-		o := imagestore.Order{ID: imagestore.NewOrderID(), ListingID: l.ID, BuyerID: f.buyer.ID, HostID: f.host.ID,
-			Quantity: quantity, ImageKind: kind, Image: image, Name: "web", UnitPrice: l.UnitPrice, Total: total,
-			Fee: total / 2, Currency: "eur", Destination: f.host.StripeAccount, ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-		if err := st.CreateOrder(ctx, o, userData, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.MarkOrderPaid(ctx, o.ID, f.paidAt, f.expires); err != nil {
-			t.Fatal(err)
-		}
-		return o
+		return paidOrder(t, ctx, st, l, f.buyer, f.host, kind, image, quantity, userData, f.paidAt, f.expires)
 	}
 	f.cloud = order(imagestore.ImageCatalogue, "debian-13", 2, f.userData)
 	f.own = order(imagestore.ImageUpload, f.upload.UploadID, 1, "")
 	return f
+}
+
+// paidOrder is an order of quantity replicas of image on listing l of
+// host, made by buyer at paidAt and paid then, for a month ending at
+// expires.
+func paidOrder(t *testing.T, ctx context.Context, st *sqlite.Store, l imagestore.Listing, buyer, host imagestore.Tenant,
+	kind imagestore.ImageKind, image string, quantity int, userData string, paidAt, expires time.Time) imagestore.Order {
+	t.Helper()
+	total := l.UnitPrice * int64(quantity)
+	o := imagestore.Order{ID: imagestore.NewOrderID(), ListingID: l.ID, BuyerID: buyer.ID, HostID: host.ID,
+		Quantity: quantity, ImageKind: kind, Image: image, Name: "web", UnitPrice: l.UnitPrice, Total: total,
+		Fee: total / 2, Currency: "eur", Destination: host.StripeAccount, ReserveUntil: paidAt.Add(time.Hour), CreatedAt: paidAt}
+	if err := st.CreateOrder(ctx, o, userData, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.MarkOrderPaid(ctx, o.ID, paidAt, expires); err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 // TestProvisionerAgainstAPIServer: paid orders in a real SQLite store,
