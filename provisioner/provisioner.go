@@ -391,20 +391,9 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 		}
 	}
 
-	// The machine is resolved only when a DataVolume or a VM is missing:
-	// a catalogue entry removed after the order was provisioned stops
-	// nothing.
+	// The machine is resolved only when a VM is missing: a catalogue
+	// entry removed after the order was provisioned stops nothing.
 	var m *machine
-	resolved := func() (machine, error) {
-		if m == nil {
-			r, err := p.resolve(ctx, o)
-			if err != nil {
-				return machine{}, err
-			}
-			m = &r
-		}
-		return *m, nil
-	}
 	vms := make([]*kubevirtv1.VirtualMachine, o.Quantity)
 	for i := range o.Quantity {
 		name := vmName(o.ID, i)
@@ -416,16 +405,19 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 		// for that data. A DataVolume that exists is left as it is.
 		vm, err := ensure(func() (*kubevirtv1.VirtualMachine, error) { return p.c.GetVM(ctx, ns, name) },
 			func() error {
-				mm, err := resolved()
-				if err != nil {
-					return err
+				if m == nil {
+					resolved, err := p.resolve(ctx, o)
+					if err != nil {
+						return err
+					}
+					m = &resolved
 				}
 				disk := diskName(o.ID, i)
 				if _, err := ensure(func() (*cdiv1.DataVolume, error) { return p.c.GetDataVolume(ctx, ns, disk) },
-					func() error { return p.c.CreateDataVolume(ctx, dataVolume(mm, i)) }); err != nil {
+					func() error { return p.c.CreateDataVolume(ctx, dataVolume(*m, i)) }); err != nil {
 					return failed(stepDisk, "making the DataVolume "+disk, err)
 				}
-				return p.c.CreateVM(ctx, virtualMachine(mm, i))
+				return p.c.CreateVM(ctx, virtualMachine(*m, i))
 			})
 		if err != nil {
 			return inStep(err, stepVM, "making the VirtualMachine "+name)
