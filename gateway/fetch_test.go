@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -360,6 +362,78 @@ func TestFetchStalledReader(t *testing.T) {
 		t.Errorf("fetch bytes metric %v, want some but not all of %d", got, len(data))
 	}
 	e.assertNothingLeft(id)
+}
+
+// TestFetchSlowSteadyReader: a client that reads steadily but slowly is
+// never cut, even though its first chunks vanish into the sockets' buffers
+// and look infinitely fast. Sizing the next chunk by that rate alone gave
+// it the rest of the image with one idle timeout to take it (CI saw it cut
+// at 6 MB). 8 MB/s against a 3 s idle timeout: the old sizing needed the
+// 48 MiB in 3 s; the slow start needs at most the buffers' worth.
+func TestFetchSlowSteadyReader(t *testing.T) {
+	needQemu(t)
+	big := makeBigImage(t)
+	e := newEnv(t, func(c *Config) { c.IdleTimeout = 3 * time.Second })
+	id, data := e.stored(big)
+	// A small receive buffer (set before connect, so it holds) keeps the
+	// buffered bytes, and so the test's time, to the sender's side.
+	small := func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 128<<10)
+		})
+		return errors.Join(err, serr)
+	}
+	client := &http.Client{Timeout: clientBound, Transport: &http.Transport{
+		DialContext: (&net.Dialer{Timeout: waitBound, Control: small}).DialContext}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get(e.fetchURL(id, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET: %d, want 200", resp.StatusCode)
+	}
+	// 128 KiB every 16 ms: a pace, not a wait for anything.
+	pace := time.NewTicker(16 * time.Millisecond)
+	defer pace.Stop()
+	got := make([]byte, 0, len(data))
+	buf := make([]byte, 128<<10)
+	for len(got) < len(data) {
+		<-pace.C
+		n, err := io.ReadFull(resp.Body, buf[:min(len(buf), len(data)-len(got))])
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("cut after %d of %d bytes: %v", len(got), len(data), err)
+		}
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("the slow reader got other bytes than the image's")
+	}
+}
+
+// TestNextChunk: a chunk is at most twice the last one and takes at most
+// 1/16 of the idle timeout at the last one's rate, within [min, max].
+func TestNextChunk(t *testing.T) {
+	const idle = 32 * time.Second // 1/16 is 2 s
+	for _, c := range []struct {
+		name string
+		n    int64
+		el   time.Duration
+		want int64
+	}{
+		{"an instant chunk doubles", minChunk, 0, 2 * minChunk},
+		{"a buffered, seemingly very fast chunk only doubles", 1 << 20, time.Microsecond, 2 << 20},
+		{"1 MB/s: 2 s worth", 4 << 20, 4 * time.Second, 2 << 20},
+		{"4 MB/s: 2 s worth, below twice", 8 << 20, 2 * time.Second, 8 << 20},
+		{"never below the minimum", minChunk, time.Minute, minChunk},
+		{"never above the maximum", maxChunk, time.Millisecond, maxChunk},
+	} {
+		if got := nextChunk(c.n, c.el, idle); got != c.want {
+			t.Errorf("%s: nextChunk(%d, %v) = %d, want %d", c.name, c.n, c.el, got, c.want)
+		}
+	}
 }
 
 // TestFetchWithCDITools converts an image through a fetch URL the way CDI's
