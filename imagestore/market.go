@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -42,10 +43,81 @@ const (
 	// OrderCancelled: the checkout expired or the payment failed; the
 	// capacity is released.
 	OrderCancelled OrderState = "cancelled"
+	// OrderRefunding: the buyer's money is to go back (Order.RefundCause
+	// says why); Stripe has not confirmed it yet. Entered only from paid
+	// (never active) or from cancelled with a payment, and never left for
+	// active: the move here and MarkOrderActive exclude each other.
+	OrderRefunding OrderState = "refunding"
+	// OrderRefunded: Stripe refunded the payment; final.
+	OrderRefunded OrderState = "refunded"
+	// OrderRefundFailed: Stripe refused or failed the refund; it is tried
+	// again at Order.RefundNextAt, and an operator is alerted.
+	OrderRefundFailed OrderState = "refundFailed"
 )
 
 // OrderStates lists every state, in their order of succession.
-var OrderStates = []OrderState{OrderAwaitingPayment, OrderPaid, OrderActive, OrderExpired, OrderCancelled}
+var OrderStates = []OrderState{OrderAwaitingPayment, OrderPaid, OrderActive, OrderExpired, OrderCancelled,
+	OrderRefunding, OrderRefunded, OrderRefundFailed}
+
+// Refunding reports whether an order in state s is on its way back to
+// the buyer: a refund is decided and not yet confirmed.
+func (s OrderState) Refunding() bool { return s == OrderRefunding || s == OrderRefundFailed }
+
+// Refunded reports whether an order in state s went to refunding at some
+// point: refunding, refundFailed or refunded.
+func (s OrderState) Refunded() bool { return s.Refunding() || s == OrderRefunded }
+
+// The causes of a refund (Order.RefundCause, the cause label of
+// vmshelf_refunds_total, and part of the refund's idempotency key).
+const (
+	// RefundPaidAfterCancel: the payment arrived for an order already
+	// cancelled (its checkout expired or was given up).
+	RefundPaidAfterCancel = "paidAfterCancel"
+	// RefundNotProvisioned: a paid order was not active within the
+	// deadline for a cause that does not pass by itself
+	// (Order.BlockedCause).
+	RefundNotProvisioned = "notProvisioned"
+	// RefundImportFailed: the import of the buyer's own image failed for
+	// good.
+	RefundImportFailed = "importFailed"
+)
+
+// RefundCauses lists every refund cause.
+var RefundCauses = []string{RefundPaidAfterCancel, RefundNotProvisioned, RefundImportFailed}
+
+// The causes for which the provisioner cannot make a paid order run and
+// that will not pass by themselves (Order.BlockedCause). "Could not ask"
+// (the cluster or the store did not answer) is never one of them.
+const (
+	BlockedImageGone       = "imageGone"       // the order's own image was removed
+	BlockedHostGone        = "hostGone"        // the host left the mesh or stopped hosting
+	BlockedClusterRefused  = "clusterRefused"  // the cluster refused the objects as invalid
+	BlockedImportFailed    = "importFailed"    // CDI's import of the own image failed for good
+	BlockedImageNotOffered = "imageNotOffered" // the catalogue no longer has the image
+)
+
+// BlockedCauses lists every cause the provisioner may name.
+var BlockedCauses = []string{BlockedImageGone, BlockedHostGone, BlockedClusterRefused, BlockedImportFailed, BlockedImageNotOffered}
+
+// RefundOutcome is what Stripe answered a refund (SettleRefund).
+type RefundOutcome struct {
+	// RefundID is Stripe's re_… id; empty when Stripe gave none (it did
+	// not answer).
+	RefundID string
+	// Status is Stripe's refund status: "succeeded" moves the order to
+	// refunded; "pending" (or "requires_action") keeps it refunding until
+	// RetryAt; "failed" or "canceled", or an Error, move it to
+	// refundFailed until RetryAt.
+	Status string
+	// Error says why the attempt failed, in words without secrets.
+	Error string
+	// NewKey is set when Stripe's refund itself failed (status failed or
+	// canceled): no money moved, and the next attempt needs a new
+	// idempotency key, or Stripe would only repeat the failed refund.
+	NewKey bool
+	// RetryAt is when the refund is looked at again (pending or failed).
+	RetryAt time.Time
+}
 
 // Holds reports whether an order in state s holds capacity of its listing:
 // reserved while its checkout is open, taken while it runs.
@@ -142,6 +214,49 @@ type Order struct {
 	// cluster cannot be reached, an object could not be created), shown
 	// to the buyer; empty when there is none. It never carries a secret.
 	Note string
+
+	// PaymentIntent is the Stripe PaymentIntent that paid the order (pi_…),
+	// recorded when the payment was seen; what a refund refunds and what
+	// dispute and charge events name.
+	PaymentIntent string
+	// BlockedCause is one of BlockedCauses while the provisioner knows the
+	// paid order cannot run and will not by itself; BlockedSince is when
+	// it first said so.
+	BlockedCause string
+	BlockedSince time.Time
+
+	// RefundFrom is the state the order left for refunding (paid or
+	// cancelled); RefundCause one of RefundCauses. Empty unless the order
+	// is refunding, refunded or refundFailed.
+	RefundFrom  OrderState
+	RefundCause string
+	// RefundID is Stripe's refund (re_…) once it answered; RefundAttempts
+	// counts the calls made; RefundGeneration counts the refunds Stripe
+	// itself failed (each next attempt has its own idempotency key);
+	// RefundNextAt is when the refund is tried or looked at next;
+	// RefundError is the last failure in words.
+	RefundID         string
+	RefundAttempts   int
+	RefundGeneration int
+	RefundNextAt     time.Time
+	RefundError      string
+	RefundedAt       time.Time
+	// DisputeID and DisputedAt are set when the buyer's bank disputed
+	// the charge (charge.dispute.created): shown and alerted, nothing
+	// halted.
+	DisputeID  string
+	DisputedAt time.Time
+}
+
+// RefundKey is the idempotency key of the order's refund: one per order,
+// cause and generation, so a retry, a restart or a second replica sends
+// Stripe the same key and Stripe refunds once.
+func (o Order) RefundKey() string {
+	k := "vmshelf-refund-" + o.ID + "-" + o.RefundCause
+	if o.RefundGeneration > 0 {
+		k += "-" + strconv.Itoa(o.RefundGeneration)
+	}
+	return k
 }
 
 // The states a replica is reported in (ReplicaState.State): the machines
@@ -319,6 +434,47 @@ type MarketStore interface {
 	// OrderCounts returns the number of orders in each state (every state
 	// present, zero included).
 	OrderCounts(ctx context.Context) (map[OrderState]int64, error)
+
+	// SetOrderPaymentIntent records the PaymentIntent that paid an order,
+	// in any state; setting the same one again is nil, another one is
+	// ErrOrderState (one order, one payment). ErrNotFound.
+	SetOrderPaymentIntent(ctx context.Context, id, paymentIntent string) error
+	// OrderByPaymentIntent returns the order paid by a PaymentIntent;
+	// ErrNotFound.
+	OrderByPaymentIntent(ctx context.Context, paymentIntent string) (Order, error)
+	// SetOrderBlocked records (cause one of BlockedCauses) or clears ("")
+	// the cause that keeps a paid order from running. BlockedSince is set
+	// at now when the cause first appears and kept while it stays; a
+	// cleared cause clears it. ErrNotFound.
+	SetOrderBlocked(ctx context.Context, id, cause string, now time.Time) error
+	// StartRefund moves an order to refunding for cause, to be tried at
+	// now: from paid (it never ran) or from cancelled, and only if its
+	// PaymentIntent is recorded. In one conditional UPDATE of the order,
+	// like MarkOrderActive's, so of the two exactly one applies. moved
+	// reports whether this call moved it; an order already refunding,
+	// refunded or refundFailed is left as it is (false, nil); any other
+	// state (active, expired, awaiting payment, cancelled without a
+	// payment) is ErrOrderState.
+	StartRefund(ctx context.Context, id, cause string, now time.Time) (moved bool, err error)
+	// DueRefunds returns the orders refunding or refundFailed whose
+	// RefundNextAt is at or before now, oldest first.
+	DueRefunds(ctx context.Context, now time.Time) ([]Order, error)
+	// ClaimRefund takes the next attempt of a due refund for one caller:
+	// if the order is refunding or refundFailed with RefundNextAt at or
+	// before now, RefundNextAt becomes until and the attempts count one
+	// more, and claimed is true with the order as claimed. Of concurrent
+	// claims (two replicas) exactly one gets it; the other gets false. A
+	// claimant that dies leaves the refund due again at until.
+	ClaimRefund(ctx context.Context, id string, now, until time.Time) (o Order, claimed bool, err error)
+	// SettleRefund records Stripe's answer to a refund (see
+	// RefundOutcome) on an order refunding or refundFailed: succeeded →
+	// refunded at now; otherwise it stays refunding (pending) or becomes
+	// refundFailed, due at RetryAt. A refunded order is left as it is
+	// (nil: a late or replayed answer); any other state is ErrOrderState.
+	SettleRefund(ctx context.Context, id string, out RefundOutcome, now time.Time) error
+	// MarkOrderDisputed records a dispute of the order's charge at now;
+	// the first dispute id is kept (moved false after it). ErrNotFound.
+	MarkOrderDisputed(ctx context.Context, id, disputeID string, now time.Time) (moved bool, err error)
 
 	// WebhookEventSeen reports whether an event with this id was recorded.
 	WebhookEventSeen(ctx context.Context, id string) (bool, error)

@@ -549,6 +549,8 @@ func TestQueryPlans(t *testing.T) {
 		{"a buyer's orders", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE buyer_id = 1 ORDER BY created_at DESC, id DESC`, "orders_buyer"},
 		{"orders in a state", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE state = 'paid' ORDER BY created_at, id`, "orders_state"},
 		{"overdue orders", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE state = 'awaitingPayment' AND reserve_until <= 5 ORDER BY created_at, id`, "orders_state"},
+		{"due refunds", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE state IN ('refunding', 'refundFailed') AND refund_next_at <= 5 ORDER BY created_at, id`, "orders_state"},
+		{"the order of a PaymentIntent", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE payment_intent = 'pi_1' AND payment_intent <> ''`, "orders_payment_intent"},
 		{"orders of an upload", `SELECT EXISTS (SELECT 1 FROM orders WHERE image_kind = 'upload' AND image = 'x' AND ` + sqlstore.HoldsSQL + `)`, "orders_upload"},
 	}
 	for _, tc := range tests {
@@ -738,5 +740,98 @@ func TestMigrateOrdersToNotes(t *testing.T) {
 	}
 	if n, err := s.RevokeOrderTokens(ctx, "o1", now); err != nil || n != 0 {
 		t.Errorf("RevokeOrderTokens after migration = %d, %v; want 0", n, err)
+	}
+}
+
+// TestMigrateOrdersToRefunds: the step that rebuilds the orders table for
+// the refund states keeps every order and replica state, its foreign keys
+// and indexes, and the database consistent.
+func TestMigrateOrdersToRefunds(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	before := len(schema()) - 1 // the step before the refunds'
+
+	old, err := open(ctx, path, schema()[:before])
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_host"}, imagestore.HashSecret("h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buyer, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 3, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"o1", "o2"} {
+		o := imagestore.Order{ID: id, ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: 1,
+			ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: 600, Fee: 300,
+			Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
+		if err := old.CreateOrder(ctx, o, "#cloud-config\n", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.CancelOrder(ctx, "o2", "checkoutExpired", now); err != nil {
+		t.Fatal(err)
+	}
+	rs := []imagestore.ReplicaState{{Index: 0, Name: "vm-o1-0", State: imagestore.ReplicaImporting, Detail: "ImportInProgress", ObservedAt: now}}
+	if err := old.SetReplicaStates(ctx, "o1", rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := mustOpen(t, path)
+	defer s.Close()
+	if got, want := userVersion(t, s), len(schema()); got != want {
+		t.Errorf("after migration: user_version = %d, want %d", got, want)
+	}
+	for _, check := range []string{"PRAGMA integrity_check", "PRAGMA foreign_key_check"} {
+		var res sql.NullString
+		err := s.db.QueryRowContext(ctx, check).Scan(&res)
+		if check == "PRAGMA foreign_key_check" && errors.Is(err, sql.ErrNoRows) {
+			continue // no violation
+		}
+		if err != nil || res.String != "ok" {
+			t.Errorf("%s after migration: %q, %v", check, res.String, err)
+		}
+	}
+	o1, err := s.Order(ctx, "o1")
+	if err != nil || o1.State != imagestore.OrderPaid || !o1.PaidAt.Equal(now) || o1.RefundFrom != "" {
+		t.Fatalf("o1 after migration = %+v, %v", o1, err)
+	}
+	if o2, err := s.Order(ctx, "o2"); err != nil || o2.State != imagestore.OrderCancelled || o2.Reason != "checkoutExpired" {
+		t.Fatalf("o2 after migration = %+v, %v", o2, err)
+	}
+	if ud, err := s.OrderUserData(ctx, "o1"); err != nil || ud != "#cloud-config\n" {
+		t.Errorf("user data after migration = %q, %v", ud, err)
+	}
+	if got, err := s.ReplicaStates(ctx, "o1"); err != nil || len(got) != 1 || got[0].Name != "vm-o1-0" {
+		t.Errorf("replica states after migration = %+v, %v", got, err)
+	}
+	if l, err := s.Listing(ctx, "l1"); err != nil || l.Running != 1 {
+		t.Errorf("listing after migration = %+v, %v; want 1 running", l, err)
+	}
+	// The rebuilt table's foreign keys hold: a replica state of no order
+	// is refused.
+	if err := s.SetReplicaStates(ctx, "o-none", rs); !errors.Is(err, imagestore.ErrNotFound) {
+		t.Errorf("replica states of no order: %v, want ErrNotFound", err)
+	}
+	if _, err := s.wdb.ExecContext(ctx, `INSERT INTO replica_states VALUES ('o-none', 0, 'x', 'running', '', '', 1)`); err == nil {
+		t.Error("the rebuilt replica_states takes a row of no order: its foreign key is gone")
+	}
+	if err := s.SetOrderPaymentIntent(ctx, "o1", "pi_1"); err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := s.StartRefund(ctx, "o1", imagestore.RefundNotProvisioned, now); err != nil || !moved {
+		t.Errorf("StartRefund after migration = %v, %v", moved, err)
 	}
 }

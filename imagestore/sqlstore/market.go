@@ -144,26 +144,33 @@ UPDATE listings SET closed_at = ? WHERE id = ? AND host_id = ? AND closed_at IS 
 // OrderUserData reads: nothing that shows an Order can carry it.
 const orderCols = `id, listing_id, buyer_id, host_id, quantity, image_kind, image, name,
 	unit_price, total, fee, currency, destination, state, reason, checkout_id, checkout_url,
-	reserve_until, created_at, paid_at, expires_at, ended_at, note`
+	reserve_until, created_at, paid_at, expires_at, ended_at, note,
+	payment_intent, blocked_cause, blocked_since, refund_from, refund_cause, refund_id,
+	refund_attempts, refund_generation, refund_next_at, refund_error, refunded_at, dispute_id, disputed_at`
 
 func scanOrder(r scanner) (imagestore.Order, error) {
 	var (
 		o                      imagestore.Order
 		reserve, created       int64
 		paid, expires, endedAt sql.NullInt64
-		kind, state            string
+		blocked, refundNext    sql.NullInt64
+		refunded, disputed     sql.NullInt64
+		kind, state, from      string
 	)
 	if err := r.Scan(&o.ID, &o.ListingID, &o.BuyerID, &o.HostID, &o.Quantity, &kind, &o.Image, &o.Name,
 		&o.UnitPrice, &o.Total, &o.Fee, &o.Currency, &o.Destination, &state, &o.Reason, &o.CheckoutID, &o.CheckoutURL,
-		&reserve, &created, &paid, &expires, &endedAt, &o.Note); err != nil {
+		&reserve, &created, &paid, &expires, &endedAt, &o.Note,
+		&o.PaymentIntent, &o.BlockedCause, &blocked, &from, &o.RefundCause, &o.RefundID,
+		&o.RefundAttempts, &o.RefundGeneration, &refundNext, &o.RefundError, &refunded, &o.DisputeID, &disputed); err != nil {
 		return imagestore.Order{}, err
 	}
-	o.ImageKind, o.State = imagestore.ImageKind(kind), imagestore.OrderState(state)
+	o.ImageKind, o.State, o.RefundFrom = imagestore.ImageKind(kind), imagestore.OrderState(state), imagestore.OrderState(from)
 	o.ReserveUntil, o.CreatedAt = fromNanos(reserve), fromNanos(created)
 	for _, t := range []struct {
 		dst *time.Time
 		src sql.NullInt64
-	}{{&o.PaidAt, paid}, {&o.ExpiresAt, expires}, {&o.EndedAt, endedAt}} {
+	}{{&o.PaidAt, paid}, {&o.ExpiresAt, expires}, {&o.EndedAt, endedAt},
+		{&o.BlockedSince, blocked}, {&o.RefundNextAt, refundNext}, {&o.RefundedAt, refunded}, {&o.DisputedAt, disputed}} {
 		if t.src.Valid {
 			*t.dst = fromNanos(t.src.Int64)
 		}
@@ -557,6 +564,207 @@ func (s *Store) OrderCounts(ctx context.Context) (map[imagestore.OrderState]int6
 		return nil, err
 	}
 	return counts, nil
+}
+
+// SetOrderPaymentIntent records the order's PaymentIntent once.
+func (s *Store) SetOrderPaymentIntent(ctx context.Context, id, paymentIntent string) error {
+	if paymentIntent == "" {
+		return errors.New("set order payment intent: payment intent missing")
+	}
+	return s.write(ctx, "set order payment intent", func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE orders SET payment_intent = ? WHERE id = ? AND payment_intent IN ('', ?)`, paymentIntent, id, paymentIntent)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		if _, err := orderState(ctx, tx, id); err != nil {
+			return err
+		}
+		return fmt.Errorf("order is paid by another PaymentIntent: %w", imagestore.ErrOrderState)
+	})
+}
+
+// OrderByPaymentIntent returns the order paid by paymentIntent; ErrNotFound.
+func (s *Store) OrderByPaymentIntent(ctx context.Context, paymentIntent string) (imagestore.Order, error) {
+	if paymentIntent == "" {
+		return imagestore.Order{}, fmt.Errorf("order by payment intent: %w", imagestore.ErrNotFound)
+	}
+	return readOne(ctx, s, "order by payment intent", "order", scanOrder,
+		// The repeated "<> ''" lets SQLite use the partial index.
+		`SELECT `+orderCols+` FROM orders WHERE payment_intent = ? AND payment_intent <> ''`, paymentIntent)
+}
+
+// SetOrderBlocked records or clears the cause that keeps an order from
+// running; the first time the cause appeared is kept while it stays.
+func (s *Store) SetOrderBlocked(ctx context.Context, id, cause string, now time.Time) error {
+	if cause != "" && !slices.Contains(imagestore.BlockedCauses, cause) {
+		return fmt.Errorf("set order blocked: cause %q is not one of %v", cause, imagestore.BlockedCauses)
+	}
+	at, err := nanos("now", now)
+	if err != nil {
+		return fmt.Errorf("set order blocked: %w", err)
+	}
+	return s.write(ctx, "set order blocked", func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE orders SET blocked_cause = ?1,
+	blocked_since = CASE WHEN ?1 = '' THEN NULL WHEN blocked_cause = ?1 THEN blocked_since ELSE ?2 END
+WHERE id = ?3`, cause, at, id)
+		if err != nil {
+			return err
+		}
+		return mustChange(res, "order")
+	})
+}
+
+// StartRefund: paid, or cancelled with a payment → refunding. The WHERE on
+// the state is what excludes MarkOrderActive's move from paid.
+func (s *Store) StartRefund(ctx context.Context, id, cause string, now time.Time) (bool, error) {
+	if !slices.Contains(imagestore.RefundCauses, cause) {
+		return false, fmt.Errorf("start refund: cause %q is not one of %v", cause, imagestore.RefundCauses)
+	}
+	at, err := nanos("now", now)
+	if err != nil {
+		return false, fmt.Errorf("start refund: %w", err)
+	}
+	var moved bool
+	err = s.write(ctx, "start refund", func(tx *Tx) (err error) {
+		moved, err = transitionMoved(ctx, tx, id, imagestore.OrderState.Refunded, `
+UPDATE orders SET refund_from = state, state = 'refunding', refund_cause = ?1, refund_next_at = ?2,
+	refund_attempts = 0, refund_generation = 0, refund_id = '', refund_error = ''
+WHERE id = ?3 AND state IN ('paid', 'cancelled') AND payment_intent <> ''`, cause, at, id)
+		return err
+	})
+	return moved && err == nil, err
+}
+
+// DueRefunds lists the refunds whose next attempt is due at now.
+func (s *Store) DueRefunds(ctx context.Context, now time.Time) ([]imagestore.Order, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return nil, fmt.Errorf("due refunds: %w", err)
+	}
+	var orders []imagestore.Order
+	err = s.read(ctx, "due refunds", func(tx *Tx) (err error) {
+		orders, err = queryOrders(ctx, tx, `SELECT `+orderCols+` FROM orders
+WHERE state IN ('refunding', 'refundFailed') AND refund_next_at <= ? ORDER BY created_at, id`, at)
+		return err
+	})
+	return orders, err
+}
+
+// ClaimRefund moves a due refund's next attempt to until for this caller
+// alone: the conditional UPDATE decides, as in every state change.
+func (s *Store) ClaimRefund(ctx context.Context, id string, now, until time.Time) (imagestore.Order, bool, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return imagestore.Order{}, false, fmt.Errorf("claim refund: %w", err)
+	}
+	end, err := nanos("until", until)
+	if err != nil {
+		return imagestore.Order{}, false, fmt.Errorf("claim refund: %w", err)
+	}
+	var (
+		o       imagestore.Order
+		claimed bool
+	)
+	err = s.write(ctx, "claim refund", func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE orders SET refund_next_at = ?1, refund_attempts = refund_attempts + 1
+WHERE id = ?2 AND state IN ('refunding', 'refundFailed') AND refund_next_at <= ?3`, end, id, at)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if o, err = queryOne(ctx, tx, "order", scanOrder, `SELECT `+orderCols+` FROM orders WHERE id = ?`, id); err != nil {
+			return err
+		}
+		claimed = n == 1
+		return nil
+	})
+	if err != nil {
+		return imagestore.Order{}, false, err
+	}
+	return o, claimed, nil
+}
+
+// SettleRefund records Stripe's answer to a refund attempt.
+func (s *Store) SettleRefund(ctx context.Context, id string, out imagestore.RefundOutcome, now time.Time) error {
+	fail := func(err error) error { return fmt.Errorf("settle refund: %w", err) }
+	at, err := nanos("now", now)
+	if err != nil {
+		return fail(err)
+	}
+	if out.Status == refundSucceeded {
+		return s.write(ctx, "settle refund", func(tx *Tx) error {
+			return transition(ctx, tx, id, isRefunded, `
+UPDATE orders SET state = 'refunded', refunded_at = ?1, refund_next_at = NULL, refund_error = '',
+	refund_id = CASE WHEN ?2 = '' THEN refund_id ELSE ?2 END
+WHERE id = ?3 AND state IN ('refunding', 'refundFailed')`, at, out.RefundID, id)
+		})
+	}
+	retry, err := nanos("retry at", out.RetryAt)
+	if err != nil {
+		return fail(err)
+	}
+	state := "refundFailed"
+	if out.Error == "" && (out.Status == refundPending || out.Status == refundRequiresAction) {
+		state = "refunding"
+	}
+	next := 0
+	if out.NewKey {
+		next = 1
+	}
+	return s.write(ctx, "settle refund", func(tx *Tx) error {
+		return transition(ctx, tx, id, isRefunded, `
+UPDATE orders SET state = ?1, refund_next_at = ?2, refund_error = ?3,
+	refund_generation = refund_generation + ?4,
+	refund_id = CASE WHEN ?5 = '' THEN refund_id ELSE ?5 END
+WHERE id = ?6 AND state IN ('refunding', 'refundFailed')`, state, retry, out.Error, next, out.RefundID, id)
+	})
+}
+
+// Stripe's refund statuses the store tells apart (billing names them too;
+// the store does not import billing).
+const (
+	refundSucceeded      = "succeeded"
+	refundPending        = "pending"
+	refundRequiresAction = "requires_action"
+)
+
+func isRefunded(st imagestore.OrderState) bool { return st == imagestore.OrderRefunded }
+
+// MarkOrderDisputed records the first dispute of an order's charge.
+func (s *Store) MarkOrderDisputed(ctx context.Context, id, disputeID string, now time.Time) (bool, error) {
+	at, err := nanos("now", now)
+	if err != nil {
+		return false, fmt.Errorf("mark order disputed: %w", err)
+	}
+	var moved bool
+	err = s.write(ctx, "mark order disputed", func(tx *Tx) error {
+		res, err := tx.ExecContext(ctx, `
+UPDATE orders SET dispute_id = ?, disputed_at = ? WHERE id = ? AND disputed_at IS NULL`, disputeID, at, id)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			if _, err := orderState(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		moved = n == 1
+		return nil
+	})
+	return moved && err == nil, err
 }
 
 // WebhookEventSeen reports whether the event id was recorded.

@@ -113,6 +113,10 @@ func checkOrder(t *testing.T, op string, got, want imagestore.Order) {
 		timeDiff("PaidAt", got.PaidAt, want.PaidAt),
 		timeDiff("ExpiresAt", got.ExpiresAt, want.ExpiresAt),
 		timeDiff("EndedAt", got.EndedAt, want.EndedAt),
+		timeDiff("BlockedSince", got.BlockedSince, want.BlockedSince),
+		timeDiff("RefundNextAt", got.RefundNextAt, want.RefundNextAt),
+		timeDiff("RefundedAt", got.RefundedAt, want.RefundedAt),
+		timeDiff("DisputedAt", got.DisputedAt, want.DisputedAt),
 	} {
 		if d != "" {
 			t.Errorf("%s: order %s: %s", op, want.ID, d)
@@ -120,6 +124,7 @@ func checkOrder(t *testing.T, op string, got, want imagestore.Order) {
 	}
 	for _, o := range []*imagestore.Order{&got, &want} {
 		o.ReserveUntil, o.CreatedAt, o.PaidAt, o.ExpiresAt, o.EndedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		o.BlockedSince, o.RefundNextAt, o.RefundedAt, o.DisputedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	}
 	if got != want {
 		t.Errorf("%s:\n got %+v\nwant %+v", op, got, want)
@@ -565,7 +570,8 @@ func testOrderStates(t *testing.T, s imagestore.Store) {
 		must(t, "SetCheckout", s.SetCheckout(ctx, o.ID, "cs_"+o.ID, "https://checkout.example/"+o.ID))
 		o.CheckoutID, o.CheckoutURL = "cs_"+o.ID, "https://checkout.example/"+o.ID
 		switch state {
-		case imagestore.OrderPaid, imagestore.OrderActive, imagestore.OrderExpired:
+		case imagestore.OrderPaid, imagestore.OrderActive, imagestore.OrderExpired,
+			imagestore.OrderRefunding, imagestore.OrderRefunded, imagestore.OrderRefundFailed:
 			must(t, "MarkOrderPaid", s.MarkOrderPaid(ctx, o.ID, paidAt, month))
 			o.State, o.PaidAt, o.ExpiresAt = imagestore.OrderPaid, paidAt, month
 		case imagestore.OrderCancelled:
@@ -579,6 +585,9 @@ func testOrderStates(t *testing.T, s imagestore.Store) {
 		if state == imagestore.OrderExpired {
 			must(t, "ExpireOrder", s.ExpireOrder(ctx, o.ID, expireAt))
 			o.State, o.EndedAt = imagestore.OrderExpired, expireAt
+		}
+		if state.Refunded() {
+			refundTo(t, s, &o, state, cancelAt)
 		}
 		checkOrder(t, "Order in "+string(state), getOrder(t, s, o.ID), o)
 		return o
@@ -944,7 +953,8 @@ func testRemoveImageInUse(t *testing.T, s imagestore.Store) {
 		o.ImageKind, o.Image = imagestore.ImageUpload, img.UploadID
 		placeOrder(t, s, o, "")
 		switch state {
-		case imagestore.OrderPaid, imagestore.OrderActive, imagestore.OrderExpired:
+		case imagestore.OrderPaid, imagestore.OrderActive, imagestore.OrderExpired,
+			imagestore.OrderRefunding, imagestore.OrderRefunded, imagestore.OrderRefundFailed:
 			must(t, "MarkOrderPaid", s.MarkOrderPaid(ctx, o.ID, t0, month))
 		case imagestore.OrderCancelled:
 			must(t, "CancelOrder", s.CancelOrder(ctx, o.ID, "checkoutExpired", t0))
@@ -954,6 +964,11 @@ func testRemoveImageInUse(t *testing.T, s imagestore.Store) {
 		}
 		if state == imagestore.OrderExpired {
 			must(t, "ExpireOrder", s.ExpireOrder(ctx, o.ID, month))
+		}
+		if state.Refunded() {
+			o := stored(o)
+			o.State = imagestore.OrderPaid
+			refundTo(t, s, &o, state, t0)
 		}
 		return img, o
 	}
