@@ -225,8 +225,14 @@ type Order struct {
 	BlockedCause string
 	BlockedSince time.Time
 
-	// RefundFrom is the state the order left for refunding (paid or
-	// cancelled); RefundCause one of RefundCauses. Empty unless the order
+	// RanAt is when a replica of the order was first seen running
+	// (SetReplicaStates); zero if none ever was. An order that ran is
+	// never refunded.
+	RanAt time.Time
+
+	// RefundFrom is the state the order left for refunding (paid,
+	// cancelled, or active for an import that failed); RefundCause one
+	// of RefundCauses. Empty unless the order
 	// is refunding, refunded or refundFailed.
 	RefundFrom  OrderState
 	RefundCause string
@@ -418,7 +424,8 @@ type MarketStore interface {
 	// "" clears it. ErrNotFound for an unknown order.
 	SetOrderNote(ctx context.Context, id, note string) error
 	// SetReplicaStates replaces the replica states stored for an order
-	// with states (none: forget them). Each index must be in 0 ..
+	// with states (none: forget them); the first running state of a
+	// paid, active or expired order sets its RanAt. Each index must be in 0 ..
 	// Quantity-1 and appear once, each state one of ReplicaStateNames;
 	// anything else is an error and changes nothing. ErrNotFound for an
 	// unknown order.
@@ -448,8 +455,9 @@ type MarketStore interface {
 	// cleared cause clears it. ErrNotFound.
 	SetOrderBlocked(ctx context.Context, id, cause string, now time.Time) error
 	// StartRefund moves an order to refunding for cause, to be tried at
-	// now: from paid (it never ran) or from cancelled, and only if its
-	// PaymentIntent is recorded. In one conditional UPDATE of the order,
+	// now: from paid or from cancelled, or from active for
+	// RefundImportFailed if no replica ever ran (RanAt zero), and only if
+	// its PaymentIntent is recorded. In one conditional UPDATE of the order,
 	// like MarkOrderActive's, so of the two exactly one applies. moved
 	// reports whether this call moved it; an order already refunding,
 	// refunded or refundFailed is left as it is (false, nil); any other

@@ -258,7 +258,10 @@ ALTER TABLE tickets ADD COLUMN cancelled_at INTEGER
 		// state, like the provisioner's move to active: of the two, the
 		// one whose WHERE still sees "paid" wins, the other changes
 		// nothing. A refunding order holds no capacity and keeps its
-		// paid_at or ended_at from the state it left (refund_from).
+		// paid_at or ended_at from the state it left (refund_from). An
+		// active order may be refunded only for an import that failed for
+		// good and only if no replica ever ran: ran_at is set, in the same
+		// row, by the first replica state that says running.
 		`
 CREATE TABLE replica_states_copy AS SELECT * FROM replica_states;
 DROP TABLE replica_states;
@@ -292,7 +295,8 @@ CREATE TABLE orders_new (
 	payment_intent    TEXT    NOT NULL DEFAULT '',
 	blocked_cause     TEXT    NOT NULL DEFAULT '',
 	blocked_since     INTEGER,
-	refund_from       TEXT    NOT NULL DEFAULT '' CHECK (refund_from IN ('', 'paid', 'cancelled')),
+	ran_at            INTEGER,
+	refund_from       TEXT    NOT NULL DEFAULT '' CHECK (refund_from IN ('', 'paid', 'active', 'cancelled')),
 	refund_cause      TEXT    NOT NULL DEFAULT '',
 	refund_id         TEXT    NOT NULL DEFAULT '',
 	refund_attempts   INTEGER NOT NULL DEFAULT 0 CHECK (refund_attempts >= 0),
@@ -310,7 +314,8 @@ CREATE TABLE orders_new (
 	CHECK (refund_from <> '' OR (ended_at IS NOT NULL) = (state IN ('expired', 'cancelled'))),
 	CHECK ((refunded_at IS NOT NULL) = (state = 'refunded')),
 	CHECK ((refund_next_at IS NOT NULL) = (state IN ('refunding', 'refundFailed'))),
-	CHECK (refund_from = '' OR payment_intent <> '')
+	CHECK (refund_from = '' OR payment_intent <> ''),
+	CHECK (refund_from <> 'active' OR (ran_at IS NULL AND refund_cause = 'importFailed'))
 ) STRICT;
 
 INSERT INTO orders_new (id, listing_id, buyer_id, host_id, quantity, image_kind, image, name,

@@ -145,7 +145,7 @@ UPDATE listings SET closed_at = ? WHERE id = ? AND host_id = ? AND closed_at IS 
 const orderCols = `id, listing_id, buyer_id, host_id, quantity, image_kind, image, name,
 	unit_price, total, fee, currency, destination, state, reason, checkout_id, checkout_url,
 	reserve_until, created_at, paid_at, expires_at, ended_at, note,
-	payment_intent, blocked_cause, blocked_since, refund_from, refund_cause, refund_id,
+	payment_intent, blocked_cause, blocked_since, ran_at, refund_from, refund_cause, refund_id,
 	refund_attempts, refund_generation, refund_next_at, refund_error, refunded_at, dispute_id, disputed_at`
 
 func scanOrder(r scanner) (imagestore.Order, error) {
@@ -154,13 +154,14 @@ func scanOrder(r scanner) (imagestore.Order, error) {
 		reserve, created       int64
 		paid, expires, endedAt sql.NullInt64
 		blocked, refundNext    sql.NullInt64
+		ran                    sql.NullInt64
 		refunded, disputed     sql.NullInt64
 		kind, state, from      string
 	)
 	if err := r.Scan(&o.ID, &o.ListingID, &o.BuyerID, &o.HostID, &o.Quantity, &kind, &o.Image, &o.Name,
 		&o.UnitPrice, &o.Total, &o.Fee, &o.Currency, &o.Destination, &state, &o.Reason, &o.CheckoutID, &o.CheckoutURL,
 		&reserve, &created, &paid, &expires, &endedAt, &o.Note,
-		&o.PaymentIntent, &o.BlockedCause, &blocked, &from, &o.RefundCause, &o.RefundID,
+		&o.PaymentIntent, &o.BlockedCause, &blocked, &ran, &from, &o.RefundCause, &o.RefundID,
 		&o.RefundAttempts, &o.RefundGeneration, &refundNext, &o.RefundError, &refunded, &o.DisputeID, &disputed); err != nil {
 		return imagestore.Order{}, err
 	}
@@ -170,7 +171,7 @@ func scanOrder(r scanner) (imagestore.Order, error) {
 		dst *time.Time
 		src sql.NullInt64
 	}{{&o.PaidAt, paid}, {&o.ExpiresAt, expires}, {&o.EndedAt, endedAt},
-		{&o.BlockedSince, blocked}, {&o.RefundNextAt, refundNext}, {&o.RefundedAt, refunded}, {&o.DisputedAt, disputed}} {
+		{&o.BlockedSince, blocked}, {&o.RanAt, ran}, {&o.RefundNextAt, refundNext}, {&o.RefundedAt, refunded}, {&o.DisputedAt, disputed}} {
 		if t.src.Valid {
 			*t.dst = fromNanos(t.src.Int64)
 		}
@@ -487,6 +488,16 @@ INSERT INTO replica_states (order_id, replica, name, state, detail, progress, ob
 				return err
 			}
 		}
+		// The first replica seen running marks the order as having run:
+		// from then on it is never refunded. On the order's own row, so
+		// it and StartRefund's move from active exclude each other.
+		for i, rs := range states {
+			if rs.State == imagestore.ReplicaRunning {
+				_, err := tx.ExecContext(ctx, `
+UPDATE orders SET ran_at = ? WHERE id = ? AND ran_at IS NULL AND state IN ('paid', 'active', 'expired')`, observed[i], orderID)
+				return err
+			}
+		}
 		return nil
 	})
 }
@@ -634,7 +645,8 @@ func (s *Store) StartRefund(ctx context.Context, id, cause string, now time.Time
 		moved, err = transitionMoved(ctx, tx, id, imagestore.OrderState.Refunded, `
 UPDATE orders SET refund_from = state, state = 'refunding', refund_cause = ?1, refund_next_at = ?2,
 	refund_attempts = 0, refund_generation = 0, refund_id = '', refund_error = ''
-WHERE id = ?3 AND state IN ('paid', 'cancelled') AND payment_intent <> ''`, cause, at, id)
+WHERE id = ?3 AND payment_intent <> '' AND (state IN ('paid', 'cancelled')
+	OR (state = 'active' AND ran_at IS NULL AND ?1 = 'importFailed'))`, cause, at, id)
 		return err
 	})
 	return moved && err == nil, err

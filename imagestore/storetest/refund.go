@@ -312,3 +312,75 @@ func testOrderDisputed(t *testing.T, s imagestore.Store) {
 		t.Errorf("unknown order: %v, want ErrNotFound", err)
 	}
 }
+
+// testRefundOfActiveOrder: an active order is refunded only for an import
+// that failed for good, and only while no replica ever ran; the first
+// running state and that refund exclude each other.
+func testRefundOfActiveOrder(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	h, b := newHost(t, s, "host"), newTenant(t, s, "buyer")
+	l := newListing(t, s, h, "l1", 20, t0)
+	running := []imagestore.ReplicaState{{Index: 0, Name: "vm-0", State: imagestore.ReplicaRunning, Detail: "Running", ObservedAt: t0}}
+	failedDisk := []imagestore.ReplicaState{{Index: 0, Name: "vm-0", State: imagestore.ReplicaFailed, Detail: "DataVolumeFailed", ObservedAt: t0}}
+
+	o := chargedOrder(t, s, l, h, b, "o1")
+	must(t, "MarkOrderActive", s.MarkOrderActive(ctx, o.ID))
+	must(t, "SetReplicaStates", s.SetReplicaStates(ctx, o.ID, failedDisk))
+	if moved, err := s.StartRefund(ctx, o.ID, imagestore.RefundNotProvisioned, t0); !errors.Is(err, imagestore.ErrOrderState) || moved {
+		t.Errorf("StartRefund of an active order for %s = %v, %v; want ErrOrderState", imagestore.RefundNotProvisioned, moved, err)
+	}
+	if moved, err := s.StartRefund(ctx, o.ID, imagestore.RefundImportFailed, t0); err != nil || !moved {
+		t.Fatalf("StartRefund of an active order that never ran = %v, %v", moved, err)
+	}
+	if got := getOrder(t, s, o.ID); got.RefundFrom != imagestore.OrderActive || !got.RanAt.IsZero() {
+		t.Errorf("refunding from %s, ran at %v", got.RefundFrom, got.RanAt)
+	}
+	// A running state of a refunding order marks nothing.
+	must(t, "SetReplicaStates running", s.SetReplicaStates(ctx, o.ID, running))
+	if got := getOrder(t, s, o.ID); !got.RanAt.IsZero() || got.State != imagestore.OrderRefunding {
+		t.Errorf("after a running state: %s, ran at %v", got.State, got.RanAt)
+	}
+
+	r := chargedOrder(t, s, l, h, b, "o2")
+	must(t, "MarkOrderActive", s.MarkOrderActive(ctx, r.ID))
+	must(t, "SetReplicaStates running", s.SetReplicaStates(ctx, r.ID, running))
+	must(t, "SetReplicaStates running later", s.SetReplicaStates(ctx, r.ID,
+		[]imagestore.ReplicaState{{Index: 0, Name: "vm-0", State: imagestore.ReplicaRunning, ObservedAt: t0.Add(time.Hour)}}))
+	if got := getOrder(t, s, r.ID); !got.RanAt.Equal(t0) {
+		t.Errorf("RanAt %v, want the first running state's %v", got.RanAt, t0)
+	}
+	if moved, err := s.StartRefund(ctx, r.ID, imagestore.RefundImportFailed, t0); !errors.Is(err, imagestore.ErrOrderState) || moved {
+		t.Errorf("StartRefund of an order that ran = %v, %v; want ErrOrderState", moved, err)
+	}
+
+	// Raced: each order ends refunding with RanAt zero, or active with it set.
+	const n = 8
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = chargedOrder(t, s, l, h, b, "r"+string(rune('a'+i))).ID
+		must(t, "MarkOrderActive", s.MarkOrderActive(ctx, ids[i]))
+	}
+	start := make(chan struct{})
+	refunded := make([]bool, n)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { <-start; must(t, "SetReplicaStates", s.SetReplicaStates(ctx, id, running)) })
+		wg.Go(func() {
+			<-start
+			var err error
+			refunded[i], err = s.StartRefund(ctx, id, imagestore.RefundImportFailed, t0)
+			if err != nil && !errors.Is(err, imagestore.ErrOrderState) {
+				t.Errorf("%s: StartRefund: %v", id, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, id := range ids {
+		got := getOrder(t, s, id)
+		ran := !got.RanAt.IsZero()
+		if ran == refunded[i] || (refunded[i] && got.State != imagestore.OrderRefunding) || (ran && got.State != imagestore.OrderActive) {
+			t.Errorf("%s: ran %v, refund started %v, state %s: want exactly one of the two", id, ran, refunded[i], got.State)
+		}
+	}
+}

@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"OrderBlocked", testOrderBlocked},
 		{"RefundStates", testRefundStates},
 		{"RefundExcludesActive", testRefundExcludesActive},
+		{"RefundOfActiveOrder", testRefundOfActiveOrder},
 		{"ClaimRefundConcurrent", testClaimRefundConcurrent},
 		{"OrderDisputed", testOrderDisputed},
 		{"OrderTimeRoundTrip", testOrderTimeRoundTrip},

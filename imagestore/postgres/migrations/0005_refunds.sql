@@ -19,7 +19,8 @@ ALTER TABLE orders
 	ADD COLUMN payment_intent    TEXT    NOT NULL DEFAULT '',
 	ADD COLUMN blocked_cause     TEXT    NOT NULL DEFAULT '',
 	ADD COLUMN blocked_since     BIGINT,
-	ADD COLUMN refund_from       TEXT    NOT NULL DEFAULT '' CHECK (refund_from IN ('', 'paid', 'cancelled')),
+	ADD COLUMN ran_at            BIGINT,
+	ADD COLUMN refund_from       TEXT    NOT NULL DEFAULT '' CHECK (refund_from IN ('', 'paid', 'active', 'cancelled')),
 	ADD COLUMN refund_cause      TEXT    NOT NULL DEFAULT '',
 	ADD COLUMN refund_id         TEXT    NOT NULL DEFAULT '',
 	ADD COLUMN refund_attempts   INTEGER NOT NULL DEFAULT 0 CHECK (refund_attempts >= 0),
@@ -36,7 +37,8 @@ ALTER TABLE orders
 	ADD CONSTRAINT orders_ended_at CHECK (refund_from <> '' OR (ended_at IS NOT NULL) = (state IN ('expired', 'cancelled'))),
 	ADD CONSTRAINT orders_refunded_at CHECK ((refunded_at IS NOT NULL) = (state = 'refunded')),
 	ADD CONSTRAINT orders_refund_next_at CHECK ((refund_next_at IS NOT NULL) = (state IN ('refunding', 'refundFailed'))),
-	ADD CONSTRAINT orders_refund_payment CHECK (refund_from = '' OR payment_intent <> '');
+	ADD CONSTRAINT orders_refund_payment CHECK (refund_from = '' OR payment_intent <> ''),
+	ADD CONSTRAINT orders_refund_active CHECK (refund_from <> 'active' OR (ran_at IS NULL AND refund_cause = 'importFailed'));
 
 -- A dispute or a charge.refunded event names the PaymentIntent only.
 CREATE INDEX orders_payment_intent ON orders (payment_intent) WHERE payment_intent <> '';
