@@ -152,7 +152,7 @@ func TestSession(t *testing.T) {
 	want := Session{
 		ID: sessionID, Status: StatusComplete, PaymentStatus: PaymentPaid, OrderID: "ord_42",
 		ClientReferenceID: "ord_42", Currency: "eur", AmountTotal: 1800, Fee: 900, Destination: testHost,
-		ExpiresAt: time.Unix(1772368260, 0),
+		PaymentIntent: "pi_3VmshelfPaid0001", ExpiresAt: time.Unix(1772368260, 0),
 	}
 	if got != want {
 		t.Errorf("session\n got %+v\nwant %+v", got, want)

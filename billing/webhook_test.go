@@ -77,9 +77,9 @@ func TestParseEvent(t *testing.T) {
 		{
 			// The market ignores it, but it is a valid event: 200, not 400.
 			name:    "unknown event type",
-			payload: event("account.updated", stripe.APIVersion, accountActive),
-			header:  signed(event("account.updated", stripe.APIVersion, accountActive), testWebhookSecret, testNow),
-			want: Event{ID: "evt_1VmshelfEvent0001", Type: "account.updated", APIVersion: stripe.APIVersion,
+			payload: event("customer.created", stripe.APIVersion, `{"id":"cus_1","object":"customer"}`),
+			header:  signed(event("customer.created", stripe.APIVersion, `{"id":"cus_1","object":"customer"}`), testWebhookSecret, testNow),
+			want: Event{ID: "evt_1VmshelfEvent0001", Type: "customer.created", APIVersion: stripe.APIVersion,
 				Created: time.Unix(1772367000, 0)},
 		},
 		{
