@@ -276,8 +276,9 @@ func refundJSON(rf *Refund) map[string]any {
 	obj := map[string]any{
 		"id": rf.ID, "object": "refund", "amount": rf.Amount, "currency": rf.Currency,
 		"payment_intent": rf.PaymentIntent, "charge": rf.Charge, "status": rf.Status, "created": rf.Created,
-		"metadata": map[string]string{"order_id": rf.OrderID, "cause": rf.Cause},
-		"reason":   nil, "failure_reason": nil,
+		"metadata":       map[string]string{"order_id": rf.OrderID, "cause": rf.Cause},
+		"failure_reason": nil,
+		"reason":         nil,
 	}
 	if rf.FailureReason != "" {
 		obj["failure_reason"] = rf.FailureReason

@@ -51,6 +51,9 @@ type Session struct {
 	PaidAmount      int64
 	PaidFee         int64
 	PaidDestination string
+	// PaymentIntent is the pi_… of a completed session, which Refund
+	// takes; empty before.
+	PaymentIntent string
 }
 
 // Server is the fake. Its methods are safe for concurrent use.
@@ -166,6 +169,7 @@ func (s *Server) PayWith(id string, edit func(*Session)) error {
 		return fmt.Errorf("stripetest: session %s is %s, not open", id, cs.Status)
 	}
 	cs.Status, cs.PaymentStatus = "complete", "paid"
+	cs.PaymentIntent = paymentIntentOf(cs)
 	cs.PaidAmount, cs.PaidFee, cs.PaidDestination = cs.UnitAmount*cs.Quantity, cs.Fee, cs.Destination
 	if edit != nil {
 		edit(cs)
