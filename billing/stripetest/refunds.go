@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -150,7 +151,7 @@ func (s *Server) DisputeEvent(eventID, paymentIntent, reason, secret string, sig
 	var obj map[string]any
 	if cs != nil {
 		obj = map[string]any{
-			"id": "dp_stripetest_" + cs.ID[len("cs_test_"):], "object": "dispute", "amount": cs.PaidAmount,
+			"id": "dp_stripetest_" + strings.TrimPrefix(cs.ID, "cs_test_"), "object": "dispute", "amount": cs.PaidAmount,
 			"currency": cs.Currency, "charge": chargeOf(cs), "payment_intent": paymentIntent,
 			"reason": reason, "status": "needs_response", "metadata": map[string]string{},
 		}
