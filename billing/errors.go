@@ -26,9 +26,20 @@ var (
 	// ErrRefused is any other refusal by Stripe (4xx): a bad key, an
 	// invalid destination, a changed retry. Code and Param say which.
 	ErrRefused = errors.New("refused by Stripe")
-	// ErrBadID is a session or account id that is not of Stripe's shape;
-	// Stripe is not asked.
+	// ErrBadID is a session, account or PaymentIntent id that is not of
+	// Stripe's shape, or another argument that goes into one of Stripe's
+	// ids or keys (a refund's order or cause, a tenant id, a country
+	// code); Stripe is not asked.
 	ErrBadID = errors.New("malformed Stripe id")
+	// ErrBadURL is an onboarding return or refresh URL that is not an
+	// absolute http(s) URL; Stripe is not asked.
+	ErrBadURL = errors.New("not an absolute http(s) URL")
+	// ErrAlreadyRefunded is Stripe's answer that the charge is refunded
+	// already (code charge_already_refunded): a refund before this one, by
+	// vmshelf under another cause or by hand. It comes as a *StripeError of
+	// kind ErrRefused that errors.Is also matches to this, so that the
+	// caller can count the refund as done and not as refused.
+	ErrAlreadyRefunded = errors.New("the charge is already refunded")
 )
 
 // StripeError is a failed Stripe call. errors.Is matches its Kind; Unwrap
@@ -36,7 +47,9 @@ var (
 // *stripe.Error). Its text carries Stripe's message and the transport's
 // error, scrubbed of API keys, never a request body.
 type StripeError struct {
-	Op        string // the call: create_checkout, get_session, expire_session, get_account
+	// Op is the call: create_checkout, get_session, expire_session,
+	// get_account, create_refund, create_account, create_account_link.
+	Op        string
 	Kind      error  // ErrUnavailable, ErrNotFound or ErrRefused
 	Status    int    // Stripe's HTTP status; 0 when no answer came
 	Type      string // Stripe's error type, e.g. invalid_request_error
@@ -45,6 +58,9 @@ type StripeError struct {
 	RequestID string // Stripe's request id, for its support
 	Message   string // scrubbed
 	cause     error
+	// answer is the sentinel of one of Stripe's answers that the caller
+	// acts on (ErrAlreadyRefunded), or nil.
+	answer error
 }
 
 func (e *StripeError) Error() string {
@@ -71,8 +87,11 @@ func (e *StripeError) Error() string {
 	return b.String()
 }
 
-// Is makes errors.Is(err, ErrUnavailable) etc. work.
-func (e *StripeError) Is(target error) bool { return target == e.Kind }
+// Is makes errors.Is(err, ErrUnavailable) etc. work, and
+// errors.Is(err, ErrAlreadyRefunded) for that answer.
+func (e *StripeError) Is(target error) bool {
+	return target == e.Kind || (e.answer != nil && target == e.answer)
+}
 
 func (e *StripeError) Unwrap() error { return e.cause }
 
@@ -104,6 +123,9 @@ func classify(ctx context.Context, op string, err error, key string) *StripeErro
 		e.Status, e.Type, e.Code = se.HTTPStatusCode, string(se.Type), string(se.Code)
 		e.Param, e.RequestID, e.Message = se.Param, se.RequestID, scrub(se.Msg, key)
 		e.Kind = kindOf(se)
+		if e.Kind == ErrRefused && se.Code == stripe.ErrorCodeChargeAlreadyRefunded {
+			e.answer = ErrAlreadyRefunded
+		}
 		return e
 	default:
 		// A transport error, or an answer that is not Stripe's JSON (a

@@ -226,3 +226,58 @@ const (
 	errAPI    = `{"error": {"message": "An unknown error occurred", "type": "api_error"}}`
 	errNoAcct = `{"error": {"code": "account_invalid", "message": "The provided key does not have access to account 'acct_1HostBox0000001' (or that account does not exist).", "type": "invalid_request_error"}}`
 )
+
+// Shapes of the refund and Connect answers (the Refund, Account and
+// Account Link objects of Stripe's API reference) with vmshelf's values.
+const (
+	refundSucceeded = `{
+  "id": "re_3VmshelfRefund01",
+  "object": "refund",
+  "amount": 1800,
+  "balance_transaction": "txn_3VmshelfRefund01",
+  "charge": "ch_3VmshelfPaid0001",
+  "created": 1772367600,
+  "currency": "eur",
+  "destination_details": null,
+  "failure_reason": null,
+  "metadata": {"order_id": "ord_42", "cause": "provisionfailed"},
+  "payment_intent": "pi_3VmshelfPaid0001",
+  "reason": null,
+  "receipt_number": null,
+  "source_transfer_reversal": null,
+  "status": "succeeded",
+  "transfer_reversal": "trr_3VmshelfRefund01"
+}`
+	refundFailed = `{
+  "id": "re_3VmshelfRefund01",
+  "object": "refund",
+  "amount": 1800,
+  "charge": "ch_3VmshelfPaid0001",
+  "currency": "eur",
+  "failure_reason": "expired_or_canceled_card",
+  "metadata": {"order_id": "ord_42", "cause": "provisionfailed"},
+  "payment_intent": {"id": "pi_3VmshelfPaid0001", "object": "payment_intent"},
+  "status": "failed"
+}`
+	accountCreated = `{
+  "id": "acct_1NewHost00000001",
+  "object": "account",
+  "capabilities": {"card_payments": "inactive", "transfers": "inactive"},
+  "charges_enabled": false,
+  "country": "DE",
+  "details_submitted": false,
+  "metadata": {"tenant_id": "7"},
+  "payouts_enabled": false,
+  "type": "express"
+}`
+	accountLinkCreated = `{
+  "object": "account_link",
+  "created": 1772366400,
+  "expires_at": 1772366700,
+  "url": "https://connect.stripe.com/setup/e/acct_1NewHost00000001/VmshelfLink0001"
+}`
+	errAlreadyRefunded = `{"error": {"code": "charge_already_refunded", "doc_url": "https://stripe.com/docs/error-codes/charge-already-refunded",
+  "message": "Charge ch_3VmshelfPaid0001 has already been refunded.", "type": "invalid_request_error"}}`
+	errNoSuchPaymentIntent = `{"error": {"code": "resource_missing", "message": "No such payment_intent: 'pi_3VmshelfPaid0001'",
+  "param": "payment_intent", "type": "invalid_request_error"}}`
+)

@@ -10,14 +10,18 @@ import (
 
 // The calls and outcomes of vmshelf_stripe_request_duration_seconds.
 const (
-	callCreateCheckout = "create_checkout"
-	callGetSession     = "get_session"
-	callExpireSession  = "expire_session"
-	callGetAccount     = "get_account"
+	callCreateCheckout    = "create_checkout"
+	callGetSession        = "get_session"
+	callExpireSession     = "expire_session"
+	callGetAccount        = "get_account" // TransfersActive and Account
+	callCreateRefund      = "create_refund"
+	callCreateAccount     = "create_account"
+	callCreateAccountLink = "create_account_link"
 )
 
 var (
-	allCalls    = []string{callCreateCheckout, callGetSession, callExpireSession, callGetAccount}
+	allCalls = []string{callCreateCheckout, callGetSession, callExpireSession, callGetAccount,
+		callCreateRefund, callCreateAccount, callCreateAccountLink}
 	allOutcomes = []string{"ok", "refused", "not_found", "unavailable"}
 )
 

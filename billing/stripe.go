@@ -14,9 +14,9 @@ import (
 )
 
 // Payments is what the market needs of Stripe. Every error is a gate
-// refusal (ErrGate, CreateCheckout only), ErrBadID, or a *StripeError of
-// kind ErrUnavailable (retry later, never a negative answer), ErrNotFound
-// or ErrRefused.
+// refusal (ErrGate, CreateCheckout only), ErrBadID, ErrBadURL
+// (AccountLink only), or a *StripeError of kind ErrUnavailable (retry
+// later, never a negative answer), ErrNotFound or ErrRefused.
 type Payments interface {
 	// CreateCheckout runs Gate and opens the order's Checkout Session as a
 	// destination charge. A retry with the same Checkout returns the same
@@ -32,6 +32,21 @@ type Payments interface {
 	// destination charges (capabilities.transfers is "active"). On an
 	// error the bool means nothing.
 	TransfersActive(ctx context.Context, account string) (bool, error)
+
+	// Refund refunds a paid order's PaymentIntent in full, reversing the
+	// host's transfer and the platform's fee. A retry with the same order
+	// and cause returns the same refund (one idempotency key, RefundKey);
+	// a PaymentIntent refunded before is ErrRefused and ErrAlreadyRefunded.
+	// Only Status "succeeded" is a finished refund.
+	Refund(ctx context.Context, r RefundRequest) (Refund, error)
+	// CreateExpressAccount creates a tenant's Connect Express account and
+	// returns its id; a retry for the same tenant returns the same account.
+	CreateExpressAccount(ctx context.Context, tenantID int64, country string) (string, error)
+	// AccountLink is a one-time URL of Stripe's onboarding for account and
+	// its expiry.
+	AccountLink(ctx context.Context, account, refreshURL, returnURL string) (string, time.Time, error)
+	// Account reads what a Connect account can do now.
+	Account(ctx context.Context, id string) (AccountState, error)
 }
 
 // Session is a Checkout Session as Stripe reports it.
@@ -51,7 +66,10 @@ type Session struct {
 	// the buyer pays, so they are zero while a session is open.
 	Fee         int64
 	Destination string
-	ExpiresAt   time.Time
+	// PaymentIntent is the pi_… the buyer paid with, which Refund takes;
+	// empty while the session is open (and after it expired unpaid).
+	PaymentIntent string
+	ExpiresAt     time.Time
 }
 
 // The values of Session.Status and Session.PaymentStatus.
@@ -369,6 +387,9 @@ func sessionFrom(cs *stripe.CheckoutSession) Session {
 		s.ExpiresAt = time.Unix(cs.ExpiresAt, 0)
 	}
 	if pi := cs.PaymentIntent; pi != nil {
+		// stripe-go decodes an unexpanded PaymentIntent (a bare id) into
+		// one with only the ID set: the id is there either way.
+		s.PaymentIntent = pi.ID
 		s.Fee = pi.ApplicationFeeAmount
 		if pi.TransferData != nil && pi.TransferData.Destination != nil {
 			s.Destination = pi.TransferData.Destination.ID

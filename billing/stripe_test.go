@@ -152,7 +152,7 @@ func TestSession(t *testing.T) {
 	want := Session{
 		ID: sessionID, Status: StatusComplete, PaymentStatus: PaymentPaid, OrderID: "ord_42",
 		ClientReferenceID: "ord_42", Currency: "eur", AmountTotal: 1800, Fee: 900, Destination: testHost,
-		ExpiresAt: time.Unix(1772368260, 0),
+		PaymentIntent: "pi_3VmshelfPaid0001", ExpiresAt: time.Unix(1772368260, 0),
 	}
 	if got != want {
 		t.Errorf("session\n got %+v\nwant %+v", got, want)
@@ -277,7 +277,7 @@ func TestTransfersActive(t *testing.T) {
 	}
 }
 
-// ops are the four calls, each with the routes it uses and a run that
+// ops are the calls, each with the routes it uses and a run that
 // reports its error (and, for TransfersActive, that an error is never a
 // "yes").
 var ops = []struct {
@@ -304,6 +304,34 @@ var ops = []struct {
 		ok, err := s.TransfersActive(ctx, testHost)
 		if err != nil && ok {
 			t.Errorf("TransfersActive = true with error %v", err)
+		}
+		return err
+	}},
+	{"Refund", []string{"POST " + refundsPath}, func(t *testing.T, s *Stripe, ctx context.Context) error {
+		got, err := s.Refund(ctx, exampleRefund())
+		if err != nil && got != (Refund{}) {
+			t.Errorf("an error came with a refund: %+v", got)
+		}
+		return err
+	}},
+	{"CreateExpressAccount", []string{"POST " + accountsPath}, func(t *testing.T, s *Stripe, ctx context.Context) error {
+		id, err := s.CreateExpressAccount(ctx, 7, "DE")
+		if err != nil && id != "" {
+			t.Errorf("an error came with an account %q", id)
+		}
+		return err
+	}},
+	{"AccountLink", []string{"POST " + linksPath}, func(t *testing.T, s *Stripe, ctx context.Context) error {
+		link, _, err := s.AccountLink(ctx, newHost, "https://edge.example/r", "https://edge.example/b")
+		if err != nil && link != "" {
+			t.Errorf("an error came with a link %q", link)
+		}
+		return err
+	}},
+	{"Account", []string{"GET " + accountPath}, func(t *testing.T, s *Stripe, ctx context.Context) error {
+		a, err := s.Account(ctx, testHost)
+		if err != nil && a != (AccountState{}) {
+			t.Errorf("an error came with an account state %+v", a)
 		}
 		return err
 	}},
@@ -489,6 +517,8 @@ func TestMetrics(t *testing.T) {
 	_, _ = s.Session(ctx, sessionID)
 	_, _ = s.TransfersActive(ctx, testHost)
 	_, _ = s.TransfersActive(ctx, testHost)
+	_, _ = s.Refund(ctx, exampleRefund()) // unrouted: Stripe's 404 of an unknown URL
+	_, _ = s.Refund(ctx, RefundRequest{}) // malformed: no call, no observation
 	bad := example()
 	bad.Fee = 899
 	_, _ = s.CreateCheckout(ctx, bad) // the gate: no call, no observation
@@ -503,6 +533,8 @@ func TestMetrics(t *testing.T) {
 		{callGetAccount, "unavailable", 2},
 		{callGetAccount, "ok", 0},
 		{callExpireSession, "ok", 0},
+		{callCreateRefund, "refused", 1},
+		{callCreateRefund, "", 1},
 	} {
 		if got := observations(t, reg, tc.call, tc.outcome); got != tc.want {
 			t.Errorf("%s/%s: %d observations, want %d", tc.call, tc.outcome, got, tc.want)

@@ -39,6 +39,20 @@ func TestStripeMockAcceptsRequests(t *testing.T) {
 	if ok, err := s.TransfersActive(ctx, testHost); err != nil || !ok {
 		t.Errorf("TransfersActive = %v, %v; want stripe-mock's fixture: true, nil", ok, err)
 	}
+	if r, err := s.Refund(ctx, exampleRefund()); err != nil || r.ID == "" {
+		t.Errorf("Refund = %+v, %v", r, err)
+	}
+	for _, country := range []string{"DE", ""} {
+		if id, err := s.CreateExpressAccount(ctx, 7, country); err != nil || id == "" {
+			t.Errorf("CreateExpressAccount(%q) = %q, %v", country, id, err)
+		}
+	}
+	if link, _, err := s.AccountLink(ctx, testHost, "https://edge.example/host/refresh", "https://edge.example/host"); err != nil || link == "" {
+		t.Errorf("AccountLink = %q, %v", link, err)
+	}
+	if a, err := s.Account(ctx, testHost); err != nil || a.ID == "" {
+		t.Errorf("Account = %+v, %v", a, err)
+	}
 
 	// The check is real: a form stripe-mock's spec does not allow is a 400.
 	req, err := http.NewRequest("POST", base+"/v1/checkout/sessions",

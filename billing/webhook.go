@@ -26,11 +26,32 @@ var (
 	ErrNoWebhookSecret = errors.New("no webhook signing secret (STRIPE_WEBHOOK_SECRET)")
 )
 
+// The event types besides checkout.session.* whose data.object
+// ParseEvent reads into Event.
+const (
+	// EventChargeRefunded: a charge was refunded, in part or in full
+	// (object: the charge).
+	EventChargeRefunded = "charge.refunded"
+	// EventRefundCreated, EventRefundUpdated, EventRefundFailed: a refund
+	// was made, changed its status (pending → succeeded, …), or failed
+	// (object: the refund).
+	EventRefundCreated = "refund.created"
+	EventRefundUpdated = "refund.updated"
+	EventRefundFailed  = "refund.failed"
+	// EventDisputeCreated: the buyer disputed a charge with their bank
+	// (object: the dispute).
+	EventDisputeCreated = "charge.dispute.created"
+	// EventAccountUpdated: a Connect account changed, e.g. finished
+	// onboarding (object: the account).
+	EventAccountUpdated = "account.updated"
+)
+
 // Event is a verified Stripe event. The market acts on the
 // checkout.session.* types (completed, async_payment_succeeded,
-// async_payment_failed, expired) and ignores the others; it re-reads the
-// session with Payments.Session before it believes anything, so an event
-// only says which session to look at.
+// async_payment_failed, expired) and the types above, and ignores the
+// others; it re-reads the session with Payments.Session (an account with
+// Payments.Account) before it believes anything, so an event mostly says
+// what to look at. Only the fields of the event's type are set.
 type Event struct {
 	ID   string // evt_…; the market handles each id once
 	Type string
@@ -39,10 +60,45 @@ type Event struct {
 	// version, and the session is re-read with the library's own.
 	APIVersion string
 	Created    time.Time
-	// SessionID and OrderID are set for checkout.session.* events:
-	// data.object.id and metadata[order_id] (or client_reference_id).
+	// SessionID is set for checkout.session.* events: data.object.id.
 	SessionID string
-	OrderID   string
+	// OrderID is the order: for checkout.session.* events the session's
+	// metadata[order_id] (or client_reference_id); for refund.* events the
+	// refund's metadata[order_id], empty for a refund vmshelf did not make
+	// (one by hand in the Dashboard).
+	OrderID string
+
+	// PaymentIntent is the pi_… the object belongs to (its payment_intent,
+	// an id or expanded) for charge.refunded, refund.* and
+	// charge.dispute.created; empty when Stripe has none.
+	PaymentIntent string
+	// Amount is, for charge.refunded, the charge's amount_refunded (all its
+	// refunds so far, minor units); for charge.dispute.created the
+	// disputed amount.
+	Amount int64
+	// Refunded is, for charge.refunded, whether the charge is refunded in
+	// full (Stripe's refunded).
+	Refunded bool
+
+	// RefundID, RefundStatus (one of the Refund* statuses), Cause (the
+	// refund's metadata[cause]) and FailureReason (Stripe's
+	// failure_reason, once failed) are set for refund.* events.
+	RefundID      string
+	RefundStatus  string
+	Cause         string
+	FailureReason string
+
+	// DisputeID and DisputeReason (Stripe's reason, e.g. "fraudulent",
+	// "product_not_received") are set for charge.dispute.created.
+	DisputeID     string
+	DisputeReason string
+
+	// Account (acct_…) and its flags, as in AccountState, are set for
+	// account.updated.
+	Account          string
+	ChargesEnabled   bool
+	PayoutsEnabled   bool
+	DetailsSubmitted bool
 }
 
 // ParseEvent verifies payload against its Stripe-Signature header with
@@ -80,16 +136,89 @@ func ParseEvent(payload []byte, signatureHeader, secret string, now time.Time) (
 		return Event{}, fmt.Errorf("billing: webhook: no id, type or data: %w", ErrMalformedEvent)
 	}
 	e := Event{ID: ev.ID, Type: string(ev.Type), APIVersion: ev.APIVersion, Created: time.Unix(ev.Created, 0)}
-	if !strings.HasPrefix(e.Type, "checkout.session.") {
+	if strings.HasPrefix(e.Type, "checkout.session.") {
+		return sessionEvent(e, ev.Data.Raw)
+	}
+	want, ok := eventObjects[e.Type]
+	if !ok {
 		return e, nil
 	}
+	var obj eventObject
+	if err := json.Unmarshal(ev.Data.Raw, &obj); err != nil || obj.Object != want || obj.ID == "" {
+		return Event{}, fmt.Errorf("billing: webhook %s: %s without a %s: %w", e.ID, e.Type, want, ErrMalformedEvent)
+	}
+	switch e.Type {
+	case EventChargeRefunded:
+		e.PaymentIntent, e.Amount, e.Refunded = string(obj.PaymentIntent), obj.AmountRefunded, obj.Refunded
+	case EventRefundCreated, EventRefundUpdated, EventRefundFailed:
+		e.RefundID, e.RefundStatus, e.PaymentIntent = obj.ID, obj.Status, string(obj.PaymentIntent)
+		e.OrderID, e.Cause, e.FailureReason = obj.Metadata["order_id"], obj.Metadata["cause"], obj.FailureReason
+	case EventDisputeCreated:
+		e.DisputeID, e.PaymentIntent, e.DisputeReason, e.Amount = obj.ID, string(obj.PaymentIntent), obj.Reason, obj.Amount
+	case EventAccountUpdated:
+		e.Account, e.ChargesEnabled, e.PayoutsEnabled, e.DetailsSubmitted = obj.ID, obj.ChargesEnabled, obj.PayoutsEnabled, obj.DetailsSubmitted
+	}
+	return e, nil
+}
+
+// eventObjects is the data.object each type above carries.
+var eventObjects = map[string]string{
+	EventChargeRefunded: "charge",
+	EventRefundCreated:  "refund", EventRefundUpdated: "refund", EventRefundFailed: "refund",
+	EventDisputeCreated: "dispute",
+	EventAccountUpdated: "account",
+}
+
+// eventObject is the fields ParseEvent reads of a charge, refund, dispute
+// or account: only these, so that a field another API version renders
+// differently cannot make an authentic event malformed.
+type eventObject struct {
+	ID               string            `json:"id"`
+	Object           string            `json:"object"`
+	PaymentIntent    expandableID      `json:"payment_intent"`
+	Amount           int64             `json:"amount"`
+	AmountRefunded   int64             `json:"amount_refunded"`
+	Refunded         bool              `json:"refunded"`
+	Status           string            `json:"status"`
+	FailureReason    string            `json:"failure_reason"`
+	Reason           string            `json:"reason"`
+	Metadata         map[string]string `json:"metadata"`
+	ChargesEnabled   bool              `json:"charges_enabled"`
+	PayoutsEnabled   bool              `json:"payouts_enabled"`
+	DetailsSubmitted bool              `json:"details_submitted"`
+}
+
+// expandableID is the id of a field Stripe renders as an id, as the
+// expanded object, or null.
+type expandableID string
+
+func (x *expandableID) UnmarshalJSON(b []byte) error {
+	var id string
+	if err := json.Unmarshal(b, &id); err == nil {
+		*x = expandableID(id)
+		return nil
+	}
+	var obj *struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return err
+	}
+	if obj != nil {
+		*x = expandableID(obj.ID)
+	}
+	return nil
+}
+
+// sessionEvent reads a checkout.session.* event's session and order.
+func sessionEvent(e Event, raw json.RawMessage) (Event, error) {
 	var obj struct {
 		ID                string            `json:"id"`
 		Object            string            `json:"object"`
 		ClientReferenceID string            `json:"client_reference_id"`
 		Metadata          map[string]string `json:"metadata"`
 	}
-	if err := json.Unmarshal(ev.Data.Raw, &obj); err != nil || obj.Object != "checkout.session" || obj.ID == "" {
+	if err := json.Unmarshal(raw, &obj); err != nil || obj.Object != "checkout.session" || obj.ID == "" {
 		return Event{}, fmt.Errorf("billing: webhook %s: %s without a checkout session: %w", e.ID, e.Type, ErrMalformedEvent)
 	}
 	order := obj.Metadata["order_id"]

@@ -77,9 +77,9 @@ func TestParseEvent(t *testing.T) {
 		{
 			// The market ignores it, but it is a valid event: 200, not 400.
 			name:    "unknown event type",
-			payload: event("account.updated", stripe.APIVersion, accountActive),
-			header:  signed(event("account.updated", stripe.APIVersion, accountActive), testWebhookSecret, testNow),
-			want: Event{ID: "evt_1VmshelfEvent0001", Type: "account.updated", APIVersion: stripe.APIVersion,
+			payload: event("customer.created", stripe.APIVersion, `{"id":"cus_1","object":"customer"}`),
+			header:  signed(event("customer.created", stripe.APIVersion, `{"id":"cus_1","object":"customer"}`), testWebhookSecret, testNow),
+			want: Event{ID: "evt_1VmshelfEvent0001", Type: "customer.created", APIVersion: stripe.APIVersion,
 				Created: time.Unix(1772367000, 0)},
 		},
 		{
@@ -188,5 +188,103 @@ func TestParseEventRealClock(t *testing.T) {
 	now := time.Now()
 	if _, err := ParseEvent([]byte(p), signed(p, testWebhookSecret, now), testWebhookSecret, now); err != nil {
 		t.Fatalf("ParseEvent: %v", err)
+	}
+}
+
+const (
+	chargeRefunded = `{
+  "id": "ch_3VmshelfPaid0001",
+  "object": "charge",
+  "amount": 1800,
+  "amount_refunded": 1800,
+  "currency": "eur",
+  "metadata": {"order_id": "ord_42"},
+  "paid": true,
+  "payment_intent": "pi_3VmshelfPaid0001",
+  "refunded": true,
+  "status": "succeeded",
+  "transfer_data": {"destination": "acct_1HostBox0000001"}
+}`
+	chargePartlyRefunded = `{"id": "ch_3VmshelfPaid0001", "object": "charge", "amount": 1800, "amount_refunded": 600,
+  "payment_intent": {"id": "pi_3VmshelfPaid0001", "object": "payment_intent"}, "refunded": false}`
+	disputeCreated = `{
+  "id": "dp_3VmshelfDispute1",
+  "object": "dispute",
+  "amount": 1800,
+  "charge": "ch_3VmshelfPaid0001",
+  "currency": "eur",
+  "is_charge_refundable": false,
+  "metadata": {},
+  "payment_intent": "pi_3VmshelfPaid0001",
+  "reason": "fraudulent",
+  "status": "needs_response"
+}`
+	// refundByHand is a refund made in the Dashboard: no metadata of ours.
+	refundByHand = `{"id": "re_3ByHand", "object": "refund", "amount": 1800, "metadata": {},
+  "payment_intent": "pi_3VmshelfPaid0001", "status": "pending", "failure_reason": null}`
+)
+
+// Each event type besides checkout's: the fields of its object, and a
+// refusal of an object of the wrong kind.
+func TestParseEventObjects(t *testing.T) {
+	base := Event{ID: "evt_1VmshelfEvent0001", APIVersion: stripe.APIVersion, Created: time.Unix(1772367000, 0)}
+	with := func(typ string, edit func(*Event)) Event {
+		e := base
+		e.Type = typ
+		edit(&e)
+		return e
+	}
+	for _, tc := range []struct {
+		name, typ, object string
+		want              Event
+		wantErr           error
+	}{
+		{"charge refunded in full", EventChargeRefunded, chargeRefunded, with(EventChargeRefunded, func(e *Event) {
+			e.PaymentIntent, e.Amount, e.Refunded = testPI, 1800, true
+		}), nil},
+		{"charge refunded in part, payment intent expanded", EventChargeRefunded, chargePartlyRefunded, with(EventChargeRefunded, func(e *Event) {
+			e.PaymentIntent, e.Amount = testPI, 600
+		}), nil},
+		{"refund created", EventRefundCreated, refundSucceeded, with(EventRefundCreated, func(e *Event) {
+			e.RefundID, e.RefundStatus, e.PaymentIntent, e.OrderID, e.Cause = "re_3VmshelfRefund01", RefundSucceeded, testPI, "ord_42", "provisionfailed"
+		}), nil},
+		{"refund updated by hand", EventRefundUpdated, refundByHand, with(EventRefundUpdated, func(e *Event) {
+			e.RefundID, e.RefundStatus, e.PaymentIntent = "re_3ByHand", RefundPending, testPI
+		}), nil},
+		{"refund failed", EventRefundFailed, refundFailed, with(EventRefundFailed, func(e *Event) {
+			e.RefundID, e.RefundStatus, e.PaymentIntent, e.OrderID, e.Cause = "re_3VmshelfRefund01", RefundFailed, testPI, "ord_42", "provisionfailed"
+			e.FailureReason = "expired_or_canceled_card"
+		}), nil},
+		{"dispute created", EventDisputeCreated, disputeCreated, with(EventDisputeCreated, func(e *Event) {
+			e.DisputeID, e.PaymentIntent, e.DisputeReason, e.Amount = "dp_3VmshelfDispute1", testPI, "fraudulent", 1800
+		}), nil},
+		{"account onboarded", EventAccountUpdated, accountActive, with(EventAccountUpdated, func(e *Event) {
+			e.Account, e.ChargesEnabled, e.PayoutsEnabled, e.DetailsSubmitted = testHost, true, true, true
+		}), nil},
+		{"account still pending", EventAccountUpdated, accountPending, with(EventAccountUpdated, func(e *Event) {
+			e.Account = testHost
+		}), nil},
+		{"refund event with an account", EventRefundUpdated, accountActive, Event{}, ErrMalformedEvent},
+		{"charge event with a refund", EventChargeRefunded, refundSucceeded, Event{}, ErrMalformedEvent},
+		{"dispute without an id", EventDisputeCreated, `{"object": "dispute", "reason": "fraudulent"}`, Event{}, ErrMalformedEvent},
+		{"account event with a number for a flag", EventAccountUpdated, `{"id": "acct_1", "object": "account", "charges_enabled": 1}`, Event{}, ErrMalformedEvent},
+		{"refund with a number for a payment intent", EventRefundCreated, `{"id": "re_1", "object": "refund", "payment_intent": 7}`, Event{}, ErrMalformedEvent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := event(tc.typ, stripe.APIVersion, tc.object)
+			got, err := ParseEvent([]byte(p), signed(p, testWebhookSecret, testNow), testWebhookSecret, testNow)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || got != (Event{}) {
+					t.Fatalf("ParseEvent = %+v, %v; want %v", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseEvent: %v", err)
+			}
+			if got != tc.want {
+				t.Errorf("event\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -1,14 +1,18 @@
 // Package stripetest is a stand-in for Stripe's API on loopback, with
 // state: it opens Checkout Sessions from the forms billing.Stripe sends,
-// lets a test pay or expire them, answers Connect accounts, and signs
-// webhook events the way Stripe does. It exists for the tests of the
+// lets a test pay or expire them, refunds their PaymentIntents, creates and
+// onboards Connect Express accounts, and signs webhook events the way
+// Stripe does. It exists for the tests of the
 // market and of the whole binary, which need a Stripe that remembers;
 // stripe-mock (Stripe's own mock) checks request shapes but keeps no
 // state, and billing's own tests use canned answers.
 //
 // It implements only what vmshelf calls: POST /v1/checkout/sessions, GET
-// /v1/checkout/sessions/{id}, POST /v1/checkout/sessions/{id}/expire and
-// GET /v1/accounts/{id}.
+// /v1/checkout/sessions/{id}, POST /v1/checkout/sessions/{id}/expire,
+// POST /v1/refunds (full refunds only), GET /v1/refunds/{id}, POST
+// /v1/accounts (Express), GET /v1/accounts/{id} and POST
+// /v1/account_links; and, for the browser, the onboarding page its
+// account links point to, /connect/onboard/{account}.
 package stripetest
 
 import (
@@ -47,14 +51,16 @@ type Session struct {
 	PaidAmount      int64
 	PaidFee         int64
 	PaidDestination string
+	// PaymentIntent is the pi_… of a completed session, which Refund
+	// takes; empty before.
+	PaymentIntent string
 }
 
 // Server is the fake. Its methods are safe for concurrent use.
 type Server struct {
-	srv      *http.Server
-	URL      string // the API base for billing.StripeConfig.APIBase
-	Key      string // the secret key it expects as Bearer
-	accounts map[string]string
+	srv *http.Server
+	URL string // the API base for billing.StripeConfig.APIBase
+	Key string // the secret key it expects as Bearer
 
 	mu       sync.Mutex
 	sessions map[string]*Session
@@ -62,6 +68,23 @@ type Server struct {
 	order    []string          // session ids in creation order
 	requests int
 	down     int // answer the next this many requests 503
+	received []Request
+
+	accounts     map[string]*Account
+	accountOrder []string          // created accounts, oldest first
+	accountByKey map[string]string // idempotency key → account id
+
+	refunds     map[string]*Refund
+	refundOrder []string
+	refundByKey map[string]string // idempotency key → refund id
+	// The next refundFail refund requests answer refundFailStatus before
+	// doing anything; the next refundLose do the refund and then answer
+	// refundLoseStatus, as when Stripe acted and the answer was lost.
+	refundFail, refundFailStatus int
+	refundLose, refundLoseStatus int
+	// refundStatus and refundFailure are what a new refund comes back as;
+	// "" is "succeeded".
+	refundStatus, refundFailure string
 }
 
 // New starts a fake Stripe on 127.0.0.1 that accepts key. accounts maps
@@ -73,8 +96,16 @@ func New(key string, accounts map[string]string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stripetest: listen: %w", err)
 	}
-	s := &Server{URL: "http://" + ln.Addr().String(), Key: key, accounts: accounts,
-		sessions: map[string]*Session{}, byKey: map[string]string{}}
+	s := &Server{URL: "http://" + ln.Addr().String(), Key: key,
+		sessions: map[string]*Session{}, byKey: map[string]string{},
+		accounts: map[string]*Account{}, accountByKey: map[string]string{},
+		refunds: map[string]*Refund{}, refundByKey: map[string]string{}}
+	for id, state := range accounts {
+		// An account given here is onboarded: charges on (as Stripe has
+		// them once the details are in), payouts with its capability.
+		s.accounts[id] = &Account{ID: id, Transfers: state, ChargesEnabled: true,
+			PayoutsEnabled: state == "active", DetailsSubmitted: true}
+	}
 	s.srv = &http.Server{Handler: http.HandlerFunc(s.serve), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -112,7 +143,8 @@ func (s *Server) Session(id string) (Session, bool) {
 	return *cs, true
 }
 
-// Down makes the next n requests answer 503, as Stripe does in an outage.
+// Down makes the next n API requests answer 503, as Stripe does in an
+// outage. The onboarding page is not the API and always answers.
 func (s *Server) Down(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -137,6 +169,7 @@ func (s *Server) PayWith(id string, edit func(*Session)) error {
 		return fmt.Errorf("stripetest: session %s is %s, not open", id, cs.Status)
 	}
 	cs.Status, cs.PaymentStatus = "complete", "paid"
+	cs.PaymentIntent = paymentIntentOf(cs)
 	cs.PaidAmount, cs.PaidFee, cs.PaidDestination = cs.UnitAmount*cs.Quantity, cs.Fee, cs.Destination
 	if edit != nil {
 		edit(cs)
@@ -169,6 +202,12 @@ func (s *Server) Event(eventID, typ, sessionID, secret string, signedAt time.Tim
 		obj = map[string]any{"id": sessionID, "object": "checkout.session", "metadata": map[string]string{}}
 	}
 	s.mu.Unlock()
+	return signedEvent(eventID, typ, obj, secret, signedAt)
+}
+
+// signedEvent renders a Stripe event of type typ about obj and signs it as
+// Event does.
+func signedEvent(eventID, typ string, obj map[string]any, secret string, signedAt time.Time) (payload []byte, signature string, err error) {
 	payload, err = json.Marshal(map[string]any{
 		"id": eventID, "object": "event", "type": typ, "api_version": "2025-08-27.basil",
 		"created": signedAt.Unix(), "livemode": false, "pending_webhooks": 1,
@@ -189,6 +228,10 @@ func Signed(payload []byte, secret string, signedAt time.Time) ([]byte, string) 
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, onboardPath) {
+		s.onboard(w, r) // the browser's page, not the API
+		return
+	}
 	s.mu.Lock()
 	s.requests++
 	down := s.down > 0
@@ -218,6 +261,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.expire(w, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/checkout/sessions/"), "/expire"), expands(r.Form))
 	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/accounts/"):
 		s.account(w, strings.TrimPrefix(path, "/v1/accounts/"))
+	case r.Method == http.MethodPost && path == "/v1/accounts":
+		s.createAccount(w, r)
+	case r.Method == http.MethodPost && path == "/v1/account_links":
+		s.createAccountLink(w, r)
+	case r.Method == http.MethodPost && path == "/v1/refunds":
+		s.createRefund(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/refunds/"):
+		s.getRefund(w, strings.TrimPrefix(path, "/v1/refunds/"))
 	default:
 		stripeError(w, http.StatusNotFound, "invalid_request_error", "", "Unrecognized request URL ("+r.Method+": "+path+")")
 	}
@@ -275,16 +326,6 @@ func (s *Server) expire(w http.ResponseWriter, id string, expand []string) {
 	writeJSON(w, s.sessionJSON(cs, contains(expand, "payment_intent")))
 }
 
-func (s *Server) account(w http.ResponseWriter, id string) {
-	state, ok := s.accounts[id]
-	if !ok {
-		stripeError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "No such account: '"+id+"'")
-		return
-	}
-	writeJSON(w, map[string]any{"id": id, "object": "account", "charges_enabled": true, "country": "DE",
-		"capabilities": map[string]string{"card_payments": state, "transfers": state}})
-}
-
 // sessionJSON renders cs as Stripe's Checkout Session object, with its
 // PaymentIntent expanded or as an id (null until paid).
 func (s *Server) sessionJSON(cs *Session, expandPI bool) map[string]any {
@@ -303,7 +344,7 @@ func (s *Server) sessionJSON(cs *Session, expandPI bool) map[string]any {
 	// Stripe makes the PaymentIntent when the buyer pays: a completed
 	// session has one, also while an async payment is still processing.
 	if cs.Status == "complete" {
-		pi := "pi_stripetest_" + strings.TrimPrefix(cs.ID, "cs_test_")
+		pi := paymentIntentOf(cs)
 		status := "succeeded"
 		if cs.PaymentStatus != "paid" {
 			status = "processing"
@@ -322,6 +363,13 @@ func (s *Server) sessionJSON(cs *Session, expandPI bool) map[string]any {
 	}
 	return obj
 }
+
+// paymentIntentOf and chargeOf are the ids of a completed session's
+// PaymentIntent and its charge.
+func paymentIntentOf(cs *Session) string {
+	return "pi_stripetest_" + strings.TrimPrefix(cs.ID, "cs_test_")
+}
+func chargeOf(cs *Session) string { return "ch_stripetest_" + strings.TrimPrefix(cs.ID, "cs_test_") }
 
 // expands lists the expand[] / expand[0] parameters of a request.
 func expands(f url.Values) []string {
@@ -350,11 +398,19 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 func stripeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	stripeParamError(w, status, typ, code, "", msg)
+}
+
+// stripeParamError is stripeError naming the parameter Stripe refused.
+func stripeParamError(w http.ResponseWriter, status int, typ, code, param, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	e := map[string]string{"type": typ, "message": msg}
 	if code != "" {
 		e["code"] = code
+	}
+	if param != "" {
+		e["param"] = param
 	}
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": e})
 }

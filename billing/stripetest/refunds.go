@@ -1,0 +1,288 @@
+package stripetest
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Request is one POST the fake received on /v1/refunds, /v1/accounts or
+// /v1/account_links, as it came: also the repeats, and the ones it
+// refused or failed.
+type Request struct {
+	Path        string
+	Form        url.Values
+	Idempotency string // the Idempotency-Key header
+}
+
+// Refund is a refund the fake made, as the create request's form
+// described it, and its state since.
+type Refund struct {
+	ID            string
+	Form          url.Values // the create request's form
+	Idempotency   string     // its Idempotency-Key header
+	PaymentIntent string
+	Charge        string
+	OrderID       string // metadata[order_id]
+	Cause         string // metadata[cause]
+	Amount        int64  // the whole PaymentIntent: the fake refunds in full only
+	Currency      string
+	// Status is "succeeded", or what RefundAs or SettleRefund made it;
+	// FailureReason is set with "failed" or "canceled".
+	Status, FailureReason string
+	Created               int64
+}
+
+// Received returns every POST to path (e.g. "/v1/refunds") received so
+// far, oldest first.
+func (s *Server) Received(path string) []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Request
+	for _, r := range s.received {
+		if r.Path == path {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Refunds returns copies of the refunds made so far, oldest first.
+func (s *Server) Refunds() []Refund {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Refund, 0, len(s.refundOrder))
+	for _, id := range s.refundOrder {
+		out = append(out, *s.refunds[id])
+	}
+	return out
+}
+
+// FailRefunds makes the next n refund requests answer status (500, 503:
+// an outage) without refunding anything.
+func (s *Server) FailRefunds(n, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refundFail, s.refundFailStatus = n, status
+}
+
+// LoseRefunds makes the next n refund requests refund (or find the
+// refund of their idempotency key) and then answer status all the same:
+// the answer lost after Stripe acted, which only the idempotency key
+// makes safe to retry.
+func (s *Server) LoseRefunds(n, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refundLose, s.refundLoseStatus = n, status
+}
+
+// RefundAs makes the refunds made from now on come back with status
+// ("pending", "failed", "requires_action", "canceled") and failureReason
+// (Stripe's failure_reason, for "failed" and "canceled"); "" is
+// "succeeded" again.
+func (s *Server) RefundAs(status, failureReason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refundStatus, s.refundFailure = status, failureReason
+}
+
+// SettleRefund changes refund id's status later, as Stripe does when a
+// pending refund succeeds or fails (then send RefundEvent of
+// refund.updated or refund.failed).
+func (s *Server) SettleRefund(id, status, failureReason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rf, ok := s.refunds[id]
+	if !ok {
+		return fmt.Errorf("stripetest: no refund %s", id)
+	}
+	rf.Status, rf.FailureReason = status, failureReason
+	return nil
+}
+
+// RefundEvent returns a webhook event of type typ (refund.created,
+// refund.updated, refund.failed) about refund id as it is now, signed as
+// Event signs.
+func (s *Server) RefundEvent(eventID, typ, refundID, secret string, signedAt time.Time) (payload []byte, signature string, err error) {
+	s.mu.Lock()
+	rf, ok := s.refunds[refundID]
+	var obj map[string]any
+	if ok {
+		obj = refundJSON(rf)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, "", fmt.Errorf("stripetest: no refund %s", refundID)
+	}
+	return signedEvent(eventID, typ, obj, secret, signedAt)
+}
+
+// ChargeRefundedEvent returns a charge.refunded event about the charge of
+// paymentIntent, with amount_refunded and refunded as its refunds make
+// them now, signed as Event signs.
+func (s *Server) ChargeRefundedEvent(eventID, paymentIntent, secret string, signedAt time.Time) (payload []byte, signature string, err error) {
+	s.mu.Lock()
+	cs := s.paidSession(paymentIntent)
+	var obj map[string]any
+	if cs != nil {
+		refunded := s.refunded(paymentIntent)
+		obj = map[string]any{
+			"id": chargeOf(cs), "object": "charge", "amount": cs.PaidAmount, "currency": cs.Currency,
+			"amount_refunded": refunded, "refunded": refunded >= cs.PaidAmount, "paid": true,
+			"payment_intent": paymentIntent, "status": "succeeded",
+			"metadata": map[string]string{"order_id": cs.OrderID},
+		}
+	}
+	s.mu.Unlock()
+	if cs == nil {
+		return nil, "", fmt.Errorf("stripetest: no paid payment intent %s", paymentIntent)
+	}
+	return signedEvent(eventID, "charge.refunded", obj, secret, signedAt)
+}
+
+// DisputeEvent returns a charge.dispute.created event: the buyer disputes
+// the whole charge of paymentIntent for reason (e.g. "fraudulent"),
+// signed as Event signs.
+func (s *Server) DisputeEvent(eventID, paymentIntent, reason, secret string, signedAt time.Time) (payload []byte, signature string, err error) {
+	s.mu.Lock()
+	cs := s.paidSession(paymentIntent)
+	var obj map[string]any
+	if cs != nil {
+		obj = map[string]any{
+			"id": "dp_stripetest_" + strings.TrimPrefix(cs.ID, "cs_test_"), "object": "dispute", "amount": cs.PaidAmount,
+			"currency": cs.Currency, "charge": chargeOf(cs), "payment_intent": paymentIntent,
+			"reason": reason, "status": "needs_response", "metadata": map[string]string{},
+		}
+	}
+	s.mu.Unlock()
+	if cs == nil {
+		return nil, "", fmt.Errorf("stripetest: no paid payment intent %s", paymentIntent)
+	}
+	return signedEvent(eventID, "charge.dispute.created", obj, secret, signedAt)
+}
+
+// paidSession is the session whose PaymentIntent is pi, nil if none.
+// s.mu is held.
+func (s *Server) paidSession(pi string) *Session {
+	for _, cs := range s.sessions {
+		if cs.Status == "complete" && paymentIntentOf(cs) == pi {
+			return cs
+		}
+	}
+	return nil
+}
+
+// refunded is what pi's refunds give back: those not failed or canceled.
+// s.mu is held.
+func (s *Server) refunded(pi string) int64 {
+	var n int64
+	for _, rf := range s.refunds {
+		if rf.PaymentIntent == pi && rf.Status != "failed" && rf.Status != "canceled" {
+			n += rf.Amount
+		}
+	}
+	return n
+}
+
+// record keeps a POST for Received. s.mu is held.
+func (s *Server) record(r *http.Request) {
+	s.received = append(s.received, Request{Path: r.URL.Path, Form: r.PostForm, Idempotency: r.Header.Get("Idempotency-Key")})
+}
+
+// sameForm reports whether a repeat under an idempotency key asks the
+// same as the first request: Stripe refuses a changed one.
+func sameForm(a, b url.Values) bool { return a.Encode() == b.Encode() }
+
+func idempotencyError(w http.ResponseWriter, key string) {
+	stripeError(w, http.StatusBadRequest, "idempotency_error", "",
+		"Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '"+key+"' if you meant to execute a different request.")
+}
+
+func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
+	f := r.PostForm
+	key := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.record(r)
+	if s.refundFail > 0 {
+		s.refundFail--
+		stripeError(w, s.refundFailStatus, "api_error", "", "An unknown error occurred (stripetest)")
+		return
+	}
+	rf, ok := s.refunds[s.refundByKey[key]]
+	switch {
+	case ok && key != "" && !sameForm(rf.Form, f):
+		idempotencyError(w, key)
+		return
+	case ok && key != "":
+		// A retry: the same refund, never a second.
+	default:
+		pi := f.Get("payment_intent")
+		cs := s.paidSession(pi)
+		switch {
+		case pi == "":
+			stripeParamError(w, http.StatusBadRequest, "invalid_request_error", "parameter_missing", "payment_intent",
+				"One of the following params should be provided for this request: payment_intent or charge.")
+			return
+		case cs == nil:
+			stripeParamError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "payment_intent",
+				"No such payment_intent: '"+pi+"'")
+			return
+		case cs.PaymentStatus != "paid":
+			stripeError(w, http.StatusBadRequest, "invalid_request_error", "",
+				"This PaymentIntent ("+pi+") does not have a successful charge to refund.")
+			return
+		case s.refunded(pi) >= cs.PaidAmount:
+			stripeError(w, http.StatusBadRequest, "invalid_request_error", "charge_already_refunded",
+				"Charge "+chargeOf(cs)+" has already been refunded.")
+			return
+		}
+		status := s.refundStatus
+		if status == "" {
+			status = "succeeded"
+		}
+		rf = &Refund{ID: fmt.Sprintf("re_stripetest%04d", len(s.refundOrder)+1), Form: f, Idempotency: key,
+			PaymentIntent: pi, Charge: chargeOf(cs), OrderID: f.Get("metadata[order_id]"), Cause: f.Get("metadata[cause]"),
+			Amount: cs.PaidAmount - s.refunded(pi), Currency: cs.Currency, Status: status, FailureReason: s.refundFailure,
+			Created: time.Now().Unix()}
+		s.refunds[rf.ID] = rf
+		s.refundOrder = append(s.refundOrder, rf.ID)
+		if key != "" {
+			s.refundByKey[key] = rf.ID
+		}
+	}
+	if s.refundLose > 0 {
+		s.refundLose--
+		stripeError(w, s.refundLoseStatus, "api_error", "", "An unknown error occurred (stripetest)")
+		return
+	}
+	writeJSON(w, refundJSON(rf))
+}
+
+func (s *Server) getRefund(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rf, ok := s.refunds[id]
+	if !ok {
+		stripeParamError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "id", "No such refund: '"+id+"'")
+		return
+	}
+	writeJSON(w, refundJSON(rf))
+}
+
+// refundJSON renders rf as Stripe's Refund object.
+func refundJSON(rf *Refund) map[string]any {
+	obj := map[string]any{
+		"id": rf.ID, "object": "refund", "amount": rf.Amount, "currency": rf.Currency,
+		"payment_intent": rf.PaymentIntent, "charge": rf.Charge, "status": rf.Status, "created": rf.Created,
+		"metadata":       map[string]string{"order_id": rf.OrderID, "cause": rf.Cause},
+		"failure_reason": nil,
+		"reason":         nil,
+	}
+	if rf.FailureReason != "" {
+		obj["failure_reason"] = rf.FailureReason
+	}
+	return obj
+}
