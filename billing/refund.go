@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 
 	"github.com/stripe/stripe-go/v82"
 )
@@ -23,6 +24,10 @@ type RefundRequest struct {
 	Cause string
 	// PaymentIntent is the paid session's Session.PaymentIntent, "pi_…".
 	PaymentIntent string
+	// Generation counts the refunds of this order and cause that Stripe
+	// itself failed (status failed or canceled: no money moved). Each has
+	// its own key, or Stripe would answer the failed one again for a day.
+	Generation int
 }
 
 // Refund is a refund as Stripe reports it.
@@ -72,8 +77,15 @@ var (
 //
 // Stripe keeps a key for 24 hours and answers every repeat with the first
 // answer, also a failed refund's: a refund that failed is final under its
-// key, and asking again within the day needs another cause.
-func RefundKey(orderID, cause string) string { return "vmshelf-refund-" + orderID + "-" + cause }
+// key, so the next one is the next generation, "-1", "-2"… after the cause
+// (digits, which a cause never is, so no two keys meet).
+func RefundKey(orderID, cause string, generation int) string {
+	k := "vmshelf-refund-" + orderID + "-" + cause
+	if generation > 0 {
+		k += "-" + strconv.Itoa(generation)
+	}
+	return k
+}
 
 // Refund implements Payments: it refunds r.PaymentIntent in full. The
 // payment was a destination charge, so the refund reverses the transfer
@@ -90,6 +102,8 @@ func (s *Stripe) Refund(ctx context.Context, r RefundRequest) (Refund, error) {
 		return Refund{}, fmt.Errorf("billing: refund: order id is empty or not 1..200 of [A-Za-z0-9_-]: %w", ErrBadID)
 	case !causePattern.MatchString(r.Cause):
 		return Refund{}, fmt.Errorf("billing: refund of order %s: cause %q is not 1..%d letters: %w", r.OrderID, r.Cause, MaxCauseLen, ErrBadID)
+	case r.Generation < 0:
+		return Refund{}, fmt.Errorf("billing: refund of order %s: generation %d: %w", r.OrderID, r.Generation, ErrBadID)
 	case !paymentIntentPattern.MatchString(r.PaymentIntent):
 		return Refund{}, fmt.Errorf("billing: refund of order %s: payment intent %q: %w", r.OrderID, r.PaymentIntent, ErrBadID)
 	}
@@ -101,7 +115,7 @@ func (s *Stripe) Refund(ctx context.Context, r RefundRequest) (Refund, error) {
 		// the cause without a second look-up.
 		Metadata: map[string]string{"order_id": r.OrderID, "cause": r.Cause},
 	}
-	p.SetIdempotencyKey(RefundKey(r.OrderID, r.Cause))
+	p.SetIdempotencyKey(RefundKey(r.OrderID, r.Cause, r.Generation))
 	var rf *stripe.Refund
 	err := s.call(ctx, callCreateRefund, func(ctx context.Context) (err error) {
 		rf, err = s.client.V1Refunds.Create(ctx, p)

@@ -106,13 +106,18 @@ func TestRefundKey(t *testing.T) {
 		// The split between order and cause cannot move: a cause has no "-".
 		{"ord-a", "b", "ord", "ab", false},
 	} {
-		a, b := RefundKey(tc.orderA, tc.causeA), RefundKey(tc.orderB, tc.causeB)
+		a, b := RefundKey(tc.orderA, tc.causeA, 0), RefundKey(tc.orderB, tc.causeB, 0)
 		if (a == b) != tc.same {
 			t.Errorf("RefundKey(%s, %s) = %q, RefundKey(%s, %s) = %q; same %v, want %v",
 				tc.orderA, tc.causeA, a, tc.orderB, tc.causeB, b, a == b, tc.same)
 		}
 	}
-	longest := RefundKey(strings.Repeat("o", 200), strings.Repeat("c", MaxCauseLen))
+	// After a refund Stripe failed, the next has another key, and the
+	// first generation's stays what it was.
+	if a, b := RefundKey("ord_42", "importFailed", 0), RefundKey("ord_42", "importFailed", 1); a == b || a != "vmshelf-refund-ord_42-importFailed" || b != a+"-1" {
+		t.Errorf("generations 0 and 1: %q, %q", a, b)
+	}
+	longest := RefundKey(strings.Repeat("o", 200), strings.Repeat("c", MaxCauseLen), 999_999)
 	if len(longest) > 255 {
 		t.Errorf("the longest refund key has %d characters, Stripe takes 255", len(longest))
 	}

@@ -88,7 +88,7 @@ func TestFakeRefundOncePerKey(t *testing.T) {
 				t.Fatalf("the fake got %d refund requests, want 2", len(posts))
 			}
 			for _, p := range posts {
-				if p.Idempotency != RefundKey("ord_42", "provisionfailed") || p.Form.Get("reverse_transfer") != "true" ||
+				if p.Idempotency != RefundKey("ord_42", "provisionfailed", 0) || p.Form.Get("reverse_transfer") != "true" ||
 					p.Form.Get("refund_application_fee") != "true" || p.Form.Get("metadata[cause]") != "provisionfailed" {
 					t.Errorf("refund request %+v", p)
 				}

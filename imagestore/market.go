@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"strconv"
 	"time"
 )
 
@@ -254,16 +253,6 @@ type Order struct {
 	DisputedAt time.Time
 }
 
-// RefundKey is the idempotency key of the order's refund: one per order,
-// cause and generation, so a retry, a restart or a second replica sends
-// Stripe the same key and Stripe refunds once.
-func (o Order) RefundKey() string {
-	k := "vmshelf-refund-" + o.ID + "-" + o.RefundCause
-	if o.RefundGeneration > 0 {
-		k += "-" + strconv.Itoa(o.RefundGeneration)
-	}
-	return k
-}
 
 // The states a replica is reported in (ReplicaState.State): the machines
 // page's words, from the VirtualMachine's and its DataVolume's status.

@@ -67,6 +67,27 @@ func (e *stepError) Unwrap() error { return e.err }
 
 func failed(step, what string, err error) error { return &stepError{step: step, what: what, err: err} }
 
+// blockedError is a failure the provisioner is sure will not pass by
+// itself: cause is one of imagestore.BlockedCauses. A failure to ask (the
+// cluster or the store did not answer) is never one.
+type blockedError struct {
+	cause string
+	err   error
+}
+
+func (e *blockedError) Error() string { return e.err.Error() }
+func (e *blockedError) Unwrap() error { return e.err }
+
+func blocked(cause string, err error) error { return &blockedError{cause: cause, err: err} }
+
+// blockedCause is the cause err names, or "" when it names none.
+func blockedCause(err error) string {
+	if be, ok := errors.AsType[*blockedError](err); ok {
+		return be.cause
+	}
+	return ""
+}
+
 // stepOf is the step an error of a pass failed in.
 func stepOf(err error) string {
 	var se *stepError

@@ -111,14 +111,14 @@ type sizes struct {
 func machineFor(sz sizes, o imagestore.Order, host imagestore.Tenant, entry *catalogue.Entry, img *imagestore.Image) (machine, error) {
 	if host.Appliance == "" {
 		// An empty nodeSelector value would match no box, or the wrong one.
-		return machine{}, errors.New("the host has no appliance node to run the replicas on")
+		return machine{}, blocked(imagestore.BlockedHostGone, errors.New("the host has no appliance node to run the replicas on"))
 	}
 	m := machine{orderID: o.ID, namespace: namespaceName(o.BuyerID), appliance: host.Appliance, cpu: sz.cpu,
 		memoryMiB: sz.memoryMiB, diskGiB: sz.diskGiB, storageClass: sz.storageClass}
 	switch o.ImageKind {
 	case imagestore.ImageCatalogue:
 		if entry == nil {
-			return machine{}, fmt.Errorf("the catalogue has no system %q (any more)", o.Image)
+			return machine{}, blocked(imagestore.BlockedImageNotOffered, fmt.Errorf("the catalogue has no system %q (any more)", o.Image))
 		}
 		m.efi = entry.EFI
 		m.memoryMiB = max(m.memoryMiB, entry.MinMemoryMiB)
@@ -135,7 +135,7 @@ func machineFor(sz sizes, o imagestore.Order, host imagestore.Tenant, entry *cat
 		}
 	case imagestore.ImageUpload:
 		if img == nil {
-			return machine{}, fmt.Errorf("the image %s is not stored", o.Image)
+			return machine{}, blocked(imagestore.BlockedImageGone, fmt.Errorf("the image %s is not stored", o.Image))
 		}
 		m.efi = img.EFI
 		const gib = 1 << 30

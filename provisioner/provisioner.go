@@ -338,13 +338,20 @@ func noteOf(err error) string {
 }
 
 // reconcileOrder expires o if its month is over at now, and otherwise
-// makes sure its objects exist; its note says what failed, or is cleared.
+// makes sure its objects exist; its note says what failed, or is cleared,
+// and its blocked cause what will not pass by itself, or is cleared.
 func (p *Provisioner) reconcileOrder(ctx context.Context, o imagestore.Order, now time.Time) error {
-	var err error
+	var (
+		err   error
+		cause string
+	)
 	if !o.ExpiresAt.After(now) {
 		err = p.expire(ctx, o, now)
 	} else {
-		err = p.provision(ctx, o, now)
+		cause, err = p.provision(ctx, o, now)
+		if c := blockedCause(err); c != "" {
+			cause = c
+		}
 	}
 	note := ""
 	if err != nil {
@@ -353,7 +360,49 @@ func (p *Provisioner) reconcileOrder(ctx context.Context, o imagestore.Order, no
 	if nerr := p.setNote(ctx, o, note); nerr != nil {
 		return errors.Join(err, failed(stepStore, "noting the order's state", nerr))
 	}
+	if o.BlockedCause != cause && o.ExpiresAt.After(now) {
+		if berr := p.st.SetOrderBlocked(ctx, o.ID, cause, now); berr != nil && !errors.Is(berr, imagestore.ErrNotFound) {
+			return errors.Join(err, failed(stepStore, "recording what keeps the order from running", berr))
+		}
+		if cause != "" {
+			p.log.Warn("order cannot run, and will not by itself", "order_id", o.ID, "cause", cause)
+		}
+	}
 	return err
+}
+
+// refusedForGood marks the cluster's refusal of an object as invalid (422,
+// or 400 from strict field validation) as a cause that will not pass by
+// itself: the same object is refused again on every pass.
+func refusedForGood(err error) error {
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		return blocked(imagestore.BlockedClusterRefused, err)
+	}
+	return err
+}
+
+// haltRefunded halts every replica of an order whose money went or goes
+// back, stores them as stopped and revokes its fetch tokens, as expire
+// does. Its disks stay.
+func (p *Provisioner) haltRefunded(ctx context.Context, o imagestore.Order, now time.Time) error {
+	ns := namespaceName(o.BuyerID)
+	states := make([]imagestore.ReplicaState, 0, o.Quantity)
+	for i := range o.Quantity {
+		name := vmName(o.ID, i)
+		if err := p.halt(ctx, ns, name); err != nil {
+			return failed(stepHalt, "halting the VirtualMachine "+name, err)
+		}
+		states = append(states, imagestore.ReplicaState{Index: i, Name: name, State: imagestore.ReplicaStopped,
+			Detail: string(kubevirtv1.RunStrategyHalted), ObservedAt: now})
+	}
+	if err := p.st.SetReplicaStates(ctx, o.ID, states); err != nil {
+		return failed(stepStore, "storing the replicas' states", err)
+	}
+	if _, err := p.st.RevokeOrderTokens(ctx, o.ID, now); err != nil {
+		return failed(stepExpire, "revoking the order's fetch tokens", err)
+	}
+	p.log.Info("order refunded: replicas halted, disks kept", "order_id", o.ID, "namespace", ns, "replicas", o.Quantity)
+	return nil
 }
 
 // ensure creates an object only when get says it is NotFound; an
@@ -375,19 +424,21 @@ func ensure[T any](get func() (*T, error), create func() error) (*T, error) {
 }
 
 // provision makes sure every object of o exists, stores its replicas'
-// states, and marks a paid order active once all exist.
-func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now time.Time) error {
+// states, and marks a paid order active once all exist. cause is what the
+// replicas' states say will not pass by itself (an own image whose import
+// failed); a failure that will not carries its own (blockedError).
+func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now time.Time) (cause string, err error) {
 	ns := namespaceName(o.BuyerID)
 	if _, err := ensure(func() (*corev1.Namespace, error) { return p.c.GetNamespace(ctx, ns) },
 		func() error { return p.c.CreateNamespace(ctx, namespaceObject(ns)) }); err != nil {
-		return failed(stepNamespace, "making the namespace "+ns, err)
+		return "", failed(stepNamespace, "making the namespace "+ns, err)
 	}
 	if err := p.ensureCloudInit(ctx, o); err != nil {
-		return err
+		return "", err
 	}
 	if o.ImageKind == imagestore.ImageUpload {
 		if err := p.ensureFetchSecret(ctx, o); err != nil {
-			return err
+			return "", err
 		}
 	}
 
@@ -414,13 +465,13 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 				}
 				disk := diskName(o.ID, i)
 				if _, err := ensure(func() (*cdiv1.DataVolume, error) { return p.c.GetDataVolume(ctx, ns, disk) },
-					func() error { return p.c.CreateDataVolume(ctx, dataVolume(*m, i)) }); err != nil {
+					func() error { return refusedForGood(p.c.CreateDataVolume(ctx, dataVolume(*m, i))) }); err != nil {
 					return failed(stepDisk, "making the DataVolume "+disk, err)
 				}
-				return p.c.CreateVM(ctx, virtualMachine(*m, i))
+				return refusedForGood(p.c.CreateVM(ctx, virtualMachine(*m, i)))
 			})
 		if err != nil {
-			return inStep(err, stepVM, "making the VirtualMachine "+name)
+			return "", inStep(err, stepVM, "making the VirtualMachine "+name)
 		}
 		vms[i] = vm
 	}
@@ -428,25 +479,34 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 	svc := serviceName(o.ID)
 	if _, err := ensure(func() (*corev1.Service, error) { return p.c.GetService(ctx, ns, svc) },
 		func() error { return p.c.CreateService(ctx, service(o)) }); err != nil {
-		return failed(stepService, "making the Service "+svc, err)
+		return "", failed(stepService, "making the Service "+svc, err)
 	}
 	if p.cfg.Domain != "" {
 		if _, err := ensure(func() (*networkingv1.Ingress, error) { return p.c.GetIngress(ctx, ns, svc) },
 			func() error { return p.c.CreateIngress(ctx, ingress(o, p.cfg.Domain)) }); err != nil {
-			return failed(stepIngress, "making the Ingress "+svc, err)
+			return "", failed(stepIngress, "making the Ingress "+svc, err)
 		}
 	}
 
-	if err := p.storeStates(ctx, o, vms, now); err != nil {
-		return err
+	states, err := p.storeStates(ctx, o, vms, now)
+	if err != nil {
+		return "", err
+	}
+	if o.ImageKind == imagestore.ImageUpload && importFailed(states) {
+		cause = imagestore.BlockedImportFailed
 	}
 	if o.State == imagestore.OrderPaid {
 		if err := p.st.MarkOrderActive(ctx, o.ID); err != nil {
-			return failed(stepStore, "marking the order active", err)
+			if errors.Is(err, imagestore.ErrOrderState) {
+				// Refunded meanwhile: the refund won, and what this
+				// pass made must not run for money given back.
+				return "", p.haltRefunded(ctx, o, now)
+			}
+			return cause, failed(stepStore, "marking the order active", err)
 		}
 		p.log.Info("order active: its objects exist", "order_id", o.ID, "namespace", ns, "replicas", o.Quantity)
 	}
-	return nil
+	return cause, nil
 }
 
 // ensureCloudInit makes the cloud-init Secret. The user data is read only
@@ -525,8 +585,14 @@ func redact(err error, secret string) error {
 // node and its image.
 func (p *Provisioner) resolve(ctx context.Context, o imagestore.Order) (machine, error) {
 	host, err := p.st.TenantByID(ctx, o.HostID)
-	if err != nil {
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound):
+		return machine{}, failed(stepResolve, "reading the order's host", blocked(imagestore.BlockedHostGone, err))
+	case err != nil:
 		return machine{}, failed(stepResolve, "reading the order's host", err)
+	case !host.InMesh || !host.HostsVMs:
+		return machine{}, failed(stepResolve, "reading the order's host",
+			blocked(imagestore.BlockedHostGone, errors.New("the host left the mesh or no longer hosts machines")))
 	}
 	var (
 		entry *catalogue.Entry
@@ -558,7 +624,7 @@ func (p *Provisioner) resolve(ctx context.Context, o imagestore.Order) (machine,
 // vms holds what the pass found) and its DataVolume, and stores the
 // replicas' states. A VM or DataVolume not there yet is a replica
 // starting; an error reading either is an error, not a state.
-func (p *Provisioner) storeStates(ctx context.Context, o imagestore.Order, vms []*kubevirtv1.VirtualMachine, now time.Time) error {
+func (p *Provisioner) storeStates(ctx context.Context, o imagestore.Order, vms []*kubevirtv1.VirtualMachine, now time.Time) ([]imagestore.ReplicaState, error) {
 	ns := namespaceName(o.BuyerID)
 	states := make([]imagestore.ReplicaState, 0, len(vms))
 	for i, vm := range vms {
@@ -568,7 +634,7 @@ func (p *Provisioner) storeStates(ctx context.Context, o imagestore.Order, vms [
 			case err == nil:
 				vm = got
 			case !apierrors.IsNotFound(err):
-				return failed(stepStatus, "reading the VirtualMachine "+vmName(o.ID, i), err)
+				return nil, failed(stepStatus, "reading the VirtualMachine "+vmName(o.ID, i), err)
 			}
 		}
 		var dv *cdiv1.DataVolume
@@ -578,7 +644,7 @@ func (p *Provisioner) storeStates(ctx context.Context, o imagestore.Order, vms [
 			case err == nil:
 				dv = got
 			case !apierrors.IsNotFound(err):
-				return failed(stepStatus, "reading the DataVolume "+diskName(o.ID, i), err)
+				return nil, failed(stepStatus, "reading the DataVolume "+diskName(o.ID, i), err)
 			}
 		}
 		s := replicaState(vm, dv)
@@ -586,9 +652,21 @@ func (p *Provisioner) storeStates(ctx context.Context, o imagestore.Order, vms [
 			Detail: s.detail, Progress: s.progress, ObservedAt: now})
 	}
 	if err := p.st.SetReplicaStates(ctx, o.ID, states); err != nil {
-		return failed(stepStore, "storing the replicas' states", err)
+		return nil, failed(stepStore, "storing the replicas' states", err)
 	}
-	return nil
+	return states, nil
+}
+
+// importFailed reports whether CDI failed the import of a replica's disk
+// (its DataVolume's phase is Failed): CDI gave up on the bytes the edge
+// serves, and the same bytes fail again.
+func importFailed(states []imagestore.ReplicaState) bool {
+	for _, s := range states {
+		if s.State == imagestore.ReplicaFailed && s.Detail == detailDiskFailed {
+			return true
+		}
+	}
+	return false
 }
 
 // expire ends o's month: every replica is halted (runStrategy Halted; a

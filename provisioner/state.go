@@ -50,6 +50,9 @@ type observed struct {
 // DataVolume (nil: not found) to its state. While the VM waits (starting,
 // or a status unknown here) the DataVolume says more: importing with CDI's
 // progress, or failed.
+// detailDiskFailed is a replica's detail when CDI failed its import.
+const detailDiskFailed = "DataVolume" + string(cdiv1.Failed)
+
 func replicaState(vm *kubevirtv1.VirtualMachine, dv *cdiv1.DataVolume) observed {
 	if vm == nil {
 		return observed{state: imagestore.ReplicaStarting}
@@ -62,7 +65,7 @@ func replicaState(vm *kubevirtv1.VirtualMachine, dv *cdiv1.DataVolume) observed 
 	if dv != nil {
 		switch phase := dv.Status.Phase; {
 		case phase == cdiv1.Failed:
-			return observed{state: imagestore.ReplicaFailed, detail: "DataVolume" + string(phase)}
+			return observed{state: imagestore.ReplicaFailed, detail: detailDiskFailed}
 		case importing[phase]:
 			return observed{state: imagestore.ReplicaImporting, detail: string(phase), progress: string(dv.Status.Progress)}
 		}

@@ -27,5 +27,6 @@ type Store interface {
 	MarkOrderActive(ctx context.Context, id string) error
 	ExpireOrder(ctx context.Context, id string, now time.Time) error
 	SetOrderNote(ctx context.Context, id, note string) error
+	SetOrderBlocked(ctx context.Context, id, cause string, now time.Time) error
 	SetReplicaStates(ctx context.Context, orderID string, states []imagestore.ReplicaState) error
 }
