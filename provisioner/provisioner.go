@@ -292,7 +292,58 @@ func (p *Provisioner) ReconcileOnce(ctx context.Context) error {
 		p.log.Warn("order not provisioned; trying again later", "order_id", o.ID, "step", step, "err", err)
 		errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
 	}
+	if ctx.Err() == nil {
+		errs = append(errs, p.haltRefundedOrders(ctx))
+	}
 	return errors.Join(errs...)
+}
+
+// haltRefundedOrders halts the replicas of the orders refunded from
+// active (an import that failed for good): their VMs exist, and CDI
+// retrying the import must not start a machine whose money went back. An
+// order whose replicas are all stored as stopped is done.
+func (p *Provisioner) haltRefundedOrders(ctx context.Context) error {
+	var errs []error
+	for _, st := range []imagestore.OrderState{imagestore.OrderRefunding, imagestore.OrderRefundFailed, imagestore.OrderRefunded} {
+		orders, err := p.st.OrdersInState(ctx, st)
+		if err != nil {
+			p.m.errors.WithLabelValues(stepStore).Inc()
+			return fmt.Errorf("reading the %s orders: %w", st, err)
+		}
+		for _, o := range orders {
+			if o.RefundFrom != imagestore.OrderActive {
+				continue
+			}
+			states, err := p.st.ReplicaStates(ctx, o.ID)
+			if err != nil {
+				p.m.errors.WithLabelValues(stepStore).Inc()
+				errs = append(errs, fmt.Errorf("order %s: reading its replicas' states: %w", o.ID, err))
+				continue
+			}
+			if allStopped(states, o.Quantity) {
+				continue
+			}
+			if err := p.haltRefunded(ctx, o, p.cfg.Now()); err != nil {
+				p.m.errors.WithLabelValues(stepOf(err)).Inc()
+				errs = append(errs, fmt.Errorf("order %s: %w", o.ID, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// allStopped reports whether every one of quantity replicas is stored as
+// stopped.
+func allStopped(states []imagestore.ReplicaState, quantity int) bool {
+	if len(states) != quantity {
+		return false
+	}
+	for _, s := range states {
+		if s.State != imagestore.ReplicaStopped {
+			return false
+		}
+	}
+	return true
 }
 
 // noteUnreached gives every paid order the note that the cluster cannot

@@ -29,4 +29,5 @@ type Store interface {
 	SetOrderNote(ctx context.Context, id, note string) error
 	SetOrderBlocked(ctx context.Context, id, cause string, now time.Time) error
 	SetReplicaStates(ctx context.Context, orderID string, states []imagestore.ReplicaState) error
+	ReplicaStates(ctx context.Context, orderID string) ([]imagestore.ReplicaState, error)
 }
