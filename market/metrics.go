@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
@@ -27,6 +29,8 @@ type metrics struct {
 	requests         *prometheus.CounterVec
 	ordersPlaced     prometheus.Counter
 	webhookEvents    *prometheus.CounterVec
+	refunds          *prometheus.CounterVec
+	disputes         prometheus.Counter
 	log              *slog.Logger
 }
 
@@ -60,10 +64,26 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 			Name: "vmshelf_webhook_events_total",
 			Help: "Stripe webhook events by type and what the webhook did with them.",
 		}, []string{"type", "result"}),
+		// cause one of imagestore.RefundCauses, outcome one of
+		// refundOutcomes: a bounded label set, every pair present from
+		// the start so that rate() sees the first one.
+		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_refunds_total",
+			Help: "Automatic refunds by cause: decided (started) and each attempt's outcome (refunded, pending, failed, error).",
+		}, []string{"cause", "outcome"}),
+		disputes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "vmshelf_disputes_total",
+			Help: "Charges of orders disputed by the buyer's bank (charge.dispute.created).",
+		}),
 		log: log,
 	}
+	for _, cause := range imagestore.RefundCauses {
+		for _, outcome := range strings.Fields(refundOutcomes) {
+			m.refunds.WithLabelValues(cause, outcome)
+		}
+	}
 	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.webhookEvents,
-		newStatsCollector(st, blobs)} {
+		m.refunds, m.disputes, newStatsCollector(st, blobs)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)
 		}
@@ -71,11 +91,18 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 	return m, nil
 }
 
-// webhook counts one event. Types other than the four the market acts
-// on share the label "other" ("unknown" before the event was verified).
+// refund counts one refund decision or attempt.
+func (m *metrics) refund(cause, outcome string) {
+	m.refunds.WithLabelValues(cause, outcome).Inc()
+}
+
+// webhook counts one event. Types other than those the market acts on
+// share the label "other" ("unknown" before the event was verified).
 func (m *metrics) webhook(typ, result string) {
 	switch typ {
-	case eventCompleted, eventAsyncSucceeded, eventAsyncFailed, eventExpired, "unknown":
+	case eventCompleted, eventAsyncSucceeded, eventAsyncFailed, eventExpired, "unknown",
+		billing.EventChargeRefunded, billing.EventRefundCreated, billing.EventRefundUpdated, billing.EventRefundFailed,
+		billing.EventDisputeCreated, billing.EventAccountUpdated:
 	default:
 		typ = "other"
 	}

@@ -103,6 +103,10 @@ type Config struct {
 	// ClusterReady, if set, says whether the provisioner reaches the
 	// cluster (nil) or why not; /readyz then names clusterUnreachable.
 	ClusterReady func() error
+	// RefundDeadline is --refund-deadline: a paid order not active this
+	// long after its payment, for a cause the provisioner names, is
+	// refunded. 0 means DefaultRefundDeadline.
+	RefundDeadline time.Duration
 }
 
 // DefaultMinFree is Config.MinFree's default.
@@ -123,6 +127,9 @@ type Server struct {
 	// afterSweep, when set (tests only), is called after every sweep of
 	// RunSweeper, so a test can wait for a sweep without sleeping.
 	afterSweep func(n int, err error)
+	// afterRefunds, when set (tests only), is called after every round
+	// of RunRefunds.
+	afterRefunds func()
 }
 
 // New checks cfg and builds the control plane over st and blobs. Its

@@ -93,6 +93,25 @@ type orderInfo struct {
 	// Note is the provisioner's word on a problem with the order (the
 	// cluster cannot be reached, an object could not be made).
 	Note string `json:"note,omitempty"`
+	// Blocked is what keeps a paid order from running and will not pass
+	// by itself (imagestore.BlockedCauses): refunded after the deadline.
+	Blocked string `json:"blocked,omitempty"`
+	// Refund is the refund of an order refunding, refundFailed or
+	// refunded.
+	Refund *refundInfo `json:"refund,omitempty"`
+	// DisputedAt is when the buyer's bank disputed the charge.
+	DisputedAt *time.Time `json:"disputed_at,omitempty"`
+}
+
+// refundInfo is an order's refund as status shows it: its cause
+// (imagestore.RefundCauses), the attempts made, when the next is due
+// (while not refunded), the last failure in words, and when it was done.
+type refundInfo struct {
+	Cause         string     `json:"cause"`
+	Attempts      int        `json:"attempts"`
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
+	Error         string     `json:"error,omitempty"`
+	RefundedAt    *time.Time `json:"refunded_at,omitempty"`
 }
 
 // replicaInfo is a replica as the provisioner last saw it: state is one
@@ -262,6 +281,24 @@ func (s *Server) orderOf(o imagestore.Order, host string, seen []imagestore.Repl
 	}
 	if o.State == imagestore.OrderAwaitingPayment {
 		oi.CheckoutURL = o.CheckoutURL
+	}
+	if o.State == imagestore.OrderPaid || o.State == imagestore.OrderActive {
+		oi.Blocked = o.BlockedCause
+	}
+	if o.State.Refunded() {
+		oi.Refund = &refundInfo{Cause: o.RefundCause, Attempts: o.RefundAttempts, Error: o.RefundError}
+		if !o.RefundNextAt.IsZero() {
+			next := o.RefundNextAt.UTC()
+			oi.Refund.NextAttemptAt = &next
+		}
+		if !o.RefundedAt.IsZero() {
+			done := o.RefundedAt.UTC()
+			oi.Refund.RefundedAt = &done
+		}
+	}
+	if !o.DisputedAt.IsZero() {
+		d := o.DisputedAt.UTC()
+		oi.DisputedAt = &d
 	}
 	if s.cfg.VMsDomain != "" {
 		oi.Address = "vm-" + o.ID + "." + s.cfg.VMsDomain

@@ -11,8 +11,8 @@ import (
 // tenants' tickets and images, the marketplace's listings and orders, the
 // webhook's events, and what the status and metrics report. Naming it here
 // shows what the API can reach (of upload sessions only a tenant's open
-// ones, no lease, and of an order's life only placing, paying and
-// cancelling: the provisioner carries out the rest), and lets a test fake
+// ones, no lease, and of an order's life only placing, paying,
+// cancelling and refunding: the provisioner carries out the rest), and lets a test fake
 // just this. The methods mean what imagestore.Store documents.
 type Store interface {
 	// Health and figures, for the probes, the status and the metrics.
@@ -54,6 +54,17 @@ type Store interface {
 	Order(ctx context.Context, id string) (imagestore.Order, error)
 	Orders(ctx context.Context, buyerID int64) ([]imagestore.Order, error)
 	ReplicaStates(ctx context.Context, orderID string) ([]imagestore.ReplicaState, error)
+
+	// Refunds and disputes: decided, claimed and settled here; the
+	// provisioner only names what keeps an order from running.
+	OrdersInState(ctx context.Context, state imagestore.OrderState) ([]imagestore.Order, error)
+	OrderByPaymentIntent(ctx context.Context, paymentIntent string) (imagestore.Order, error)
+	SetOrderPaymentIntent(ctx context.Context, id, paymentIntent string) error
+	StartRefund(ctx context.Context, id, cause string, now time.Time) (moved bool, err error)
+	DueRefunds(ctx context.Context, now time.Time) ([]imagestore.Order, error)
+	ClaimRefund(ctx context.Context, id string, now, until time.Time) (o imagestore.Order, claimed bool, err error)
+	SettleRefund(ctx context.Context, id string, out imagestore.RefundOutcome, now time.Time) error
+	MarkOrderDisputed(ctx context.Context, id, disputeID string, now time.Time) (moved bool, err error)
 
 	// The Stripe webhook's replay guard.
 	WebhookEventSeen(ctx context.Context, id string) (bool, error)

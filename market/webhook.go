@@ -38,8 +38,11 @@ const (
 	resultDuplicate     = "duplicate"     // an event id handled before: nothing changes
 	resultUnknownOrder  = "unknownOrder"  // no order of ours: logged, never provisioned
 	resultInconsistent  = "inconsistent"  // amount, fee, destination or session do not match the order
-	resultPaidCancelled = "paidCancelled" // paid for an order already cancelled: refund by hand
+	resultPaidCancelled = "paidCancelled" // paid for an order already cancelled: refunded automatically
 	resultRefused       = "refused"       // bad signature, stale, malformed: 400
+	resultRefunded      = "refunded"      // Stripe confirmed the order's refund
+	resultRefundFailed  = "refundFailed"  // Stripe failed the order's refund: a new one follows
+	resultDisputed      = "disputed"      // the buyer's bank disputed the charge: marked, alerted
 )
 
 var (
@@ -190,6 +193,12 @@ func (s *Server) handleEvent(ctx context.Context, ev billing.Event) (string, err
 			reason = "checkoutExpired"
 		}
 		return s.release(ctx, o, reason)
+	case billing.EventRefundCreated, billing.EventRefundUpdated, billing.EventRefundFailed:
+		return s.refundEvent(ctx, ev)
+	case billing.EventChargeRefunded:
+		return s.chargeRefunded(ctx, ev)
+	case billing.EventDisputeCreated:
+		return s.disputeCreated(ctx, ev)
 	}
 	return resultIgnored, nil
 }
@@ -228,13 +237,23 @@ func (s *Server) settle(ctx context.Context, o imagestore.Order, sess billing.Se
 			"order_id", o.ID, "session", sess.ID, "err", err.Error())
 		return resultInconsistent, nil
 	}
+	// The PaymentIntent first, in any state: what a refund refunds and
+	// what dispute and charge events name.
+	if sess.PaymentIntent != "" {
+		switch err := s.st.SetOrderPaymentIntent(ctx, o.ID, sess.PaymentIntent); {
+		case errors.Is(err, imagestore.ErrOrderState):
+			s.log.Error("checkout session names another PaymentIntent than the order's; not provisioned",
+				"order_id", o.ID, "session", sess.ID)
+			return resultInconsistent, nil
+		case err != nil:
+			return "", err
+		}
+	}
 	now := s.cfg.Now().UTC()
 	moved, err := s.st.PayOrder(ctx, o.ID, now, now.AddDate(0, 1, 0))
 	switch {
 	case errors.Is(err, imagestore.ErrOrderState):
-		s.log.Error("payment for an order already cancelled: its capacity may be gone; refund it in Stripe",
-			"order_id", o.ID, "session", sess.ID)
-		return resultPaidCancelled, nil
+		return s.refundPaidCancelled(ctx, o, sess)
 	case err != nil:
 		return "", err
 	case !moved:
@@ -313,4 +332,142 @@ func (s *Server) sweepCheckouts(ctx context.Context) {
 		}
 		s.log.Info("overdue checkout settled", "order_id", o.ID, "result", result)
 	}
+}
+
+// refundPaidCancelled refunds a payment that came for an order already
+// cancelled (its capacity may be gone): the refund is decided here and its
+// first attempt made at once; RunRefunds retries it if Stripe does not
+// answer now.
+func (s *Server) refundPaidCancelled(ctx context.Context, o imagestore.Order, sess billing.Session) (string, error) {
+	moved, err := s.st.StartRefund(ctx, o.ID, imagestore.RefundPaidAfterCancel, s.cfg.Now().UTC())
+	switch {
+	case errors.Is(err, imagestore.ErrOrderState):
+		// No PaymentIntent to refund: the session had none. Only a
+		// person can sort this out; the alert on paidCancelled says so.
+		s.log.Error("payment for an order already cancelled, and no PaymentIntent to refund: refund it in Stripe",
+			"order_id", o.ID, "session", sess.ID)
+		return resultPaidCancelled, nil
+	case err != nil:
+		return "", err
+	case moved:
+		s.metrics.refund(imagestore.RefundPaidAfterCancel, refundStarted)
+		s.log.Warn("payment for an order already cancelled: refunding it", "order_id", o.ID, "session", sess.ID)
+		s.attemptRefund(ctx, o.ID)
+	}
+	return resultPaidCancelled, nil
+}
+
+// refundOrderOf finds the order a refund or charge event is about: by its
+// metadata's order id (our refunds carry it), else by its PaymentIntent.
+// ok is false when it is none of ours.
+func (s *Server) refundOrderOf(ctx context.Context, ev billing.Event) (imagestore.Order, bool, error) {
+	var (
+		o   imagestore.Order
+		err error
+	)
+	if imagestore.ValidOrderID(ev.OrderID) {
+		o, err = s.st.Order(ctx, ev.OrderID)
+	} else {
+		o, err = s.st.OrderByPaymentIntent(ctx, ev.PaymentIntent)
+	}
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound):
+		s.log.Error("stripe event for no order of this edge", "event", ev.ID, "type", logText(ev.Type))
+		return o, false, nil
+	case err != nil:
+		return o, false, err
+	}
+	return o, true, nil
+}
+
+// refundEvent settles an order's refund by Stripe's word on it: succeeded
+// is refunded; failed or canceled is refundFailed, and the next attempt
+// uses a new key. An event about another refund than the order's current
+// one (an earlier generation's) changes nothing.
+func (s *Server) refundEvent(ctx context.Context, ev billing.Event) (string, error) {
+	o, ok, err := s.refundOrderOf(ctx, ev)
+	if !ok || err != nil {
+		return resultUnknownOrder, err
+	}
+	if !o.State.Refunding() || (o.RefundID != "" && ev.RefundID != o.RefundID) {
+		return resultIgnored, nil
+	}
+	now := s.cfg.Now().UTC()
+	var (
+		out    imagestore.RefundOutcome
+		result string
+	)
+	switch ev.RefundStatus {
+	case billing.RefundSucceeded:
+		out, result = imagestore.RefundOutcome{RefundID: ev.RefundID, Status: ev.RefundStatus}, resultRefunded
+	case billing.RefundFailed, billing.RefundCanceled:
+		out = imagestore.RefundOutcome{RefundID: ev.RefundID, Status: ev.RefundStatus, NewKey: true,
+			RetryAt: now.Add(refundBackoff(o.RefundAttempts)),
+			Error:   fmt.Sprintf("Stripe %s the refund: %s", ev.RefundStatus, logText(ev.FailureReason))}
+		result = resultRefundFailed
+	default:
+		return resultIgnored, nil // pending: its end follows
+	}
+	if err := s.st.SettleRefund(ctx, o.ID, out, now); err != nil {
+		return "", err
+	}
+	if result == resultRefunded {
+		s.metrics.refund(o.RefundCause, refundDone)
+		s.log.Info("order refunded", "order_id", o.ID, "cause", o.RefundCause, "refund", ev.RefundID)
+	} else {
+		s.metrics.refund(o.RefundCause, refundFailed)
+		s.log.Error("refund failed at Stripe; a new one follows", "order_id", o.ID, "cause", o.RefundCause,
+			"refund", ev.RefundID, "err", out.Error)
+	}
+	return result, nil
+}
+
+// chargeRefunded is charge.refunded: the whole charge went back. An order
+// being refunded is refunded; any other order was refunded outside vmshelf
+// (the Dashboard), which is logged and left to the person who did it.
+func (s *Server) chargeRefunded(ctx context.Context, ev billing.Event) (string, error) {
+	o, ok, err := s.refundOrderOf(ctx, ev)
+	if !ok || err != nil {
+		return resultUnknownOrder, err
+	}
+	if !ev.Refunded {
+		return resultIgnored, nil // a partial refund: not ours, ours are whole
+	}
+	if !o.State.Refunding() {
+		if o.State != imagestore.OrderRefunded {
+			s.log.Warn("charge refunded outside vmshelf; the order is left as it is", "order_id", o.ID, "state", string(o.State))
+		}
+		return resultIgnored, nil
+	}
+	if err := s.st.SettleRefund(ctx, o.ID, imagestore.RefundOutcome{Status: billing.RefundSucceeded}, s.cfg.Now().UTC()); err != nil {
+		return "", err
+	}
+	s.metrics.refund(o.RefundCause, refundDone)
+	s.log.Info("order refunded", "order_id", o.ID, "cause", o.RefundCause)
+	return resultRefunded, nil
+}
+
+// disputeCreated is charge.dispute.created: the buyer's bank disputes the
+// charge. The order is marked, the line logged at Error and counted (an
+// alert); nothing is halted or deleted: answering a dispute is a person's
+// work, in Stripe's Dashboard.
+func (s *Server) disputeCreated(ctx context.Context, ev billing.Event) (string, error) {
+	o, err := s.st.OrderByPaymentIntent(ctx, ev.PaymentIntent)
+	switch {
+	case errors.Is(err, imagestore.ErrNotFound):
+		s.log.Error("dispute of a charge of no order of this edge", "event", ev.ID, "dispute", logText(ev.DisputeID))
+		return resultUnknownOrder, nil
+	case err != nil:
+		return "", err
+	}
+	moved, err := s.st.MarkOrderDisputed(ctx, o.ID, ev.DisputeID, s.cfg.Now().UTC())
+	if err != nil {
+		return "", err
+	}
+	if moved {
+		s.metrics.disputes.Inc()
+		s.log.Error("payment disputed by the buyer's bank; answer it in Stripe", "order_id", o.ID,
+			"dispute", logText(ev.DisputeID), "reason", logText(ev.DisputeReason), "amount", ev.Amount, "state", string(o.State))
+	}
+	return resultDisputed, nil
 }
