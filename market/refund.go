@@ -182,7 +182,11 @@ func (s *Server) startRefund(ctx context.Context, o imagestore.Order, cause stri
 // caller got it, asks Stripe and records the answer.
 func (s *Server) attemptRefund(ctx context.Context, id string) {
 	now := s.cfg.Now().UTC()
-	o, claimed, err := s.st.ClaimRefund(ctx, id, now, now.Add(refundClaim))
+	claim := s.cfg.RefundClaim
+	if claim <= 0 {
+		claim = refundClaim
+	}
+	o, claimed, err := s.st.ClaimRefund(ctx, id, now, now.Add(claim))
 	if err != nil {
 		s.log.Error("claiming a refund attempt failed; retried", "order_id", id, "err", err.Error())
 		return

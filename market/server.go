@@ -107,6 +107,11 @@ type Config struct {
 	// long after its payment, for a cause the provisioner names, is
 	// refunded. 0 means DefaultRefundDeadline.
 	RefundDeadline time.Duration
+	// RefundClaim is how long one replica holds a refund attempt: longer
+	// than one Stripe call takes. A shorter one costs at most a second
+	// request under the same key, never a second refund. 0 means a
+	// minute.
+	RefundClaim time.Duration
 }
 
 // DefaultMinFree is Config.MinFree's default.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -200,6 +201,19 @@ func idempotencyError(w http.ResponseWriter, key string) {
 		"Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '"+key+"' if you meant to execute a different request.")
 }
 
+// HoldRefunds makes the next refund request make its refund and then hold
+// its answer until release is called or the caller goes away: a test kills
+// the caller in that moment, when Stripe has refunded and the caller has
+// recorded nothing.
+func (s *Server) HoldRefunds() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.refundHold = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
 func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	f := r.PostForm
 	key := r.Header.Get("Idempotency-Key")
@@ -252,6 +266,16 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 		if key != "" {
 			s.refundByKey[key] = rf.ID
 		}
+	}
+	if h := s.refundHold; h != nil {
+		// Made, and the answer held: the test kills the caller now.
+		s.refundHold = nil
+		s.mu.Unlock()
+		select {
+		case <-h:
+		case <-r.Context().Done():
+		}
+		s.mu.Lock()
 	}
 	if s.refundLose > 0 {
 		s.refundLose--

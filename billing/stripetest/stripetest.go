@@ -82,6 +82,8 @@ type Server struct {
 	// refundLoseStatus, as when Stripe acted and the answer was lost.
 	refundFail, refundFailStatus int
 	refundLose, refundLoseStatus int
+	// refundHold, if set, holds the next refund's answer (HoldRefunds).
+	refundHold chan struct{}
 	// refundStatus and refundFailure are what a new refund comes back as;
 	// "" is "succeeded".
 	refundStatus, refundFailure string

@@ -81,6 +81,10 @@ type serveFlags struct {
 	trustedProxiesList string
 	trustedProxies     clientaddr.Proxies // from trustedProxiesList by validate
 	fetchQueueWait     time.Duration
+	// The refunds: the deadline of a paid order that cannot run, how
+	// often refunds are decided and retried, and how long one Stripe
+	// call may take (a refund attempt is claimed for twice that).
+	refundDeadline, refundEvery, stripeTimeout time.Duration
 }
 
 // serveHelp is "vmshelf serve -h".
@@ -137,6 +141,9 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.stripeAPIBase, "stripe-api-base", "https://api.stripe.com", "Stripe API base URL")
 	fs.StringVar(&f.checkoutReturnURL, "checkout-return-url", "", "where Stripe Checkout returns the buyer (default http://<control-addr>/machines)")
 	fs.StringVar(&f.currency, "currency", "eur", "currency of listings")
+	fs.DurationVar(&f.refundDeadline, "refund-deadline", market.DefaultRefundDeadline, "a paid order not running this long after its payment, for a cause that will not pass by itself, is refunded")
+	fs.DurationVar(&f.refundEvery, "refund-every", time.Minute, "how often refunds are decided and failed ones retried")
+	fs.DurationVar(&f.stripeTimeout, "stripe-timeout", billing.DefaultTimeout, "the longest one call to Stripe may take")
 	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser (default: the Machines page's own origin, that of --checkout-return-url)")
 	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB (with --blobs s3://…: at the end of every part)")
 	fs.Float64Var(&f.tenantReserveGiB, "tenant-reserve-gib", 0, "disk space one tenant's running uploads may hold beyond what they wrote, in GiB; at least --upload-max-gib (0: --upload-max-gib)")
@@ -254,6 +261,8 @@ func (f *serveFlags) validateLimits() error {
 		return usagef("--control-header-timeout must be positive and at most %v", controlReadTimeout)
 	case f.fetchQueueWait <= 0:
 		return usagef("--fetch-queue-wait must be positive (a fetch beyond the cap waits at most this long)")
+	case f.refundDeadline <= 0 || f.refundEvery <= 0 || f.stripeTimeout <= 0:
+		return usagef("--refund-deadline, --refund-every and --stripe-timeout must be positive")
 	case f.corsOrigin != "" && f.corsOrigin != "*" && !baseurl.IsOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
 	}
@@ -413,7 +422,7 @@ func configurePeers(f *serveFlags, reg prometheus.Registerer, log *slog.Logger) 
 		return nil, err
 	}
 	if key != "" {
-		if p.payments, err = billing.NewStripe(billing.StripeConfig{SecretKey: key, APIBase: f.stripeAPIBase, Metrics: reg}); err != nil {
+		if p.payments, err = billing.NewStripe(billing.StripeConfig{SecretKey: key, APIBase: f.stripeAPIBase, Timeout: f.stripeTimeout, Metrics: reg}); err != nil {
 			return nil, usagef("STRIPE_SECRET_KEY or --stripe-api-base: %v", err)
 		}
 	}
@@ -635,6 +644,8 @@ func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs image
 		VMsDomain:         f.vmsDomain,
 		OnPaid:            onPaid,
 		ClusterReady:      clusterReady,
+		RefundDeadline:    f.refundDeadline,
+		RefundClaim:       2 * f.stripeTimeout,
 		Log:               log.With("plane", "control"),
 	}, shared, blobs, reg, reg)
 }
@@ -681,6 +692,8 @@ func (p *planes) run(ctx context.Context, f *serveFlags, sh *shelf, log *slog.Lo
 	// Every replica writes the summary of its own suppressed refusals,
 	// leader or not.
 	go p.mk.RunRefusalSummary(sweepCtx)
+	// And every replica refunds: each attempt is claimed in the store.
+	go p.mk.RunRefunds(sweepCtx, f.refundEvery)
 	leadDone := make(chan struct{})
 	go func() { defer close(leadDone); p.job.Run(sweepCtx, p.leaderWork(sh, log)) }()
 

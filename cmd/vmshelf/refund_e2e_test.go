@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vmshelf/vmshelf/billing"
+	"github.com/vmshelf/vmshelf/billing/stripetest"
+)
+
+// The refunds through the binary: a payment that comes for an order
+// already cancelled is given back once, whatever happens to serve while it
+// asks Stripe, and however many replicas hear of it.
+
+// refundArgs are serve's flags for the refund tests: rounds every 100 ms
+// and one Stripe call at most a second, so a killed replica's claim (twice
+// that) runs out quickly.
+var refundArgs = []string{"--refund-every", "100ms", "--stripe-timeout", "1s"}
+
+// refundOrderStatus is what the tests read of an order in status.
+type refundOrderStatus struct {
+	OrderID string `json:"order_id"`
+	State   string `json:"state"`
+	Refund  *struct {
+		Cause      string     `json:"cause"`
+		Attempts   int        `json:"attempts"`
+		RefundedAt *time.Time `json:"refunded_at"`
+	} `json:"refund"`
+}
+
+func refundStatusOf(t *testing.T, s *server, token, orderID string) refundOrderStatus {
+	t.Helper()
+	code, body := s.ctl(t, "/market/vms/status", token, "")
+	if code != http.StatusOK {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	var st struct {
+		Orders []refundOrderStatus `json:"orders"`
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("status %s: %v", body, err)
+	}
+	for _, o := range st.Orders {
+		if o.OrderID == orderID {
+			return o
+		}
+	}
+	t.Fatalf("status does not list order %s: %s", orderID, body)
+	return refundOrderStatus{}
+}
+
+// cancelledThenPaid places an order on s, lets its checkout expire (the
+// signed checkout.session.expired event), then has the buyer pay the
+// session at the fake Stripe, and returns the order id and the session.
+func cancelledThenPaid(t *testing.T, s *server, fake *stripetest.Server, whsec, host string) (string, string) {
+	t.Helper()
+	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
+	if code != http.StatusCreated {
+		t.Fatalf("listing: %d %s", code, body)
+	}
+	var l listingAnswer
+	decode(t, body, &l)
+	code, body = s.ctl(t, "/market/vms/orders", s.token, `{"listing_id":"`+l.ListingID+`","quantity":2,"image":"debian-13","name":"web"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("order: %d %s", code, body)
+	}
+	var o orderAnswer
+	decode(t, body, &o)
+	sessions := fake.Sessions()
+	cs := sessions[len(sessions)-1].ID
+	payload, sig, err := fake.Event("evt_expired_"+o.OrderID, "checkout.session.expired", cs, whsec, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body = postWebhook(t, s, payload, sig)
+	wantWebhookResult(t, "checkout expired", code, body, "cancelled")
+	if err := fake.Pay(cs); err != nil { // the buyer paid in the moment before
+		t.Fatal(err)
+	}
+	return o.OrderID, cs
+}
+
+// wantRefundedOnce waits (bounded) until status shows the order refunded,
+// then checks that Stripe made exactly one refund of it, that every
+// request for it carried the same key, and returns how many there were.
+func wantRefundedOnce(t *testing.T, s *server, fake *stripetest.Server, orderID string) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var st refundOrderStatus
+	for st = refundStatusOf(t, s, s.token, orderID); st.State != "refunded" && time.Now().Before(deadline); st = refundStatusOf(t, s, s.token, orderID) {
+		time.Sleep(50 * time.Millisecond) // a poll of status, bounded by deadline
+	}
+	if st.State != "refunded" || st.Refund == nil || st.Refund.Cause != "paidAfterCancel" || st.Refund.RefundedAt == nil {
+		t.Fatalf("order %s after 30 s: %+v; want refunded for paidAfterCancel", orderID, st)
+	}
+	var made int
+	for _, rf := range fake.Refunds() {
+		if rf.OrderID == orderID {
+			made++
+		}
+	}
+	if made != 1 {
+		t.Errorf("Stripe made %d refunds of order %s, want exactly 1", made, orderID)
+	}
+	key := billing.RefundKey(orderID, "paidAfterCancel", 0)
+	var asked int
+	for _, r := range fake.Received("/v1/refunds") {
+		if r.Form.Get("metadata[order_id]") != orderID {
+			continue
+		}
+		asked++
+		if r.Idempotency != key || r.Form.Get("reverse_transfer") != "true" || r.Form.Get("refund_application_fee") != "true" {
+			t.Errorf("refund request key %q, form %v; want key %q, reverse_transfer and refund_application_fee true", r.Idempotency, r.Form, key)
+		}
+	}
+	return asked
+}
+
+// TestE2ERefundKilledMidway: serve is killed (-9) while Stripe holds the
+// answer to a refund it already made; the restarted serve asks again with
+// the same key once the dead one's claim ran out, and records Stripe's one
+// refund.
+func TestE2ERefundKilledMidway(t *testing.T) {
+	needTool(t, "curl")
+	key, whsec := stripeTestSecrets()
+	const account = "acct_e2eRefundHost"
+	fake, err := stripetest.New(key, map[string]string{account: "active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	env := append(append([]string{}, noStripeEnv...), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+secretFile(t, whsec))
+	args := append([]string{"--vms-enable", "--stripe-api-base", fake.URL}, refundArgs...)
+	dir := t.TempDir() + "/data"
+	s := startServe(t, dir, args, env...)
+	s.secret(key)
+	s.secret(whsec)
+	host := addHost(t, s, "host", account)
+	orderID, cs := cancelledThenPaid(t, s, fake, whsec, host)
+
+	release := fake.HoldRefunds()
+	defer release()
+	payload, sig, err := fake.Event("evt_paid_late", "checkout.session.completed", cs, whsec, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Posted as Stripe would; serve dies before it answers, so no test
+	// helper (nothing may fail the test from this goroutine).
+	go func() {
+		req, err := http.NewRequest(http.MethodPost, s.ctlBase+"/market/stripe/webhook", bytes.NewReader(payload))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Stripe-Signature", sig)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(fake.Received("/v1/refunds")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // a poll of the fake, bounded by deadline
+	}
+	if len(fake.Received("/v1/refunds")) != 1 || len(fake.Refunds()) != 1 {
+		t.Fatalf("Stripe got %d refund requests and made %d refunds before the kill, want 1 and 1",
+			len(fake.Received("/v1/refunds")), len(fake.Refunds()))
+	}
+	s.kill()
+	release()
+
+	s2 := startServeAt(t, dir, s.dataAddr, s.ctlAddr, args, env...)
+	s2.secret(key)
+	s2.secret(whsec)
+	s2.token = s.token
+	if asked := wantRefundedOnce(t, s2, fake, orderID); asked != 2 {
+		t.Errorf("Stripe was asked %d times, want 2 (before the kill and once after)", asked)
+	}
+	// Stripe's webhook delivery is retried (the first was never
+	// answered): it refunds nothing more.
+	code, body := postWebhook(t, s2, payload, sig)
+	wantWebhookResult(t, "the completed event again", code, body, "paidCancelled")
+	if n := len(fake.Received("/v1/refunds")); n != 2 {
+		t.Errorf("%d refund requests after the event's redelivery, want still 2", n)
+	}
+	if m := rawMetrics(t, s2); !strings.Contains(m, `vmshelf_refunds_total{cause="paidAfterCancel",outcome="refunded"} 1`) {
+		t.Errorf("metrics do not count the refund:\n%s", grepLines(m, "vmshelf_refunds_total"))
+	}
+}
+
+// TestE2ERefundTwoReplicas: two replicas over one PostgreSQL database
+// receive the same late payment at once (Stripe retries a delivery it saw
+// no answer to); the refund is decided once and Stripe asked once.
+func TestE2ERefundTwoReplicas(t *testing.T) {
+	needTool(t, "curl")
+	key, whsec := stripeTestSecrets()
+	const account = "acct_e2eRefundScale"
+	fake, err := stripetest.New(key, map[string]string{account: "active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	r := newReplicas(t)
+	r.env = append(append(r.env, noStripeEnv...), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+secretFile(t, whsec))
+	r.args = append(append(r.args, "--vms-enable", "--stripe-api-base", fake.URL), refundArgs...)
+	a := r.start(t, nil)
+	b := r.start(t, a)
+	for _, s := range []*server{a, b} {
+		s.secret(key)
+		s.secret(whsec)
+	}
+	res := runCmd(t, r.env, binPath, "tenant", "add", "host", "--in-mesh", "--sharing", "--hosts-vms", "--appliance", "node1",
+		"--stripe-account", account, "--data-dir", a.dataDir)
+	if res.code != 0 {
+		t.Fatalf("tenant add host: exit %d: %s", res.code, res.stderr)
+	}
+	host := strings.TrimSpace(res.stdout)
+	a.secret(host)
+	b.secret(host)
+	var orders []string
+	for i := range 3 {
+		id, cs := cancelledThenPaid(t, a, fake, whsec, host)
+		payload, sig, err := fake.Event("evt_late_"+strconv.Itoa(i), "checkout.session.completed", cs, whsec, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for _, s := range []*server{a, b} {
+			wg.Go(func() {
+				code, body := postWebhook(t, s, payload, sig)
+				if code != http.StatusOK {
+					t.Errorf("replica's webhook: %d %s", code, body)
+				}
+			})
+		}
+		wg.Wait()
+		orders = append(orders, id)
+	}
+	for _, id := range orders {
+		if asked := wantRefundedOnce(t, b, fake, id); asked != 1 {
+			t.Errorf("order %s: Stripe was asked %d times, want once", id, asked)
+		}
+	}
+}
+
+// grepLines is the lines of text that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for l := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
