@@ -354,9 +354,32 @@ func TestRefundWebhookEvents(t *testing.T) {
 		if r := e.postEvent(old, oldSig); r.status != http.StatusBadRequest {
 			t.Errorf("stale refund.failed: %d, want 400", r.status)
 		}
-		e.stripe.RefundAs(billing.RefundSucceeded, "")
+		// The next generation's refund is pending when a late copy of the
+		// first one's failure arrives (a new event id): it is about
+		// another refund than the order's, and changes nothing.
+		e.stripe.RefundAs(billing.RefundPending, "")
 		e.clock.Advance(refundBackoffMax)
 		e.srv.refundOnce(t.Context())
+		second := e.storedOrder(o.ID)
+		if second.State != imagestore.OrderRefunding || second.RefundID == rid || second.RefundGeneration != 1 {
+			t.Fatalf("second generation: %s, refund %q (first %q), generation %d", second.State, second.RefundID, rid, second.RefundGeneration)
+		}
+		late, lateSig, err := e.stripe.RefundEvent("evt_r4", billing.EventRefundFailed, rid, webhookSecret, e.clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantResult(t, e.postEvent(late, lateSig), resultIgnored)
+		if got := e.storedOrder(o.ID); got.State != imagestore.OrderRefunding || got.RefundGeneration != 1 {
+			t.Errorf("after a late event about the first refund: %s, generation %d; want refunding, 1", got.State, got.RefundGeneration)
+		}
+		if err := e.stripe.SettleRefund(second.RefundID, billing.RefundSucceeded, ""); err != nil {
+			t.Fatal(err)
+		}
+		done, doneSig, err := e.stripe.RefundEvent("evt_r5", billing.EventRefundUpdated, second.RefundID, webhookSecret, e.clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantResult(t, e.postEvent(done, doneSig), resultRefunded)
 		wantOneRefund(t, e, e.storedOrder(o.ID), imagestore.RefundNotProvisioned, 1)
 	})
 	t.Run("charge refunded", func(t *testing.T) {
