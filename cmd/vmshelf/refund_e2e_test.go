@@ -257,3 +257,48 @@ func grepLines(text, s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestE2ERefundNotProvisioned: an order paid after its host stopped
+// hosting machines is named hostGone by serve's provisioner (no machine is
+// made), and refunded once --refund-deadline after the payment has passed:
+// the provisioner, the store, the refunds and Stripe, all through the
+// binary.
+func TestE2ERefundNotProvisioned(t *testing.T) {
+	const account = "acct_e2eRefundGone"
+	m := startKubeMarket(t, account, append([]string{"--refund-deadline", "1s"}, refundArgs...)...)
+	s := m.s
+	host := addHost(t, s, "host", account)
+	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
+	if code != http.StatusCreated {
+		t.Fatalf("listing: %d %s", code, body)
+	}
+	var l listingAnswer
+	decode(t, body, &l)
+	o := m.order(t, l.ListingID, "debian-13", "web", 2, "")
+	if r := vmshelf(t, "tenant", "set", "host", "--hosts-vms=false", "--data-dir", s.dataDir); r.code != 0 {
+		t.Fatalf("tenant set host --hosts-vms=false: exit %d: %s", r.code, r.stderr)
+	}
+	paid := time.Now()
+	m.pay(t, o.OrderID, "evt_e2e_refund_gone")
+	deadline := time.Now().Add(30 * time.Second)
+	var st refundOrderStatus
+	for st = refundStatusOf(t, s, s.token, o.OrderID); st.State != "refunded" && time.Now().Before(deadline); st = refundStatusOf(t, s, s.token, o.OrderID) {
+		time.Sleep(50 * time.Millisecond) // a poll of status, bounded by deadline
+	}
+	if st.State != "refunded" || st.Refund == nil || st.Refund.Cause != "notProvisioned" || st.Refund.RefundedAt == nil {
+		t.Fatalf("order after 30 s: %+v; want refunded for notProvisioned", st)
+	}
+	if took := st.Refund.RefundedAt.Sub(paid); took < time.Second {
+		t.Errorf("refunded %v after the payment, before the 1 s deadline", took)
+	}
+	refunds := m.stripe.Refunds()
+	if len(refunds) != 1 || refunds[0].OrderID != o.OrderID || refunds[0].Cause != "notProvisioned" || refunds[0].Amount != 1200 {
+		t.Errorf("Stripe's refunds %+v, want one of order %s's 1200 for notProvisioned", refunds, o.OrderID)
+	}
+	if vms := m.kube.objects("VirtualMachine"); len(vms) != 0 {
+		t.Errorf("the cluster has %d VMs of an order whose host is gone", len(vms))
+	}
+	if logs := s.stderr.String(); !strings.Contains(logs, "cause=hostGone") {
+		t.Errorf("no log line names the cause hostGone:\n%s", grepLines(logs, o.OrderID))
+	}
+}
