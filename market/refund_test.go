@@ -413,6 +413,21 @@ func TestRefundWebhookEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Forged (the signature of other bytes) and stale (signed an hour
+		// ago) copies are refused before anything is read.
+		if r := e.postEvent(append([]byte(" "), payload...), sig); r.status != http.StatusBadRequest {
+			t.Errorf("forged dispute: %d, want 400", r.status)
+		}
+		old, oldSig, err := e.stripe.DisputeEvent("evt_d0", o.PaymentIntent, "fraudulent", webhookSecret, e.clock.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := e.postEvent(old, oldSig); r.status != http.StatusBadRequest {
+			t.Errorf("stale dispute: %d, want 400", r.status)
+		}
+		if got := e.storedOrder(o.ID); !got.DisputedAt.IsZero() {
+			t.Fatal("a forged or stale dispute marked the order")
+		}
 		wantResult(t, e.postEvent(payload, sig), resultDisputed)
 		wantResult(t, e.postEvent(payload, sig), resultDuplicate)
 		got := e.storedOrder(o.ID)
