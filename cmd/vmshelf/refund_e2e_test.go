@@ -302,3 +302,63 @@ func TestE2ERefundNotProvisioned(t *testing.T) {
 		t.Errorf("no log line names the cause hostGone:\n%s", grepLines(logs, o.OrderID))
 	}
 }
+
+// TestE2ERefundImportFailed: CDI fails the import of the buyer's own
+// image after the order went active; the next pass of serve's provisioner
+// names importFailed, the order (which never ran) is refunded once the
+// deadline has passed, and the pass after halts its machine.
+func TestE2ERefundImportFailed(t *testing.T) {
+	needTool(t, "qemu-img")
+	const account = "acct_e2eRefundImport"
+	m := startKubeMarket(t, account, append([]string{"--refund-deadline", "1s"}, refundArgs...)...)
+	s, kube := m.s, m.kube
+	host := addHost(t, s, "host", account)
+	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
+	if code != http.StatusCreated {
+		t.Fatalf("listing: %d %s", code, body)
+	}
+	var l listingAnswer
+	decode(t, body, &l)
+	file, data := makeImage(t, t.TempDir(), "own.qcow2")
+	img := s.upload(t, s.ticket(t, "own"), file, data)
+	a := m.order(t, l.ListingID, img.UploadID, "own", 1, "")
+	m.pay(t, a.OrderID, "evt_e2e_import_a")
+	vm := "vm-" + a.OrderID + "-0"
+	m.waitMachine(t, s.token, a.OrderID, "active", []replicaStatus{{Name: vm, State: "starting"}})
+
+	// CDI gives up on the disk; the pass another payment kicks sees it.
+	kube.putDataVolume("", vm+"-disk", "Failed", "")
+	b := m.order(t, l.ListingID, "debian-13", "other", 1, "")
+	m.pay(t, b.OrderID, "evt_e2e_import_b")
+	deadline := time.Now().Add(30 * time.Second)
+	var st refundOrderStatus
+	for st = refundStatusOf(t, s, s.token, a.OrderID); st.State != "refunded" && time.Now().Before(deadline); st = refundStatusOf(t, s, s.token, a.OrderID) {
+		time.Sleep(50 * time.Millisecond) // a poll of status, bounded by deadline
+	}
+	if st.State != "refunded" || st.Refund == nil || st.Refund.Cause != "importFailed" {
+		t.Fatalf("order after 30 s: %+v; want refunded for importFailed", st)
+	}
+	if refunds := m.stripe.Refunds(); len(refunds) != 1 || refunds[0].OrderID != a.OrderID || refunds[0].Cause != "importFailed" {
+		t.Errorf("Stripe's refunds %+v, want one, of order %s for importFailed", refunds, a.OrderID)
+	}
+	if got := refundStatusOf(t, s, s.token, b.OrderID); got.State != "active" || got.Refund != nil {
+		t.Errorf("the other order: %+v, want active and no refund", got)
+	}
+
+	// The next pass (kicked by a third payment) halts the refunded
+	// order's machine: CDI retrying must not start it.
+	c := m.order(t, l.ListingID, "debian-13", "third", 1, "")
+	m.pay(t, c.OrderID, "evt_e2e_import_c")
+	poll(t, 400, 25*time.Millisecond, "the refunded order's VM halted", func() bool {
+		for _, o := range kube.objects("VirtualMachine") {
+			if kubeStr(kubeMeta(o), "name") == vm {
+				spec, _ := o["spec"].(map[string]any)
+				return spec["runStrategy"] == "Halted"
+			}
+		}
+		return false
+	}, func() string { return mustJSON(kube.objects("VirtualMachine")) })
+	if d := kube.deletes(); len(d) != 0 {
+		t.Errorf("the cluster was asked to delete %v; a refund deletes nothing", d)
+	}
+}
