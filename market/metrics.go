@@ -28,6 +28,9 @@ type metrics struct {
 	ordersPlaced     prometheus.Counter
 	webhookEvents    *prometheus.CounterVec
 	log              *slog.Logger
+
+	// onboardingLinks counts POST /market/stripe/onboarding by result.
+	onboardingLinks *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logger) (*metrics, error) {
@@ -60,10 +63,17 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 			Name: "vmshelf_webhook_events_total",
 			Help: "Stripe webhook events by type and what the webhook did with them.",
 		}, []string{"type", "result"}),
+		onboardingLinks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_onboarding_links_total",
+			Help: "Stripe onboarding links asked for by hosts (POST /market/stripe/onboarding), by result: ok, refused (notHosting, accountManagedElsewhere), unavailable (Stripe or the store failed).",
+		}, []string{"result"}),
 		log: log,
 	}
+	for _, r := range []string{onboardingOK, onboardingRefused, onboardingUnavailable} {
+		m.onboardingLinks.WithLabelValues(r) // every result shows from the start, at 0
+	}
 	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.webhookEvents,
-		newStatsCollector(st, blobs)} {
+		m.onboardingLinks, newStatsCollector(st, blobs)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)
 		}

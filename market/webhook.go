@@ -190,6 +190,8 @@ func (s *Server) handleEvent(ctx context.Context, ev billing.Event) (string, err
 			reason = "checkoutExpired"
 		}
 		return s.release(ctx, o, reason)
+	case billing.EventAccountUpdated:
+		return s.accountUpdated(ctx, ev)
 	}
 	return resultIgnored, nil
 }
