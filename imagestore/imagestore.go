@@ -51,14 +51,23 @@ const DefaultHeadroom = 1 << 30
 
 // Tenant is a box of the mesh, known to the edge by a bearer token.
 type Tenant struct {
-	ID            int64     `json:"-"`
-	Name          string    `json:"name"`
-	InMesh        bool      `json:"in_mesh"`
-	Sharing       bool      `json:"sharing"`
-	HostsVMs      bool      `json:"hosts_vms"`
-	Appliance     string    `json:"appliance"`
-	StripeAccount string    `json:"stripe_account"`
-	CreatedAt     time.Time `json:"created_at"`
+	ID            int64  `json:"-"`
+	Name          string `json:"name"`
+	InMesh        bool   `json:"in_mesh"`
+	Sharing       bool   `json:"sharing"`
+	HostsVMs      bool   `json:"hosts_vms"`
+	Appliance     string `json:"appliance"`
+	StripeAccount string `json:"stripe_account"`
+	// StripeOnboarded says the account was made by the host's own
+	// onboarding (SetOnboardedAccount), not set by the operator: its
+	// capability flags below are then what decides whether it can list.
+	StripeOnboarded bool `json:"stripe_onboarded"`
+	// StripeChargesEnabled and StripePayoutsEnabled are what Stripe's
+	// last account.updated said of an onboarded account
+	// (SetAccountCapabilities); false for an operator-set one.
+	StripeChargesEnabled bool      `json:"stripe_charges_enabled"`
+	StripePayoutsEnabled bool      `json:"stripe_payouts_enabled"`
+	CreatedAt            time.Time `json:"created_at"`
 }
 
 // TenantInUse is RemoveTenant's refusal: how many of each thing the
@@ -204,8 +213,22 @@ type Store interface {
 	// buyer); ErrNotFound.
 	TenantByID(ctx context.Context, id int64) (Tenant, error)
 	Tenants(ctx context.Context) ([]Tenant, error)
-	// UpdateTenant writes t's attributes, found by t.Name.
+	// UpdateTenant writes t's attributes, found by t.Name. The
+	// onboarding state is not among them: a StripeAccount other than the
+	// stored one (the operator's, made elsewhere) clears StripeOnboarded
+	// and the capability flags, which stay as they are otherwise.
 	UpdateTenant(ctx context.Context, t Tenant) error
+	// SetOnboardedAccount records account, made by the tenant's own Stripe
+	// onboarding, as its payout account (StripeOnboarded) and returns the
+	// tenant as it is now. A tenant that already has this account is
+	// returned unchanged; one with another account is refused with an
+	// error wrapping ErrExists, so that onboarding never replaces an
+	// account. ErrNotFound if there is no such tenant.
+	SetOnboardedAccount(ctx context.Context, tenantID int64, account string) (Tenant, error)
+	// SetAccountCapabilities records what Stripe says account can do
+	// (account.updated) on the tenants that have it and returns one of
+	// them, the onboarded one first; ErrNotFound if no tenant has it.
+	SetAccountCapabilities(ctx context.Context, account string, charges, payouts bool) (Tenant, error)
 	SetTenantToken(ctx context.Context, name string, token Hash) error
 	// RemoveTenant deletes the tenant called name, so its token stops
 	// working at once, unless it still holds something (at now): then a

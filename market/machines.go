@@ -219,7 +219,9 @@ func gateRefusal(o imagestore.Order, err error) error {
 }
 
 // checkHost is nil when t may host: in the mesh, sharing, hosting with an
-// appliance node, and with a Stripe account whose transfers capability is
+// appliance node, and with a Stripe account that can be paid. An account
+// made by onboarding can once account.updated said charges and payouts
+// are enabled; the operator's account when its transfers capability is
 // active — asked from Stripe, since only Stripe knows. Stripe's "no" (no
 // such account, not connected to this platform) is noPayoutAccount; no
 // answer is a 503, never a "no".
@@ -229,6 +231,12 @@ func (s *Server) checkHost(ctx context.Context, t imagestore.Tenant) error {
 	}
 	if t.StripeAccount == "" {
 		return errNoPayoutAccount
+	}
+	if t.StripeOnboarded { // what account.updated said (onboarding.go)
+		if !payoutAccount(t) {
+			return errPayoutsNotEnabled
+		}
+		return nil
 	}
 	ok, err := s.cfg.Payments.TransfersActive(ctx, t.StripeAccount)
 	switch {

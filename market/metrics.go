@@ -32,6 +32,9 @@ type metrics struct {
 	refunds          *prometheus.CounterVec
 	disputes         prometheus.Counter
 	log              *slog.Logger
+
+	// onboardingLinks counts POST /market/stripe/onboarding by result.
+	onboardingLinks *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logger) (*metrics, error) {
@@ -75,7 +78,14 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 			Name: "vmshelf_disputes_total",
 			Help: "Charges of orders disputed by the buyer's bank (charge.dispute.created).",
 		}),
+		onboardingLinks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_onboarding_links_total",
+			Help: "Stripe onboarding links asked for by hosts (POST /market/stripe/onboarding), by result: ok, refused (notHosting, accountManagedElsewhere), unavailable (Stripe or the store failed).",
+		}, []string{"result"}),
 		log: log,
+	}
+	for _, r := range []string{onboardingOK, onboardingRefused, onboardingUnavailable} {
+		m.onboardingLinks.WithLabelValues(r) // every result shows from the start, at 0
 	}
 	for _, cause := range imagestore.RefundCauses {
 		for _, outcome := range strings.Fields(refundOutcomes) {
@@ -83,7 +93,7 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 		}
 	}
 	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.webhookEvents,
-		m.refunds, m.disputes, newStatsCollector(st, blobs)} {
+		m.refunds, m.disputes, m.onboardingLinks, newStatsCollector(st, blobs)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)
 		}

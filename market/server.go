@@ -241,6 +241,7 @@ func (s *Server) routes(reg prometheus.Registerer, gather prometheus.Gatherer) (
 	rt.handle(http.MethodPost, "/market/vms/listings/close", s.machineRoute(false, s.closeListing))
 	rt.handle(http.MethodPost, "/market/vms/orders", s.machineRoute(true, s.createOrder))
 	rt.handle(http.MethodPost, "/market/stripe/webhook", s.webhook)
+	rt.handle(http.MethodPost, "/market/stripe/onboarding", s.machineRoute(true, s.onboarding))
 	page, err := web.New(s.cfg.PublicURL) // the Machines page: GET /machines and its files
 	if err != nil {
 		return nil, err

@@ -54,6 +54,11 @@ type account struct {
 	HostsVMs      bool   `json:"hosts_vms"`
 	Appliance     string `json:"appliance"`
 	PayoutAccount bool   `json:"payout_account"`
+	// The onboarded account's state (onboarding.go); false for an
+	// account the operator set.
+	StripeOnboarded      bool `json:"stripe_onboarded"`
+	StripeChargesEnabled bool `json:"stripe_charges_enabled"`
+	StripePayoutsEnabled bool `json:"stripe_payouts_enabled"`
 }
 
 // offerInfo is another host's open listing, as a buyer sees it.
@@ -186,7 +191,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 			Sharing:       t.Sharing,
 			HostsVMs:      t.HostsVMs,
 			Appliance:     t.Appliance,
-			PayoutAccount: t.StripeAccount != "",
+			PayoutAccount: payoutAccount(t),
+
+			StripeOnboarded:      t.StripeOnboarded,
+			StripeChargesEnabled: t.StripeChargesEnabled,
+			StripePayoutsEnabled: t.StripePayoutsEnabled,
 		},
 		Limits: limits{
 			ImagesPerTenant: s.cfg.ImagesPerTenant,
@@ -330,7 +339,7 @@ func (s *Server) orderOf(o imagestore.Order, host string, seen []imagestore.Repl
 // canHost reports whether t can still run machines it listed: in the
 // mesh, sharing, hosting with an appliance node, with a payout account.
 func canHost(t imagestore.Tenant) bool {
-	return t.Sharing && t.InMesh && t.HostsVMs && t.Appliance != "" && t.StripeAccount != ""
+	return t.Sharing && t.InMesh && t.HostsVMs && t.Appliance != "" && payoutAccount(t)
 }
 
 // probeTimeout bounds each readiness check, so a hung disk or store makes

@@ -83,7 +83,8 @@ func TestStatus(t *testing.T) {
 				}
 			}
 			wantAccount := map[string]any{"name": "alice", "in_mesh": true, "sharing": c.sharing,
-				"hosts_vms": true, "appliance": "", "payout_account": true}
+				"hosts_vms": true, "appliance": "", "payout_account": true,
+				"stripe_onboarded": false, "stripe_charges_enabled": false, "stripe_payouts_enabled": false}
 			if len(got.Account) != len(wantAccount) {
 				t.Errorf("account %v, want the fields of %v", got.Account, wantAccount)
 			}

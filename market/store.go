@@ -24,6 +24,8 @@ type Store interface {
 	TenantByToken(ctx context.Context, token imagestore.Hash) (imagestore.Tenant, error)
 	TenantByID(ctx context.Context, id int64) (imagestore.Tenant, error)
 	Tenants(ctx context.Context) ([]imagestore.Tenant, error)
+	SetOnboardedAccount(ctx context.Context, tenantID int64, account string) (imagestore.Tenant, error)
+	SetAccountCapabilities(ctx context.Context, account string, charges, payouts bool) (imagestore.Tenant, error)
 
 	// Tickets, and the uploads they admit.
 	CreateTicket(ctx context.Context, tk imagestore.Ticket, ticket imagestore.Hash, quota int) error

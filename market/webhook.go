@@ -199,6 +199,8 @@ func (s *Server) handleEvent(ctx context.Context, ev billing.Event) (string, err
 		return s.chargeRefunded(ctx, ev)
 	case billing.EventDisputeCreated:
 		return s.disputeCreated(ctx, ev)
+	case billing.EventAccountUpdated:
+		return s.accountUpdated(ctx, ev)
 	}
 	return resultIgnored, nil
 }

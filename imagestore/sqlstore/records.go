@@ -34,14 +34,15 @@ func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 type scanner interface{ Scan(dest ...any) error }
 
-const tenantCols = `id, name, in_mesh, sharing, hosts_vms, appliance, stripe_account, created_at`
+const tenantCols = `id, name, in_mesh, sharing, hosts_vms, appliance, stripe_account, stripe_onboarded, stripe_charges, stripe_payouts, created_at`
 
 func scanTenant(r scanner) (imagestore.Tenant, error) {
 	var (
 		t       imagestore.Tenant
 		created int64
 	)
-	if err := r.Scan(&t.ID, &t.Name, &t.InMesh, &t.Sharing, &t.HostsVMs, &t.Appliance, &t.StripeAccount, &created); err != nil {
+	if err := r.Scan(&t.ID, &t.Name, &t.InMesh, &t.Sharing, &t.HostsVMs, &t.Appliance, &t.StripeAccount,
+		&t.StripeOnboarded, &t.StripeChargesEnabled, &t.StripePayoutsEnabled, &created); err != nil {
 		return imagestore.Tenant{}, err
 	}
 	t.CreatedAt = fromNanos(created)
@@ -145,11 +146,19 @@ func (s *Store) Tenants(ctx context.Context) ([]imagestore.Tenant, error) {
 
 // UpdateTenant writes t's attributes to the tenant called t.Name; ID,
 // CreatedAt and the token are left alone. ErrNotFound if there is none.
+// An account other than the stored one is the operator's, made outside
+// onboarding: what onboarding and Stripe's events said of the old one
+// (onboarded, charges, payouts) is cleared with it, in the same
+// statement, so that no flag of one account ever stands for another.
 func (s *Store) UpdateTenant(ctx context.Context, t imagestore.Tenant) error {
 	return s.write(ctx, "update tenant", func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `
-UPDATE tenants SET in_mesh = ?, sharing = ?, hosts_vms = ?, appliance = ?, stripe_account = ?
-WHERE name = ?`,
+UPDATE tenants SET in_mesh = ?1, sharing = ?2, hosts_vms = ?3, appliance = ?4,
+	stripe_onboarded = CASE WHEN stripe_account = ?5 THEN stripe_onboarded ELSE 0 END,
+	stripe_charges = CASE WHEN stripe_account = ?5 THEN stripe_charges ELSE 0 END,
+	stripe_payouts = CASE WHEN stripe_account = ?5 THEN stripe_payouts ELSE 0 END,
+	stripe_account = ?5
+WHERE name = ?6`,
 			t.InMesh, t.Sharing, t.HostsVMs, t.Appliance, t.StripeAccount, t.Name)
 		if err != nil {
 			return err

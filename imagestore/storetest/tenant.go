@@ -8,13 +8,17 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
-// tenantTests are the suite's tests of removing a tenant.
+// tenantTests are the suite's tests of removing a tenant and of its
+// Stripe account (onboarding.go).
 var tenantTests = []struct {
 	name string
 	fn   func(t *testing.T, s imagestore.Store)
 }{
 	{"RemoveTenant", testRemoveTenant},
 	{"RemoveTenantRefused", testRemoveTenantRefused},
+	{"OnboardedAccount", testOnboardedAccount},
+	{"AccountCapabilities", testAccountCapabilities},
+	{"OperatorAccountClearsOnboarding", testOperatorAccountClearsOnboarding},
 }
 
 // testRemoveTenant: a tenant that holds nothing is removed with what it

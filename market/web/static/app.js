@@ -44,6 +44,9 @@
     clusterUnreachable: 'The edge cannot reach its cluster right now; paid machines start once it can.',
     notHosting: 'Only a box in the mesh that shares its disk and hosts machines (with an appliance node) can list machines, and the host of that offer no longer does.',
     noPayoutAccount: 'This box has no Stripe account that can receive payouts, so it cannot list machines.',
+    payoutsNotEnabled: 'This box\'s Stripe account cannot receive payouts yet: finish setting up payouts with Stripe on the Machines page ("Set up payouts with Stripe" under "Your listings").',
+    accountManagedElsewhere: 'This box\'s Stripe account was set by the edge\'s operator, not made here: its payouts are set up with Stripe directly, or by the operator.',
+    badOnboardingURL: 'The edge answered a Stripe onboarding address that is not an https address, so the page does not open it. Tell the edge\'s operator.',
     listingUnknown: 'That offer no longer exists.',
     noCapacity: 'That offer does not have that many replicas free any more.',
     ownListing: 'A box cannot order machines from its own listing.',
@@ -114,9 +117,23 @@
     active: 'running',
     expired: 'expired',
     cancelled: 'cancelled',
-    refunding: 'being refunded',
-    refundFailed: 'refund failed, retrying',
-    refunded: 'refunded'
+    refunding: 'Refund under way',
+    refundFailed: 'Refund failed; retrying',
+    refunded: 'Refunded'
+  }
+  // Why an order was refunded (its refund.cause), and why a paid order's
+  // machines cannot be made (its blocked): the end of a sentence each.
+  const REFUND_CAUSES = {
+    paidAfterCancel: 'paid after the order was cancelled',
+    notProvisioned: 'the machines could not be set up',
+    importFailed: 'the image could not be imported'
+  }
+  const BLOCKED = {
+    imageGone: 'its image was removed',
+    hostGone: 'the host no longer hosts machines',
+    clusterRefused: 'the cluster refused the machines',
+    importFailed: 'the image could not be imported',
+    imageNotOffered: 'its system is no longer offered here'
   }
   const REPLICA_STATES = {
     running: 'running',
@@ -266,7 +283,10 @@
     refreshing: null, // the running refresh's promise
     again: false, // another refresh was asked for while one ran
     pollTimer: 0,
-    rendered: false
+    rendered: false,
+    // 'return' once the host came back from Stripe's onboarding (until
+    // Stripe confirms the account, the page asks for status every 15 s)
+    onboarding: ''
   }
 
   function setMessage (text, kind) {
@@ -336,6 +356,7 @@
   // busy: something is on its way that only the edge moves on (a
   // payment, a replica starting or importing), worth polling for.
   function busy (st) {
+    if (state.onboarding === 'return' && st.account && !st.account.payout_account) return true
     return (st.orders || []).some((o) => o.state === 'awaitingPayment' || o.state === 'paid' ||
       (o.replicas || []).some((r) => r.state === 'starting' || r.state === 'importing'))
   }
@@ -528,11 +549,12 @@
     if (!acc.in_mesh) why = 'This box cannot list machines: it is not in the mesh.'
     else if (!acc.sharing) why = 'This box cannot list machines: it does not share its disk.'
     else if (!acc.appliance) why = 'This box cannot list machines: it has no appliance node to run them on.'
-    else if (!acc.payout_account) why = 'This box cannot list machines: it has no Stripe account that can receive payouts.'
+    else if (!acc.payout_account) why = 'This box cannot list machines until its Stripe account can receive payouts.'
     const unable = $('#listing-unable')
     unable.textContent = why
     show(unable, !!why)
     show($('#listing-form'), !why)
+    renderPayouts(acc, !!why && acc.in_mesh && acc.sharing && !!acc.appliance)
     const cur = currencyOf(st)
     $('#listing-price-label').textContent = `Price per replica-month (${cur.toUpperCase()})`
     $('#listing-list').replaceChildren(...(st.listings || []).map((l) => el('li', { 'data-listing-id': l.listing_id, 'data-open': l.open },
@@ -542,6 +564,84 @@
       el('p', { class: 'meta', text: `${l.capacity} replicas: ${l.free} free, ${l.reserved} reserved, ${l.running} running · listed ${when(l.created_at)}` }),
       l.open ? el('div', { class: 'actions' }, el('button', { type: 'button', class: 'listing-close', 'data-listing-id': l.listing_id,
         'aria-label': `Close the listing at ${money(l.unit_price, l.currency)}`, text: 'Close' })) : null)))
+  }
+
+  // payoutState is the box's payout account in words: none yet, made by
+  // onboarding but not finished (Stripe has not enabled charges and
+  // payouts), ready, or one the edge's operator set.
+  function payoutState (acc) {
+    if (acc.stripe_onboarded) {
+      if (acc.stripe_charges_enabled && acc.stripe_payouts_enabled) return ['enabled', 'Payouts: charges and payouts enabled with Stripe.']
+      const missing = [acc.stripe_charges_enabled ? '' : 'charges', acc.stripe_payouts_enabled ? '' : 'payouts'].filter(Boolean).join(' and ')
+      return ['pending', `Payouts: onboarding with Stripe not finished (${missing} not enabled yet).`]
+    }
+    if (acc.payout_account) return ['operator', 'Payouts: through the Stripe account the edge\'s operator set for this box.']
+    return ['none', 'Payouts: no Stripe account yet.']
+  }
+
+  // renderPayouts shows the payout account's state to a host, and the
+  // button to Stripe's onboarding when the host could list but for it.
+  function renderPayouts (acc, blocked) {
+    const [st, text] = payoutState(acc)
+    const ps = $('#payout-state')
+    ps.textContent = text
+    ps.dataset.state = st
+    show($('#payouts'), true)
+    const start = $('#onboarding-start')
+    show(start, blocked && st !== 'operator')
+    start.textContent = st === 'pending' ? 'Continue setting up payouts with Stripe' : 'Set up payouts with Stripe'
+    const res = $('#onboarding-result')
+    if (state.onboarding === 'return') {
+      res.textContent = 'Back from Stripe: ' + (st === 'enabled'
+        ? 'charges and payouts are enabled; this box can list machines.'
+        : 'Stripe has not confirmed that this box can receive payouts yet (it may still be checking the details, or the onboarding is not finished). This page asks again every 15 seconds.')
+      res.dataset.state = st === 'enabled' ? 'done' : 'pending'
+      show(res, true)
+      if (st === 'enabled') state.onboarding = 'done'
+    }
+  }
+
+  // startOnboarding asks the edge for a link to Stripe's onboarding of
+  // this box's account (made now if it has none) and goes there in this
+  // tab: Stripe sends the host back to this page. The address is checked
+  // as a checkout's is.
+  async function startOnboarding () {
+    const btn = $('#onboarding-start')
+    const res = $('#onboarding-result')
+    btn.disabled = true
+    res.textContent = 'Asking the edge for a link to Stripe…'
+    res.dataset.state = 'pending'
+    delete res.dataset.reason
+    show(res, true)
+    const ans = await api('/market/stripe/onboarding', {})
+    const url = ans.ok ? checkoutURL(ans.data && ans.data.url) : null
+    if (!url) {
+      btn.disabled = false
+      const reason = ans.ok ? 'badOnboardingURL' : ans.reason
+      res.textContent = 'No link to Stripe: ' + (ans.ok ? words(reason) : refusal(ans))
+      res.dataset.state = 'refused'
+      res.dataset.reason = reason
+      await refresh()
+      return
+    }
+    res.textContent = 'Opening Stripe…'
+    res.dataset.state = 'leaving'
+    location.assign(url)
+  }
+
+  // orderNotes are an order's refund, dispute and blocked states in words.
+  function orderNotes (o) {
+    const notes = []
+    if (o.disputed_at) notes.push(el('p', { class: 'order-disputed', text: 'Payment disputed by the buyer\'s bank' }))
+    if (o.refund && o.refund.cause) {
+      notes.push(el('p', { class: 'order-refund', 'data-cause': o.refund.cause,
+        text: `Refund: ${REFUND_CAUSES[o.refund.cause] || o.refund.cause}.` }))
+    }
+    if (o.blocked) {
+      notes.push(el('p', { class: 'order-blocked notice', 'data-blocked': o.blocked,
+        text: `The machines cannot be made: ${BLOCKED[o.blocked] || o.blocked}.` }))
+    }
+    return notes
   }
 
   // imageLabel names an order's image as the user knows it.
@@ -599,6 +699,7 @@
         el('p', { class: 'meta' }, 'Address: ', el('span', { class: 'order-address', text: o.address || 'none (this edge gives machines no address)' })),
         el('p', { class: 'meta' }, 'Paid until: ', el('span', { class: 'order-expires', text: o.expires_at ? when(o.expires_at) : 'not paid yet' })),
         payLink(o),
+        ...orderNotes(o),
         el('p', { class: 'order-note', text: note, hidden: !note }),
         replicas.length ? el('ul', { class: 'replicas', 'aria-label': `Replicas of ${o.name}` }, ...replicas.map((r) =>
           el('li', { class: 'replica', 'data-replica': r.name, 'data-state': r.state },
@@ -1386,6 +1487,7 @@
       if (b) closeListing(b)
     })
     $('#listing-form').addEventListener('submit', createListing)
+    $('#onboarding-start').addEventListener('click', () => startOnboarding())
     $('#order-form').addEventListener('submit', placeOrder)
     $('#order-listing').addEventListener('change', () => {
       const sel = $('#order-listing').selectedOptions[0]
@@ -1401,11 +1503,23 @@
         : `The checkout of order ${id} was cancelled; it is released when its checkout expires.`, 'info')
       history.replaceState(null, '', location.pathname)
     }
+    // Back from Stripe's onboarding ("return": finished or not, only
+    // Stripe's account.updated says), or its link had expired or was used
+    // ("refresh": Stripe wants a new one, so the page asks for it).
+    const onboarding = q.get('onboarding')
+    if (onboarding === 'return' || onboarding === 'refresh') {
+      state.onboarding = onboarding
+      history.replaceState(null, '', location.pathname)
+    }
 
     if (token.get()) {
       showTokenForm(false)
       show($('#app'), false)
-      refresh()
+      refresh().then(() => {
+        if (state.onboarding !== 'refresh' || !state.rendered) return
+        state.onboarding = ''
+        startOnboarding()
+      })
     } else {
       showTokenForm(true)
     }
