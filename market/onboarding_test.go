@@ -235,8 +235,8 @@ func TestOnboardedListing(t *testing.T) {
 	if !strings.Contains(e.logs.String(), "account.updated for an account no tenant has") {
 		t.Errorf("the unknown account is not logged:\n%s", e.logs)
 	}
-	wantLines(t, e.scrape(), `vmshelf_webhook_events_total{result="accountUpdated",type="other"} 3`,
-		`vmshelf_webhook_events_total{result="unknownAccount",type="other"} 1`)
+	wantLines(t, e.scrape(), `vmshelf_webhook_events_total{result="accountUpdated",type="account.updated"} 3`,
+		`vmshelf_webhook_events_total{result="unknownAccount",type="account.updated"} 1`)
 }
 
 // TestAccountEventStripeDown: an account.updated Stripe cannot be asked
