@@ -362,3 +362,99 @@ func TestE2ERefundImportFailed(t *testing.T) {
 		t.Errorf("the cluster was asked to delete %v; a refund deletes nothing", d)
 	}
 }
+
+// TestPageRefunds: the buyer's Machines page, in Chromium, shows a late
+// payment refunded, a refund Stripe failed and a disputed charge in words,
+// each made through the binary.
+func TestPageRefunds(t *testing.T) {
+	t.Parallel()
+	browserDir(t)
+	key, whsec := stripeTestSecrets()
+	const account = "acct_e2eRefundPage"
+	fake, err := stripetest.New(key, map[string]string{account: "active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	env := append(append([]string{}, noStripeEnv...), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+secretFile(t, whsec))
+	s := startServe(t, t.TempDir()+"/data", append([]string{"--vms-enable", "--stripe-api-base", fake.URL}, refundArgs...), env...)
+	s.secret(key)
+	s.secret(whsec)
+	host := addHost(t, s, "host", account)
+
+	late := func(eventID string) string {
+		id, cs := cancelledThenPaid(t, s, fake, whsec, host)
+		payload, sig, err := fake.Event(eventID, "checkout.session.completed", cs, whsec, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, body := postWebhook(t, s, payload, sig)
+		wantWebhookResult(t, "late payment", code, body, "paidCancelled")
+		return id
+	}
+	refunded := late("evt_page_late_1")
+	fake.RefundAs(billing.RefundFailed, "insufficient_funds")
+	failed := late("evt_page_late_2")
+
+	// A paid order whose charge the buyer's bank disputes.
+	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":700,"capacity":2}`)
+	if code != http.StatusCreated {
+		t.Fatalf("listing: %d %s", code, body)
+	}
+	var l listingAnswer
+	decode(t, body, &l)
+	code, body = s.ctl(t, "/market/vms/orders", s.token, `{"listing_id":"`+l.ListingID+`","quantity":1,"image":"debian-13","name":"disputed"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("order: %d %s", code, body)
+	}
+	var o orderAnswer
+	decode(t, body, &o)
+	sessions := fake.Sessions()
+	cs := sessions[len(sessions)-1]
+	if err := fake.Pay(cs.ID); err != nil {
+		t.Fatal(err)
+	}
+	payload, sig, err := fake.Event("evt_page_paid", "checkout.session.completed", cs.ID, whsec, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body = postWebhook(t, s, payload, sig)
+	wantWebhookResult(t, "payment", code, body, "paid")
+	paid, _ := fake.Session(cs.ID)
+	payload, sig, err = fake.DisputeEvent("evt_page_dispute", paid.PaymentIntent, "fraudulent", whsec, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body = postWebhook(t, s, payload, sig)
+	wantWebhookResult(t, "dispute", code, body, "disputed")
+
+	pr := startPage(t, "refunds", 60*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token,
+		"PAGE_ORDERS": strings.Join([]string{refunded, failed, o.OrderID}, ","),
+	}, nil)
+	pr.extra = s.logs
+	type shown struct {
+		State     string `json:"state"`
+		StateText string `json:"stateText"`
+		Refund    string `json:"refund"`
+		Cause     string `json:"cause"`
+		Disputed  string `json:"disputed"`
+	}
+	var rep struct {
+		commonReport
+		Orders map[string]shown `json:"orders"`
+	}
+	pr.wait(&rep)
+	for _, c := range []struct {
+		id   string
+		want shown
+	}{
+		{refunded, shown{State: "refunded", StateText: "Refunded", Refund: "Refund: paid after the order was cancelled.", Cause: "paidAfterCancel"}},
+		{failed, shown{State: "refundFailed", StateText: "Refund failed; retrying", Refund: "Refund: paid after the order was cancelled.", Cause: "paidAfterCancel"}},
+		{o.OrderID, shown{State: "paid", StateText: "paid, starting", Disputed: "Payment disputed by the buyer's bank"}},
+	} {
+		if got := rep.Orders[c.id]; got != c.want {
+			t.Errorf("order %s on the page: %+v, want %+v", c.id, got, c.want)
+		}
+	}
+}
