@@ -436,6 +436,18 @@ func refusedForGood(err error) error {
 // back, stores them as stopped and revokes its fetch tokens, as expire
 // does. Its disks stay.
 func (p *Provisioner) haltRefunded(ctx context.Context, o imagestore.Order, now time.Time) error {
+	if err := p.haltAll(ctx, o, now); err != nil {
+		return err
+	}
+	p.log.Info("order refunded: replicas halted, disks kept", "order_id", o.ID, "namespace", namespaceName(o.BuyerID), "replicas", o.Quantity)
+	return nil
+}
+
+// haltAll halts every replica of o (runStrategy Halted; a VM that is not
+// there has nothing to halt), stores them as stopped and revokes the
+// order's fetch tokens. The disks stay: they hold the buyer's data, and
+// removing them is the operator's decision.
+func (p *Provisioner) haltAll(ctx context.Context, o imagestore.Order, now time.Time) error {
 	ns := namespaceName(o.BuyerID)
 	states := make([]imagestore.ReplicaState, 0, o.Quantity)
 	for i := range o.Quantity {
@@ -452,7 +464,6 @@ func (p *Provisioner) haltRefunded(ctx context.Context, o imagestore.Order, now 
 	if _, err := p.st.RevokeOrderTokens(ctx, o.ID, now); err != nil {
 		return failed(stepExpire, "revoking the order's fetch tokens", err)
 	}
-	p.log.Info("order refunded: replicas halted, disks kept", "order_id", o.ID, "namespace", ns, "replicas", o.Quantity)
 	return nil
 }
 
@@ -720,29 +731,14 @@ func importFailed(states []imagestore.ReplicaState) bool {
 	return false
 }
 
-// expire ends o's month: every replica is halted (runStrategy Halted; a
-// VM that is not there has nothing to halt), its state stored as
-// stopped, its fetch tokens revoked, and the order expired, which gives
-// its capacity back. The disks stay: they hold the buyer's data, and
-// removing them is the operator's decision. The tokens are revoked before
+// expire ends o's month: every replica is halted (haltAll), and the order
+// expired, which gives its capacity back. The tokens are revoked before
 // the order is expired so that a failure between the two is retried: an
 // expired order is not visited again.
 func (p *Provisioner) expire(ctx context.Context, o imagestore.Order, now time.Time) error {
 	ns := namespaceName(o.BuyerID)
-	states := make([]imagestore.ReplicaState, 0, o.Quantity)
-	for i := range o.Quantity {
-		name := vmName(o.ID, i)
-		if err := p.halt(ctx, ns, name); err != nil {
-			return failed(stepHalt, "halting the VirtualMachine "+name, err)
-		}
-		states = append(states, imagestore.ReplicaState{Index: i, Name: name, State: imagestore.ReplicaStopped,
-			Detail: string(kubevirtv1.RunStrategyHalted), ObservedAt: now})
-	}
-	if err := p.st.SetReplicaStates(ctx, o.ID, states); err != nil {
-		return failed(stepStore, "storing the replicas' states", err)
-	}
-	if _, err := p.st.RevokeOrderTokens(ctx, o.ID, now); err != nil {
-		return failed(stepExpire, "revoking the order's fetch tokens", err)
+	if err := p.haltAll(ctx, o, now); err != nil {
+		return err
 	}
 	if err := p.st.ExpireOrder(ctx, o.ID, now); err != nil {
 		return failed(stepExpire, "expiring the order", err)
