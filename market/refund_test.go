@@ -31,6 +31,19 @@ func (m *marketFixture) paidOrder() imagestore.Order {
 	return o
 }
 
+// refundedByDeadline pays an order, has its host gone, lets its deadline
+// pass and runs a refund round: its refund's first attempt is made.
+func (m *marketFixture) refundedByDeadline() imagestore.Order {
+	m.e.t.Helper()
+	o := m.paidOrder()
+	if err := m.e.st.SetOrderBlocked(m.e.t.Context(), o.ID, imagestore.BlockedHostGone, m.e.clock.Now()); err != nil {
+		m.e.t.Fatal(err)
+	}
+	m.e.clock.Advance(DefaultRefundDeadline)
+	m.e.srv.refundOnce(m.e.t.Context())
+	return o
+}
+
 // refundRequests is every POST /v1/refunds the fake received.
 func (e *env) refundRequests() []stripetest.Request { return e.stripe.Received("/v1/refunds") }
 
@@ -299,13 +312,8 @@ func TestRefundWebhookEvents(t *testing.T) {
 	t.Run("pending, then succeeded", func(t *testing.T) {
 		m := newMarket(t)
 		e := m.e
-		o := m.paidOrder()
 		e.stripe.RefundAs(billing.RefundPending, "")
-		if err := e.st.SetOrderBlocked(t.Context(), o.ID, imagestore.BlockedHostGone, e.clock.Now()); err != nil {
-			t.Fatal(err)
-		}
-		e.clock.Advance(DefaultRefundDeadline)
-		e.srv.refundOnce(t.Context())
+		o := m.refundedByDeadline()
 		got := e.storedOrder(o.ID)
 		if got.State != imagestore.OrderRefunding || got.RefundID == "" {
 			t.Fatalf("pending refund: %s, refund %q", got.State, got.RefundID)
@@ -324,13 +332,8 @@ func TestRefundWebhookEvents(t *testing.T) {
 	t.Run("failed at Stripe", func(t *testing.T) {
 		m := newMarket(t)
 		e := m.e
-		o := m.paidOrder()
 		e.stripe.RefundAs(billing.RefundPending, "")
-		if err := e.st.SetOrderBlocked(t.Context(), o.ID, imagestore.BlockedHostGone, e.clock.Now()); err != nil {
-			t.Fatal(err)
-		}
-		e.clock.Advance(DefaultRefundDeadline)
-		e.srv.refundOnce(t.Context())
+		o := m.refundedByDeadline()
 		rid := e.storedOrder(o.ID).RefundID
 		if err := e.stripe.SettleRefund(rid, billing.RefundFailed, "expired_or_canceled_card"); err != nil {
 			t.Fatal(err)
@@ -385,13 +388,8 @@ func TestRefundWebhookEvents(t *testing.T) {
 	t.Run("charge refunded", func(t *testing.T) {
 		m := newMarket(t)
 		e := m.e
-		o := m.paidOrder()
 		e.stripe.LoseRefunds(1, http.StatusServiceUnavailable)
-		if err := e.st.SetOrderBlocked(t.Context(), o.ID, imagestore.BlockedHostGone, e.clock.Now()); err != nil {
-			t.Fatal(err)
-		}
-		e.clock.Advance(DefaultRefundDeadline)
-		e.srv.refundOnce(t.Context())
+		o := m.refundedByDeadline()
 		if got := e.storedOrder(o.ID); got.State != imagestore.OrderRefundFailed {
 			t.Fatalf("after a lost answer: %s, want refundFailed", got.State)
 		}

@@ -55,30 +55,62 @@ func refundStatusOf(t *testing.T, s *server, token, orderID string) refundOrderS
 	return refundOrderStatus{}
 }
 
-// cancelledThenPaid places an order on s, lets its checkout expire (the
-// signed checkout.session.expired event), then has the buyer pay the
-// session at the fake Stripe, and returns the order id and the session.
-func cancelledThenPaid(t *testing.T, s *server, fake *stripetest.Server, whsec, host string) (string, string) {
+// listing has host list replicas on s (body: unit_price and capacity).
+func (s *server) listing(t *testing.T, host, body string) listingAnswer {
 	t.Helper()
-	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
+	code, answer := s.ctl(t, "/market/vms/listings", host, body)
 	if code != http.StatusCreated {
-		t.Fatalf("listing: %d %s", code, body)
+		t.Fatalf("listing: %d %s", code, answer)
 	}
 	var l listingAnswer
-	decode(t, body, &l)
-	code, body = s.ctl(t, "/market/vms/orders", s.token, `{"listing_id":"`+l.ListingID+`","quantity":2,"image":"debian-13","name":"web"}`)
+	decode(t, answer, &l)
+	return l
+}
+
+// ordered has the dev tenant order quantity replicas of debian-13 named
+// name from listing l on s.
+func (s *server) ordered(t *testing.T, l listingAnswer, name string, quantity int) orderAnswer {
+	t.Helper()
+	code, body := s.ctl(t, "/market/vms/orders", s.token,
+		`{"listing_id":"`+l.ListingID+`","quantity":`+strconv.Itoa(quantity)+`,"image":"debian-13","name":"`+name+`"}`)
 	if code != http.StatusCreated {
 		t.Fatalf("order: %d %s", code, body)
 	}
 	var o orderAnswer
 	decode(t, body, &o)
+	return o
+}
+
+// tenantAddHost adds a tenant that can host machines with the real CLI
+// in env (a shared store's URL) and returns its token, noted as a secret
+// of every replica.
+func tenantAddHost(t *testing.T, env []string, dataDir, name, account string, replicas ...*server) string {
+	t.Helper()
+	res := runCmd(t, env, binPath, "tenant", "add", name, "--in-mesh", "--sharing", "--hosts-vms", "--appliance", "node1",
+		"--stripe-account", account, "--data-dir", dataDir)
+	if res.code != 0 {
+		t.Fatalf("tenant add %s: exit %d: %s", name, res.code, res.stderr)
+	}
+	token := strings.TrimSpace(res.stdout)
+	for _, s := range replicas {
+		s.secret(token)
+	}
+	return token
+}
+
+// cancelledThenPaid places an order on s, lets its checkout expire (the
+// signed checkout.session.expired event), then has the buyer pay the
+// session at the fake Stripe, and returns the order id and the session.
+func cancelledThenPaid(t *testing.T, s *server, fake *stripetest.Server, whsec, host string) (string, string) {
+	t.Helper()
+	o := s.ordered(t, s.listing(t, host, `{"unit_price":600,"capacity":5}`), "web", 2)
 	sessions := fake.Sessions()
 	cs := sessions[len(sessions)-1].ID
 	payload, sig, err := fake.Event("evt_expired_"+o.OrderID, "checkout.session.expired", cs, whsec, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, body = postWebhook(t, s, payload, sig)
+	code, body := postWebhook(t, s, payload, sig)
 	wantWebhookResult(t, "checkout expired", code, body, "cancelled")
 	if err := fake.Pay(cs); err != nil { // the buyer paid in the moment before
 		t.Fatal(err)
@@ -213,14 +245,7 @@ func TestE2ERefundTwoReplicas(t *testing.T) {
 		s.secret(key)
 		s.secret(whsec)
 	}
-	res := runCmd(t, r.env, binPath, "tenant", "add", "host", "--in-mesh", "--sharing", "--hosts-vms", "--appliance", "node1",
-		"--stripe-account", account, "--data-dir", a.dataDir)
-	if res.code != 0 {
-		t.Fatalf("tenant add host: exit %d: %s", res.code, res.stderr)
-	}
-	host := strings.TrimSpace(res.stdout)
-	a.secret(host)
-	b.secret(host)
+	host := tenantAddHost(t, r.env, a.dataDir, "host", account, a, b)
 	var orders []string
 	for i := range 3 {
 		id, cs := cancelledThenPaid(t, a, fake, whsec, host)
@@ -267,13 +292,7 @@ func TestE2ERefundNotProvisioned(t *testing.T) {
 	const account = "acct_e2eRefundGone"
 	m := startKubeMarket(t, account, append([]string{"--refund-deadline", "1s"}, refundArgs...)...)
 	s := m.s
-	host := addHost(t, s, "host", account)
-	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
-	if code != http.StatusCreated {
-		t.Fatalf("listing: %d %s", code, body)
-	}
-	var l listingAnswer
-	decode(t, body, &l)
+	l := s.listing(t, addHost(t, s, "host", account), `{"unit_price":600,"capacity":5}`)
 	o := m.order(t, l.ListingID, "debian-13", "web", 2, "")
 	if r := vmshelf(t, "tenant", "set", "host", "--hosts-vms=false", "--data-dir", s.dataDir); r.code != 0 {
 		t.Fatalf("tenant set host --hosts-vms=false: exit %d: %s", r.code, r.stderr)
@@ -312,13 +331,7 @@ func TestE2ERefundImportFailed(t *testing.T) {
 	const account = "acct_e2eRefundImport"
 	m := startKubeMarket(t, account, append([]string{"--refund-deadline", "1s"}, refundArgs...)...)
 	s, kube := m.s, m.kube
-	host := addHost(t, s, "host", account)
-	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
-	if code != http.StatusCreated {
-		t.Fatalf("listing: %d %s", code, body)
-	}
-	var l listingAnswer
-	decode(t, body, &l)
+	l := s.listing(t, addHost(t, s, "host", account), `{"unit_price":600,"capacity":5}`)
 	file, data := makeImage(t, t.TempDir(), "own.qcow2")
 	img := s.upload(t, s.ticket(t, "own"), file, data)
 	a := m.order(t, l.ListingID, img.UploadID, "own", 1, "")
@@ -397,18 +410,7 @@ func TestPageRefunds(t *testing.T) {
 	failed := late("evt_page_late_2")
 
 	// A paid order whose charge the buyer's bank disputes.
-	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":700,"capacity":2}`)
-	if code != http.StatusCreated {
-		t.Fatalf("listing: %d %s", code, body)
-	}
-	var l listingAnswer
-	decode(t, body, &l)
-	code, body = s.ctl(t, "/market/vms/orders", s.token, `{"listing_id":"`+l.ListingID+`","quantity":1,"image":"debian-13","name":"disputed"}`)
-	if code != http.StatusCreated {
-		t.Fatalf("order: %d %s", code, body)
-	}
-	var o orderAnswer
-	decode(t, body, &o)
+	o := s.ordered(t, s.listing(t, host, `{"unit_price":700,"capacity":2}`), "disputed", 1)
 	sessions := fake.Sessions()
 	cs := sessions[len(sessions)-1]
 	if err := fake.Pay(cs.ID); err != nil {
@@ -418,7 +420,7 @@ func TestPageRefunds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, body = postWebhook(t, s, payload, sig)
+	code, body := postWebhook(t, s, payload, sig)
 	wantWebhookResult(t, "payment", code, body, "paid")
 	paid, _ := fake.Session(cs.ID)
 	payload, sig, err = fake.DisputeEvent("evt_page_dispute", paid.PaymentIntent, "fraudulent", whsec, time.Now())

@@ -510,14 +510,7 @@ func TestE2ECapacityAcrossReplicas(t *testing.T) {
 		s.secret(key)
 		s.secret(whsec)
 	}
-	res := runCmd(t, r.env, binPath, "tenant", "add", "host", "--in-mesh", "--sharing", "--hosts-vms", "--appliance", "node1",
-		"--stripe-account", account, "--data-dir", a.dataDir)
-	if res.code != 0 {
-		t.Fatalf("tenant add host: exit %d: %s", res.code, res.stderr)
-	}
-	host := strings.TrimSpace(res.stdout)
-	a.secret(host)
-	b.secret(host)
+	host := tenantAddHost(t, r.env, a.dataDir, "host", account, a, b)
 	code, body := a.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":`+strconv.Itoa(capacity)+`}`)
 	if code != http.StatusCreated {
 		t.Fatalf("listing: %d %s", code, body)
