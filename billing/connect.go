@@ -28,19 +28,23 @@ var countryPattern = regexp.MustCompile(`^[A-Z]{2}$`)
 
 // accountKey is the idempotency key of a tenant's Express account: one per
 // tenant, so that a retry (a lost answer, a double click) gets the same
-// account and never makes a second. Stripe keeps keys for 24 hours: the
+// account and never makes a second. The tenant's creation time is part of
+// it: SQLite may give a removed tenant's id to the next one, which must
+// not be handed the removed one's account within Stripe's 24 hours. The
 // caller must keep the account id once it has it and never ask again.
-func accountKey(tenantID int64) string { return "vmshelf-account-" + strconv.FormatInt(tenantID, 10) }
+func accountKey(tenantID int64, since time.Time) string {
+	return "vmshelf-account-" + strconv.FormatInt(tenantID, 10) + "-" + strconv.FormatInt(since.UnixNano(), 10)
+}
 
 // CreateExpressAccount implements Payments: it creates the Connect Express
-// account of tenant tenantID (metadata[tenant_id]) asking for the card
+// account of tenant tenantID, created at since (metadata[tenant_id]) asking for the card
 // payments and transfers capabilities that destination charges need, and
 // returns its id. country is the host's ISO code ("DE"); empty lets the
 // host choose it in onboarding. A retry must pass the same country: Stripe
 // refuses a changed request under one idempotency key (ErrRefused).
-func (s *Stripe) CreateExpressAccount(ctx context.Context, tenantID int64, country string) (string, error) {
-	if tenantID <= 0 {
-		return "", fmt.Errorf("billing: express account: tenant id %d: %w", tenantID, ErrBadID)
+func (s *Stripe) CreateExpressAccount(ctx context.Context, tenantID int64, since time.Time, country string) (string, error) {
+	if tenantID <= 0 || since.IsZero() {
+		return "", fmt.Errorf("billing: express account: tenant id %d created %v: %w", tenantID, since, ErrBadID)
 	}
 	if country != "" && !countryPattern.MatchString(country) {
 		return "", fmt.Errorf("billing: express account of tenant %d: country %q is not two upper-case letters: %w", tenantID, country, ErrBadID)
@@ -60,7 +64,7 @@ func (s *Stripe) CreateExpressAccount(ctx context.Context, tenantID int64, count
 	if country != "" {
 		p.Country = stripe.String(country)
 	}
-	p.SetIdempotencyKey(accountKey(tenantID))
+	p.SetIdempotencyKey(accountKey(tenantID, since))
 	var a *stripe.Account
 	err := s.call(ctx, callCreateAccount, func(ctx context.Context) (err error) {
 		a, err = s.client.V1Accounts.Create(ctx, p)

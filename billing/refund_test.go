@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,9 @@ func TestRefundBadInputNotAsked(t *testing.T) {
 	}
 }
 
+// tenantSince is the creation time of the tests' tenant 7.
+var tenantSince = time.Date(2026, 11, 1, 9, 30, 0, 0, time.UTC)
+
 func TestCreateExpressAccount(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -213,11 +217,11 @@ func TestCreateExpressAccount(t *testing.T) {
 			f := newFakeStripe(t)
 			f.on("POST", accountsPath, http.StatusOK, accountCreated)
 			s, _ := f.client(t)
-			got, err := s.CreateExpressAccount(context.Background(), 7, tc.country)
+			got, err := s.CreateExpressAccount(context.Background(), 7, tenantSince, tc.country)
 			if err != nil || got != newHost {
 				t.Fatalf("CreateExpressAccount = %q, %v; want %s", got, err, newHost)
 			}
-			checkWire(t, f, "POST", accountsPath, tc.want, "vmshelf-account-7")
+			checkWire(t, f, "POST", accountsPath, tc.want, "vmshelf-account-7-"+strconv.FormatInt(tenantSince.UnixNano(), 10))
 		})
 	}
 }
@@ -280,7 +284,7 @@ func TestConnectBadInputNotAsked(t *testing.T) {
 		{"lower-case country", 7, "de"},
 		{"three-letter country", 7, "DEU"},
 	} {
-		if _, err := s.CreateExpressAccount(ctx, tc.tenant, tc.country); !errors.Is(err, ErrBadID) {
+		if _, err := s.CreateExpressAccount(ctx, tc.tenant, tenantSince, tc.country); !errors.Is(err, ErrBadID) {
 			t.Errorf("%s: CreateExpressAccount = %v, want ErrBadID", tc.name, err)
 		}
 	}
@@ -302,5 +306,21 @@ func TestConnectBadInputNotAsked(t *testing.T) {
 	}
 	if n := len(f.requests()); n != 0 {
 		t.Errorf("Stripe got %d requests for malformed arguments", n)
+	}
+}
+
+// TestAccountKeyPerTenant: a tenant's account key is its own for its
+// whole life, and another tenant that gets the same id (SQLite may reuse
+// a removed tenant's) gets another key, never the removed one's account.
+func TestAccountKeyPerTenant(t *testing.T) {
+	later := tenantSince.Add(time.Hour)
+	if accountKey(7, tenantSince) != accountKey(7, tenantSince) {
+		t.Error("one tenant's account key changes")
+	}
+	if accountKey(7, tenantSince) == accountKey(7, later) {
+		t.Error("a later tenant with a reused id gets the removed one's account key")
+	}
+	if accountKey(7, tenantSince) == accountKey(8, tenantSince) {
+		t.Error("two tenants share an account key")
 	}
 }

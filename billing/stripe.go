@@ -41,7 +41,7 @@ type Payments interface {
 	Refund(ctx context.Context, r RefundRequest) (Refund, error)
 	// CreateExpressAccount creates a tenant's Connect Express account and
 	// returns its id; a retry for the same tenant returns the same account.
-	CreateExpressAccount(ctx context.Context, tenantID int64, country string) (string, error)
+	CreateExpressAccount(ctx context.Context, tenantID int64, since time.Time, country string) (string, error)
 	// AccountLink is a one-time URL of Stripe's onboarding for account and
 	// its expiry.
 	AccountLink(ctx context.Context, account, refreshURL, returnURL string) (string, time.Time, error)

@@ -315,7 +315,7 @@ var ops = []struct {
 		return err
 	}},
 	{"CreateExpressAccount", []string{"POST " + accountsPath}, func(t *testing.T, s *Stripe, ctx context.Context) error {
-		id, err := s.CreateExpressAccount(ctx, 7, "DE")
+		id, err := s.CreateExpressAccount(ctx, 7, tenantSince, "DE")
 		if err != nil && id != "" {
 			t.Errorf("an error came with an account %q", id)
 		}

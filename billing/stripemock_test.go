@@ -43,7 +43,7 @@ func TestStripeMockAcceptsRequests(t *testing.T) {
 		t.Errorf("Refund = %+v, %v", r, err)
 	}
 	for _, country := range []string{"DE", ""} {
-		if id, err := s.CreateExpressAccount(ctx, 7, country); err != nil || id == "" {
+		if id, err := s.CreateExpressAccount(ctx, 7, tenantSince, country); err != nil || id == "" {
 			t.Errorf("CreateExpressAccount(%q) = %q, %v", country, id, err)
 		}
 	}

@@ -191,11 +191,11 @@ func TestFakeRefundOutcomes(t *testing.T) {
 func TestFakeExpressOnboarding(t *testing.T) {
 	s, fake, _ := withFake(t)
 	ctx := context.Background()
-	id, err := s.CreateExpressAccount(ctx, 7, "DE")
+	id, err := s.CreateExpressAccount(ctx, 7, tenantSince, "DE")
 	if err != nil {
 		t.Fatalf("CreateExpressAccount: %v", err)
 	}
-	again, err := s.CreateExpressAccount(ctx, 7, "DE")
+	again, err := s.CreateExpressAccount(ctx, 7, tenantSince, "DE")
 	if err != nil || again != id {
 		t.Fatalf("retried CreateExpressAccount = %q, %v; want %q", again, err, id)
 	}

@@ -253,7 +253,6 @@ type Order struct {
 	DisputedAt time.Time
 }
 
-
 // The states a replica is reported in (ReplicaState.State): the machines
 // page's words, from the VirtualMachine's and its DataVolume's status.
 const (

@@ -87,7 +87,7 @@ func (s *Server) onboardingLink(ctx context.Context, t imagestore.Tenant) (onboa
 	case t.StripeAccount != "" && !t.StripeOnboarded:
 		return onboardingAnswer{}, errAccountManagedElsewhere
 	case t.StripeAccount == "":
-		account, err := s.cfg.Payments.CreateExpressAccount(ctx, t.ID, "")
+		account, err := s.cfg.Payments.CreateExpressAccount(ctx, t.ID, t.CreatedAt, "")
 		if err != nil {
 			return onboardingAnswer{}, stripeFailure("create the Express account", err)
 		}

@@ -228,7 +228,10 @@ func testRefundExcludesActive(t *testing.T, s imagestore.Store) {
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() { <-start; activeErr[i] = s.MarkOrderActive(ctx, id) })
-		wg.Go(func() { <-start; refunded[i], refundErr[i] = s.StartRefund(ctx, id, imagestore.RefundNotProvisioned, t0) })
+		wg.Go(func() {
+			<-start
+			refunded[i], refundErr[i] = s.StartRefund(ctx, id, imagestore.RefundNotProvisioned, t0)
+		})
 	}
 	close(start)
 	wg.Wait()
