@@ -194,6 +194,7 @@ func ValidUploadID(id string) bool {
 // Store holds the records. Every method is one transaction; single use of a
 // ticket is one conditional update, never read-then-write.
 type Store interface {
+	ConsoleStore
 	// Ping reads from the store. Besides a failed read it reports what
 	// the store knows of its own health: ErrDamaged once it met a damaged
 	// page, ErrNoSpace or ErrUnwritable while its last write failed so.

@@ -401,7 +401,12 @@ WHERE used_at IS NULL AND expiry_counted = 0 AND expires_at <= ?`, at)
 		if n, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM tickets WHERE expires_at < ?`, cutoff)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM tickets WHERE expires_at < ?`, cutoff); err != nil {
+			return err
+		}
+		// Console tickets live a minute; the same retention keeps them
+		// for the same questions.
+		_, err = tx.ExecContext(ctx, `DELETE FROM console_tickets WHERE expires_at < ?`, cutoff)
 		return err
 	})
 	if err != nil {

@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"RefundOfActiveOrder", testRefundOfActiveOrder},
 		{"ClaimRefundConcurrent", testClaimRefundConcurrent},
 		{"OrderDisputed", testOrderDisputed},
+		{"ConsoleTickets", testConsoleTickets},
 		{"OrderTimeRoundTrip", testOrderTimeRoundTrip},
 		{"OrderQueries", testOrderQueries},
 		{"OverdueOrders", testOverdueOrders},
