@@ -31,6 +31,10 @@ type metrics struct {
 	webhookEvents    *prometheus.CounterVec
 	refunds          *prometheus.CounterVec
 	disputes         prometheus.Counter
+	consolesOpen     *prometheus.GaugeVec
+	consoleSessions  *prometheus.CounterVec
+	consoleRefusals  *prometheus.CounterVec
+	consoleBytesVec  *prometheus.CounterVec
 	log              *slog.Logger
 
 	// onboardingLinks counts POST /market/stripe/onboarding by result.
@@ -78,6 +82,22 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 			Name: "vmshelf_disputes_total",
 			Help: "Charges of orders disputed by the buyer's bank (charge.dispute.created).",
 		}),
+		consolesOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "vmshelf_consoles_open",
+			Help: "Consoles (VNC or serial) open on this replica now.",
+		}, []string{"kind"}),
+		consoleSessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_console_sessions_total",
+			Help: "Console sessions ended, by kind and why: browser_closed, console_closed, idle, order_ended.",
+		}, []string{"kind", "end"}),
+		consoleRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_console_refusals_total",
+			Help: "Console tickets or WebSockets refused, by kind and reason: ticket, notRunning, busy, cluster.",
+		}, []string{"kind", "reason"}),
+		consoleBytesVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_console_bytes_total",
+			Help: "Bytes passed through consoles: to_machine, to_browser.",
+		}, []string{"direction"}),
 		onboardingLinks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vmshelf_onboarding_links_total",
 			Help: "Stripe onboarding links asked for by hosts (POST /market/stripe/onboarding), by result: ok, refused (notHosting, accountManagedElsewhere), unavailable (Stripe or the store failed).",
@@ -93,12 +113,25 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 		}
 	}
 	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.webhookEvents,
-		m.refunds, m.disputes, m.onboardingLinks, newStatsCollector(st, blobs)} {
+		m.refunds, m.disputes, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, newStatsCollector(st, blobs)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+func (m *metrics) consoleOpened(kind string) { m.consolesOpen.WithLabelValues(kind).Inc() }
+func (m *metrics) consoleClosed(kind string) { m.consolesOpen.WithLabelValues(kind).Dec() }
+func (m *metrics) consoleEnded(kind, end string) {
+	m.consoleSessions.WithLabelValues(kind, end).Inc()
+}
+func (m *metrics) consoleRefused(kind, reason string) {
+	m.consoleRefusals.WithLabelValues(kind, reason).Inc()
+}
+func (m *metrics) consoleBytes(in, out int64) {
+	m.consoleBytesVec.WithLabelValues("to_machine").Add(float64(in))
+	m.consoleBytesVec.WithLabelValues("to_browser").Add(float64(out))
 }
 
 // refund counts one refund decision or attempt.

@@ -112,6 +112,19 @@ type Config struct {
 	// request under the same key, never a second refund. 0 means a
 	// minute.
 	RefundClaim time.Duration
+
+	// Consoles opens replicas' consoles (the provisioner's cluster); nil
+	// refuses console tickets (503 consoleUnavailable).
+	Consoles Consoles
+	// ConsoleBase is the ws: or wss: origin (and path prefix) the console
+	// URLs are built on: the page's own origin, whose control plane
+	// serves the WebSocket. Required with Consoles.
+	ConsoleBase string
+	// ConsoleIdle ends a console nothing passed through for so long;
+	// ConsolesPerTenant and ConsolesPerEdge cap the consoles open on
+	// this replica. 0 means the Default values.
+	ConsoleIdle                        time.Duration
+	ConsolesPerTenant, ConsolesPerEdge int
 }
 
 // DefaultMinFree is Config.MinFree's default.
@@ -135,6 +148,8 @@ type Server struct {
 	// afterRefunds, when set (tests only), is called after every round
 	// of RunRefunds.
 	afterRefunds func()
+	// consoles counts the consoles open on this replica.
+	consoles consoleGate
 }
 
 // New checks cfg and builds the control plane over st and blobs. Its
@@ -241,6 +256,8 @@ func (s *Server) routes(reg prometheus.Registerer, gather prometheus.Gatherer) (
 	rt.handle(http.MethodPost, "/market/vms/listings/close", s.machineRoute(false, s.closeListing))
 	rt.handle(http.MethodPost, "/market/vms/orders", s.machineRoute(true, s.createOrder))
 	rt.handle(http.MethodPost, "/market/stripe/webhook", s.webhook)
+	rt.handle(http.MethodPost, "/market/vms/console/ticket", s.tenantRoute(s.consoleTicket))
+	rt.handle(http.MethodGet, consolePath, s.console)
 	rt.handle(http.MethodPost, "/market/stripe/onboarding", s.machineRoute(true, s.onboarding))
 	page, err := web.New(s.cfg.PublicURL) // the Machines page: GET /machines and its files
 	if err != nil {

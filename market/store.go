@@ -68,6 +68,10 @@ type Store interface {
 	SettleRefund(ctx context.Context, id string, out imagestore.RefundOutcome, now time.Time) error
 	MarkOrderDisputed(ctx context.Context, id, disputeID string, now time.Time) (moved bool, err error)
 
+	// Console tickets.
+	CreateConsoleTicket(ctx context.Context, ticket imagestore.Hash, ct imagestore.ConsoleTicket) error
+	ConsumeConsoleTicket(ctx context.Context, ticket imagestore.Hash, now time.Time) (imagestore.ConsoleTicket, error)
+
 	// The Stripe webhook's replay guard.
 	WebhookEventSeen(ctx context.Context, id string) (bool, error)
 	RecordWebhookEvent(ctx context.Context, ev imagestore.WebhookEvent) error

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -20,7 +22,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiclient "kubevirt.io/client-go/containerizeddataimporter"
 	kubevirtclient "kubevirt.io/client-go/kubevirt"
+	kvcorev1 "kubevirt.io/client-go/kubevirt/typed/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/vmshelf/vmshelf/imagestore"
 )
 
 // Cluster is what the provisioner needs of Kubernetes: get and create of
@@ -55,6 +60,10 @@ type Cluster interface {
 	GetDataVolume(ctx context.Context, ns, name string) (*cdiv1.DataVolume, error)
 	// CreateDataVolume makes a replica's disk, before its VM.
 	CreateDataVolume(ctx context.Context, dv *cdiv1.DataVolume) error
+	// Console connects to KubeVirt's vnc or console subresource of the
+	// VirtualMachineInstance vmi in ns: the raw bytes of its screen (RFB)
+	// or its serial line.
+	Console(ctx context.Context, ns, vmi string, kind imagestore.ConsoleKind) (net.Conn, error)
 }
 
 // cluster is Cluster over the generated clientsets of Kubernetes, KubeVirt
@@ -63,6 +72,9 @@ type cluster struct {
 	k   kubernetes.Interface
 	kv  kubevirtclient.Interface
 	cdi cdiclient.Interface
+	// rc is the REST config the console's WebSocket dials with; nil over
+	// fake clientsets, which have no console.
+	rc *rest.Config
 }
 
 // NewCluster is the Cluster over the three clientsets.
@@ -105,7 +117,7 @@ func ClusterFromConfig(c *rest.Config) (Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("provisioner: CDI client: %w", err)
 	}
-	return NewCluster(k, kv, cdi), nil
+	return &cluster{k: k, kv: kv, cdi: cdi, rc: c}, nil
 }
 
 // RESTConfig reads the kubeconfig file at path, or with "" the in-cluster
@@ -286,3 +298,43 @@ func (u unreachable) GetDataVolume(context.Context, string, string) (*cdiv1.Data
 	return nil, u.err
 }
 func (u unreachable) CreateDataVolume(context.Context, *cdiv1.DataVolume) error { return u.err }
+func (u unreachable) Console(context.Context, string, string, imagestore.ConsoleKind) (net.Conn, error) {
+	return nil, u.err
+}
+
+// Console dials KubeVirt's subresource through the API server (kubevirt
+// client-go's own WebSocket helper, the plain.kubevirt.io protocol). The
+// helper takes no context: a dial that outlives ctx is closed when it
+// ends.
+func (c *cluster) Console(ctx context.Context, ns, vmi string, kind imagestore.ConsoleKind) (net.Conn, error) {
+	if c.rc == nil {
+		return nil, errors.New("provisioner: this cluster client has no console")
+	}
+	sub := map[imagestore.ConsoleKind]string{imagestore.ConsoleVNC: "vnc", imagestore.ConsoleSerial: "console"}[kind]
+	if sub == "" {
+		return nil, fmt.Errorf("provisioner: console kind %q", kind)
+	}
+	type dialed struct {
+		s   kvcorev1.StreamInterface
+		err error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		s, err := kvcorev1.AsyncSubresourceHelper(c.rc, "virtualmachineinstances", ns, vmi, sub, url.Values{})
+		done <- dialed{s, err}
+	}()
+	select {
+	case d := <-done:
+		if d.err != nil {
+			return nil, fmt.Errorf("provisioner: %s of %s/%s: %w", sub, ns, vmi, d.err)
+		}
+		return d.s.AsConn(), nil
+	case <-ctx.Done():
+		go func() {
+			if d := <-done; d.err == nil {
+				_ = d.s.AsConn().Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}

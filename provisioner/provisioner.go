@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -761,4 +762,14 @@ func (p *Provisioner) halt(ctx context.Context, ns, name string) error {
 		}
 	}
 	return err
+}
+
+// OpenConsole connects to the console kind of replica (index) of order o:
+// its VirtualMachineInstance is the replica's VM's name in the buyer's
+// namespace. It is the market's Consoles.
+func (p *Provisioner) OpenConsole(ctx context.Context, o imagestore.Order, replica int, kind imagestore.ConsoleKind) (net.Conn, error) {
+	if replica < 0 || replica >= o.Quantity {
+		return nil, fmt.Errorf("provisioner: order %s has no replica %d", o.ID, replica)
+	}
+	return p.c.Console(ctx, namespaceName(o.BuyerID), vmName(o.ID, replica), kind)
 }
