@@ -144,6 +144,7 @@ type kubeFake struct {
 	requests  []kubeRequest
 	pendingVM []pendingVM
 	pendingDV []pendingDV
+	consoles  consoleBackends // the console subresources (kubefake_console_test.go)
 }
 
 // newKubeFake starts the fake on 127.0.0.1 over TLS (client-go sends a
@@ -182,6 +183,9 @@ type kubeAnswer struct {
 }
 
 func (f *kubeFake) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.serveConsole(w, r) {
+		return
+	}
 	rec := kubeRequest{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
 		ContentType: r.Header.Get("Content-Type"), UserAgent: r.UserAgent(),
 		Authorized: r.Header.Get("Authorization") == "Bearer "+kubeFakeToken}

@@ -220,6 +220,7 @@ func buildPlanes(f *serveFlags, sh *shelf, peers *peers, reg *prometheus.Registr
 	var (
 		onPaid       func(string)
 		clusterReady func() error
+		consoles     market.Consoles
 	)
 	if f.vmsEnable {
 		p.prov, err = provisioner.New(provisioner.Config{
@@ -235,7 +236,7 @@ func buildPlanes(f *serveFlags, sh *shelf, peers *peers, reg *prometheus.Registr
 		if err != nil {
 			return nil, err
 		}
-		onPaid, clusterReady = p.prov.Kick, p.prov.Ready
+		onPaid, clusterReady, consoles = p.prov.Kick, p.prov.Ready, p.prov
 	}
 	// Over a shared store the provisioner and the sweepers run on one
 	// replica, the holder of the leader lease; another replica's /readyz
@@ -248,7 +249,7 @@ func buildPlanes(f *serveFlags, sh *shelf, peers *peers, reg *prometheus.Registr
 		Log: log.With("component", "leader")}, reg); err != nil {
 		return nil, err
 	}
-	if p.mk, err = newMarket(f, peers, shared, sh.blobs, onPaid, p.job.WhileLeading(clusterReady), reg, log); err != nil {
+	if p.mk, err = newMarket(f, peers, shared, sh.blobs, onPaid, p.job.WhileLeading(clusterReady), consoles, reg, log); err != nil {
 		return nil, err
 	}
 	if p.evictions, err = connlimit.NewEvictions(reg); err != nil {
@@ -283,7 +284,7 @@ func newGateway(f *serveFlags, sh *shelf, shared imagestore.Store, reg prometheu
 }
 
 func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs imagestore.Blobs, onPaid func(string),
-	clusterReady func() error, reg *prometheus.Registry, log *slog.Logger) (*market.Server, error) {
+	clusterReady func() error, consoles market.Consoles, reg *prometheus.Registry, log *slog.Logger) (*market.Server, error) {
 	return market.New(market.Config{
 		PublicURL:         f.base,
 		TicketTTL:         f.ticketTTL,
@@ -306,6 +307,8 @@ func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs image
 		ClusterReady:      clusterReady,
 		RefundDeadline:    f.refundDeadline,
 		RefundClaim:       2 * f.stripeTimeout,
+		Consoles:          consoles,
+		ConsoleBase:       f.consoleBase(),
 		Log:               log.With("plane", "control"),
 	}, shared, blobs, reg, reg)
 }

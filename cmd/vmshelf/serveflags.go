@@ -327,6 +327,21 @@ func (f *serveFlags) pageOrigin() string {
 	return u.Scheme + "://" + u.Host
 }
 
+// consoleBase is where the page's consoles connect: the Machines page's
+// own origin as a WebSocket one (ws: for http:, wss: for https:), since
+// the control plane that serves the page serves the consoles too.
+func (f *serveFlags) consoleBase() string {
+	u, err := url.Parse(f.pageURL())
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	scheme := "ws"
+	if u.Scheme == "https" {
+		scheme = "wss"
+	}
+	return scheme + "://" + u.Host
+}
+
 // checkListenAddr accepts host:port with a port 0..65535.
 func checkListenAddr(addr string) error {
 	_, port, err := net.SplitHostPort(addr)
