@@ -309,6 +309,9 @@ func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs image
 		RefundClaim:       2 * f.stripeTimeout,
 		Consoles:          consoles,
 		ConsoleBase:       f.consoleBase(),
+		ConsoleIdle:       f.consoleIdle,
+		ConsolesPerTenant: f.consolesPerTenant,
+		ConsolesPerEdge:   f.consolesPerEdge,
 		Log:               log.With("plane", "control"),
 	}, shared, blobs, reg, reg)
 }

@@ -70,6 +70,10 @@ type serveFlags struct {
 	// often refunds are decided and retried, and how long one Stripe
 	// call may take (a refund attempt is claimed for twice that).
 	refundDeadline, refundEvery, stripeTimeout time.Duration
+	// The consoles: how long one stays open with nothing passing, and how
+	// many may be open per box and on this replica.
+	consoleIdle                        time.Duration
+	consolesPerTenant, consolesPerEdge int
 }
 
 // serveHelp is "vmshelf serve -h".
@@ -129,6 +133,9 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.refundDeadline, "refund-deadline", market.DefaultRefundDeadline, "a paid order not running this long after its payment, for a cause that will not pass by itself, is refunded")
 	fs.DurationVar(&f.refundEvery, "refund-every", time.Minute, "how often refunds are decided and failed ones retried")
 	fs.DurationVar(&f.stripeTimeout, "stripe-timeout", billing.DefaultTimeout, "the longest one call to Stripe may take")
+	fs.DurationVar(&f.consoleIdle, "console-idle", market.DefaultConsoleIdle, "a machine's console through which nothing passed this long is closed")
+	fs.IntVar(&f.consolesPerTenant, "consoles-per-tenant", market.DefaultConsolesPerTenant, "consoles one box may have open at once")
+	fs.IntVar(&f.consolesPerEdge, "consoles-per-edge", market.DefaultConsolesPerEdge, "consoles open at once on this replica, over all boxes")
 	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser (default: the Machines page's own origin, that of --checkout-return-url)")
 	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB (with --blobs s3://…: at the end of every part)")
 	fs.Float64Var(&f.tenantReserveGiB, "tenant-reserve-gib", 0, "disk space one tenant's running uploads may hold beyond what they wrote, in GiB; at least --upload-max-gib (0: --upload-max-gib)")
@@ -248,6 +255,8 @@ func (f *serveFlags) validateLimits() error {
 		return usagef("--fetch-queue-wait must be positive (a fetch beyond the cap waits at most this long)")
 	case f.refundDeadline <= 0 || f.refundEvery <= 0 || f.stripeTimeout <= 0:
 		return usagef("--refund-deadline, --refund-every and --stripe-timeout must be positive")
+	case f.consoleIdle <= 0 || f.consolesPerTenant < 1 || f.consolesPerEdge < f.consolesPerTenant:
+		return usagef("--console-idle must be positive, --consoles-per-tenant at least 1 and --consoles-per-edge at least that")
 	case f.corsOrigin != "" && f.corsOrigin != "*" && !baseurl.IsOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
 	}

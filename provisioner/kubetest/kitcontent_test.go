@@ -42,6 +42,12 @@ var (
 		"kubevirt.io":       {"virtualmachines"},
 		"cdi.kubevirt.io":   {"datavolumes"},
 	}
+	// consoleResources are the consoles' subresources: get (the
+	// WebSocket's upgrade) and nothing else.
+	consoleVerbs     = []string{"get"}
+	consoleResources = map[string][]string{
+		"subresources.kubevirt.io": {"virtualmachineinstances/vnc", "virtualmachineinstances/console"},
+	}
 )
 
 // kitFind returns the one object of type T named name in the kit.
@@ -91,6 +97,11 @@ func TestKitRBAC(t *testing.T) {
 	for g, rs := range provisionerResources {
 		for _, r := range rs {
 			want[g+"/"+r] = provisionerVerbs
+		}
+	}
+	for g, rs := range consoleResources {
+		for _, r := range rs {
+			want[g+"/"+r] = consoleVerbs
 		}
 	}
 	for k, v := range want {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -243,10 +244,16 @@ func TestRBAC(t *testing.T) {
 	// it: allowed exactly where the design says.
 	t.Run("access review", func(t *testing.T) {
 		type gr struct{ group, resource, sub string }
-		allowed := map[gr]bool{}
+		allowed := map[gr][]string{} // the verbs allowed
 		for g, rs := range provisionerResources {
 			for _, r := range rs {
-				allowed[gr{g, r, ""}] = true
+				allowed[gr{g, r, ""}] = provisionerVerbs
+			}
+		}
+		for g, rs := range consoleResources {
+			for _, r := range rs {
+				res, sub, _ := strings.Cut(r, "/")
+				allowed[gr{g, res, sub}] = consoleVerbs
 			}
 		}
 		resources := []gr{
@@ -258,6 +265,10 @@ func TestRBAC(t *testing.T) {
 			{"kubevirt.io", "virtualmachines", "status"}, {"subresources.kubevirt.io", "virtualmachines", "start"},
 			{"cdi.kubevirt.io", "datavolumes", "status"}, {"kubevirt.io", "kubevirts", ""}, {"cdi.kubevirt.io", "cdis", ""},
 			{"apiextensions.k8s.io", "customresourcedefinitions", ""},
+			{"subresources.kubevirt.io", "virtualmachineinstances", "portforward"},
+			{"subresources.kubevirt.io", "virtualmachineinstances", "usbredir"},
+			{"subresources.kubevirt.io", "virtualmachineinstances", "pause"},
+			{"subresources.kubevirt.io", "virtualmachineinstances", ""},
 		}
 		for r := range allowed {
 			resources = append(resources, r)
@@ -266,7 +277,7 @@ func TestRBAC(t *testing.T) {
 		user := sa.Impersonate
 		for _, r := range resources {
 			for _, verb := range verbs {
-				want := allowed[r] && slices.Contains(provisionerVerbs, verb)
+				want := slices.Contains(allowed[r], verb)
 				rv, err := adminKube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 					Spec: authorizationv1.SubjectAccessReviewSpec{
 						User: user.UserName, Groups: user.Groups,
