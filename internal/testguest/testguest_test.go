@@ -1,0 +1,168 @@
+package testguest
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBootSector holds the sector's shape: the code fits, the signature
+// closes it, and the image is the sector and zeros.
+func TestBootSector(t *testing.T) {
+	code, _, err := program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sector, err := BootSector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sector) != 512 || sector[510] != 0x55 || sector[511] != 0xAA {
+		t.Fatalf("sector of %d bytes ending % x, want 512 ending 55 aa", len(sector), sector[len(sector)-2:])
+	}
+	if !bytes.Equal(sector[:len(code)], code) || len(code) > 510 {
+		t.Fatalf("sector does not begin with the %d bytes of code", len(code))
+	}
+	for _, s := range []string{Banner, Prompt, EchoPrefix} {
+		if !bytes.Contains(sector, append([]byte(s), 0)) {
+			t.Errorf("sector lacks %q", s)
+		}
+	}
+	path, err := Image(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(disk) != ImageSize || !bytes.Equal(disk[:512], sector) || bytes.ContainsFunc(disk[512:], func(r rune) bool { return r != 0 }) {
+		t.Fatalf("image of %d bytes is not the sector and %d zeros", len(disk), ImageSize-512)
+	}
+}
+
+// TestBootSectorMatchesGNUAs assembles the guest's source text with
+// binutils and compares it with the hand-encoded bytes, byte for byte: the
+// comments next to the bytes are what the bytes do. It needs as and ld,
+// which the Go toolchain does not: where they are missing it skips (CI
+// included; the bytes do not change without a commit that this test ran on).
+func TestBootSectorMatchesGNUAs(t *testing.T) {
+	for _, tool := range []string{"as", "ld"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s missing: apt-get install binutils (%v)", tool, err)
+		}
+	}
+	code, src, err := program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	run := func(name string, args ...string) {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s\nsource:\n%s", name, strings.Join(args, " "), err, out, src)
+		}
+	}
+	s, o, bin := filepath.Join(dir, "g.s"), filepath.Join(dir, "g.o"), filepath.Join(dir, "g.bin")
+	if err := os.WriteFile(s, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run("as", "--32", "-o", o, s)
+	run("ld", "-m", "elf_i386", "-Ttext=0x7C00", "--oformat", "binary", "-o", bin, o)
+	want, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(code, want) {
+		for i := range min(len(code), len(want)) {
+			if code[i] != want[i] {
+				t.Fatalf("hand-assembled byte %d (0x%X) is %02x, as says %02x; source:\n%s", i, 0x7C00+i, code[i], want[i], src)
+			}
+		}
+		t.Fatalf("hand-assembled %d bytes, as %d", len(code), len(want))
+	}
+}
+
+// TestVNC looks at the guest's screen through QEMU's VNC server, as the
+// console bridge's viewer will: the blue screen, red bar and yellow banner,
+// not a blank or the BIOS's text.
+func TestVNC(t *testing.T) {
+	g := Start(t, Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, err := g.DialVNC(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	var last error
+	img, err := ReadScreen(ctx, c, func(img *image.RGBA) bool {
+		last = CheckScreen(img)
+		return last == nil
+	})
+	if err != nil {
+		t.Fatalf("%v; the last picture: %v", err, last)
+	}
+	t.Logf("screen %v shown after %v", img.Bounds().Size(), time.Since(start))
+	// The bar's middle row holds the banner: yellow pixels there, and only
+	// there.
+	b := img.Bounds()
+	rowH := b.Dy() / rows
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		yellow := false
+		for x := b.Min.X; x < b.Max.X; x++ {
+			if near(img.RGBAAt(x, y), Text) {
+				yellow = true
+				break
+			}
+		}
+		if yellow && y/rowH != bannerRow {
+			t.Fatalf("banner text on pixel row %d (text row %d), want only on text row %d", y, y/rowH, bannerRow)
+		}
+	}
+}
+
+// TestSerial types a line on the guest's COM1 and reads its answer, as the
+// serial console will.
+func TestSerial(t *testing.T) {
+	g := Start(t, Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, err := g.DialSerial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The boot's prompt may have gone to nobody: an empty line asks again.
+	if _, err := c.Write([]byte("\r")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Expect(ctx, c, Prompt); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ send, want string }{
+		{"hello vmshelf\r", EchoPrefix + "hello vmshelf\r\n"},
+		{"crlf too\r\n", EchoPrefix + "crlf too\r\n"},
+		{"lf alone\n", EchoPrefix + "lf alone\r\n"},
+		{strings.Repeat("x", MaxLine+50) + "\r", EchoPrefix + strings.Repeat("x", MaxLine) + "\r\n"},
+	} {
+		if _, err := c.Write([]byte(tc.send)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Expect(ctx, c, tc.want)
+		if err != nil {
+			t.Fatalf("sent %q: %v", tc.send, err)
+		}
+		if strings.Contains(got, EchoPrefix+"\r\n") {
+			t.Errorf("sent %q: the guest answered an empty line with an echo: %q", tc.send, got)
+		}
+	}
+}
