@@ -283,7 +283,7 @@ func CheckScreen(img image.Image) error {
 }
 
 func near(a, b color.RGBA) bool {
-	d := func(x, y uint8) bool { return x-y < 24 || y-x < 24 } // unsigned: either difference small
+	d := func(x, y uint8) bool { return int(x)-int(y) < 24 && int(y)-int(x) < 24 }
 	return d(a.R, b.R) && d(a.G, b.G) && d(a.B, b.B)
 }
 

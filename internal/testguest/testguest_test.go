@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"image"
+	"image/color"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,5 +165,65 @@ func TestSerial(t *testing.T) {
 		if strings.Contains(got, EchoPrefix+"\r\n") {
 			t.Errorf("sent %q: the guest answered an empty line with an echo: %q", tc.send, got)
 		}
+	}
+}
+
+// TestCheckScreen holds what counts as the guest's screen, on pictures
+// drawn here: blanks and look-alikes fail, a scaled screenshot's blur
+// passes.
+func TestCheckScreen(t *testing.T) {
+	// paint draws a 720x400 text-mode-like screen: fill everywhere, bar on
+	// rows 11-13 (16 pixels each), text in the bar's middle row.
+	paint := func(fill, bar, text color.RGBA) *image.RGBA {
+		img := image.NewRGBA(image.Rect(0, 0, 720, 400))
+		for y := range 400 {
+			for x := range 720 {
+				c := fill
+				if y/16 >= barRow && y/16 < barRow+barRows {
+					c = bar
+					if y/16 == bannerRow && x >= 280 && x < 440 && (x+y)%3 == 0 {
+						c = text
+					}
+				}
+				img.SetRGBA(x, y, c)
+			}
+		}
+		return img
+	}
+	black := color.RGBA{A: 0xFF}
+	grey := color.RGBA{R: 0xA8, G: 0xA8, B: 0xA8, A: 0xFF}
+	// blur moves each channel 10 towards the middle, as scaling mixes
+	// neighbours.
+	blur := func(c color.RGBA) color.RGBA {
+		for _, v := range []*uint8{&c.R, &c.G, &c.B} {
+			if *v < 0x80 {
+				*v += 10
+			} else {
+				*v -= 10
+			}
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		img  image.Image
+		ok   bool
+	}{
+		{"guest", paint(Background, Bar, Text), true},
+		{"guest blurred a little", paint(blur(Background), blur(Bar), blur(Text)), true},
+		{"black", paint(black, black, black), false},
+		{"empty", image.NewRGBA(image.Rect(0, 0, 0, 0)), false},
+		{"BIOS text on black", paint(black, black, grey), false},
+		{"blue alone", paint(Background, Background, Background), false},
+		{"no banner", paint(Background, Bar, Bar), false},
+		{"bar black", paint(Background, black, Text), false},
+		{"colours far off", paint(color.RGBA{B: 0x70, A: 0xFF}, Bar, Text), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckScreen(tc.img)
+			if (err == nil) != tc.ok {
+				t.Fatalf("CheckScreen = %v, want ok %v", err, tc.ok)
+			}
+		})
 	}
 }
