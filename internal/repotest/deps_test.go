@@ -30,6 +30,7 @@ var debian = []struct {
 }{
 	{"qemu-utils", []string{"qemu-img", "qemu-io"}},
 	{"qemu-block-extra", []string{".qemu-block-extra"}},
+	{"qemu-system-x86", []string{"qemu-system-x86_64"}},
 	{"nbdkit", []string{"nbdkit"}},
 	{"curl", []string{"curl"}},
 	{"strace", []string{"strace"}},
@@ -46,7 +47,7 @@ var debian = []struct {
 }
 
 // missingNames is how .ci/deps names each thing when all are missing.
-var missingNames = []string{"qemu-img", "qemu-io", "qemu-img's http driver", "nbdkit", "curl", "strace",
+var missingNames = []string{"qemu-img", "qemu-io", "qemu-img's http driver", "qemu-system-x86_64", "nbdkit", "curl", "strace",
 	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "initdb", "pg_ctl", "skopeo", "umoci", "stripe-mock", "tusd", "versitygw"}
 
 // tusdInstall is how .ci/deps installs the bench's tusd (bench/README.md
@@ -316,7 +317,7 @@ func TestDepsInstalls(t *testing.T) {
 		{
 			name:  "some there: only the others are installed",
 			setup: setup{has: []string{"qemu-utils", "curl", "strace", "e2fsprogs", "nodejs", "npm"}, npmDone: true, goTools: true},
-			calls: installs("qemu-block-extra", "nbdkit", "prometheus", "chromium", "nginx", "wrk", "postgresql", "skopeo", "umoci"),
+			calls: installs("qemu-block-extra", "qemu-system-x86", "nbdkit", "prometheus", "chromium", "nginx", "wrk", "postgresql", "skopeo", "umoci"),
 			ok:    true,
 		},
 		{
