@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"image"
 	"net"
 	"net/http"
 	"net/url"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/vmshelf/vmshelf/internal/testguest"
 )
 
 // The console through the binary: the buyer's ticket, the WebSocket the
@@ -190,5 +193,62 @@ func TestE2EConsoleSerial(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s:\n%s", want, grepLines(metrics, "console"))
 		}
+	}
+}
+
+// TestE2EConsoleQEMU: through the binary to a real QEMU (the package
+// testguest's guest, software emulation): the VNC console shows the
+// guest's screen (RFB over serve's WebSocket, read by a VNC client), and on
+// the serial console a typed line reaches the guest and its answer comes
+// back.
+func TestE2EConsoleQEMU(t *testing.T) {
+	skipShort(t, "it boots a QEMU guest")
+	g := testguest.Start(t, testguest.Options{})
+	const account = "acct_e2eConsoleQemu"
+	m := startKubeMarket(t, account)
+	s, kube := m.s, m.kube
+	l := s.listing(t, addHost(t, s, "host", account), `{"unit_price":600,"capacity":5}`)
+	o := m.order(t, l.ListingID, "debian-13", "qemu", 1, "")
+	vm := "vm-" + o.OrderID + "-0"
+	kube.setVMStatus("", vm, "Running")
+	kube.setConsole("", vm, "vnc", g.DialVNC)
+	kube.setConsole("", vm, "console", g.DialSerial)
+	m.pay(t, o.OrderID, "evt_e2e_console_qemu")
+	m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{{Name: vm, State: "running", Detail: "Running"}})
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	code, a, body := consoleTicket(t, s, s.token, o.OrderID, "vnc")
+	if code != http.StatusCreated {
+		t.Fatalf("vnc ticket: %d %s", code, body)
+	}
+	screen := websocket.NetConn(ctx, dialConsole(t, a.URL), websocket.MessageBinary)
+	img, err := testguest.ReadScreen(ctx, screen, func(img *image.RGBA) bool { return testguest.CheckScreen(img) == nil })
+	if err != nil {
+		t.Fatalf("the guest's screen through serve: %v", err)
+	}
+	if err := testguest.CheckScreen(img); err != nil {
+		t.Errorf("the screen through serve is not the guest's: %v", err)
+	}
+	_ = screen.Close()
+
+	code, a, body = consoleTicket(t, s, s.token, o.OrderID, "serial")
+	if code != http.StatusCreated {
+		t.Fatalf("serial ticket: %d %s", code, body)
+	}
+	line := websocket.NetConn(ctx, dialConsole(t, a.URL), websocket.MessageBinary)
+	// An empty line makes the guest say its prompt again (what it said
+	// before anybody listened is gone).
+	if _, err := line.Write([]byte("\r")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testguest.Expect(ctx, line, testguest.Prompt); err != nil {
+		t.Fatalf("the guest's prompt through serve: %v", err)
+	}
+	if _, err := line.Write([]byte("hello vmshelf\r")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := testguest.Expect(ctx, line, testguest.EchoPrefix+"hello vmshelf"); err != nil {
+		t.Fatalf("the guest's answer through serve: %v (got %q)", err, got)
 	}
 }
