@@ -115,9 +115,10 @@ type NotOffered struct {
 // Lookup does not find one, Withheld does, and the public answer lists it
 // under not_offered with ReasonNeedsConsole. WithConsole offers them.
 type Catalogue struct {
-	all        []Entry // every entry of the file, ISOs included
-	entries    []Entry // the entries offered
-	notOffered []NotOffered
+	all        []Entry        // every entry of the file, ISOs included
+	entries    []Entry        // the entries offered
+	notOffered []NotOffered   // the file's not_offered
+	answered   []NotOffered   // not_offered of the answer: the file's and the ISOs withheld
 	byID       map[string]int // id -> index in all
 	console    bool           // ISO entries are offered
 	body       []byte         // the public answer, built once
@@ -262,7 +263,8 @@ func (c *Catalogue) build() error {
 		}
 		c.entries = append(c.entries, e)
 	}
-	body, err := json.Marshal(answer{Catalogue: c.entries, NotOffered: append(slices.Clone(c.notOffered), withheld...)})
+	c.answered = append(slices.Clone(c.notOffered), withheld...)
+	body, err := json.Marshal(answer{Catalogue: c.entries, NotOffered: c.answered})
 	if err != nil {
 		return fmt.Errorf("encoding the catalogue: %w", err)
 	}
@@ -286,10 +288,10 @@ func (c *Catalogue) WithConsole() *Catalogue {
 // Entries returns the entries offered, in the file's order (a copy).
 func (c *Catalogue) Entries() []Entry { return slices.Clone(c.entries) }
 
-// NotOffered returns the systems the file lists as not offered, in its
-// order (a copy); ISO entries withheld for lack of a console are not among
-// them (Withheld).
-func (c *Catalogue) NotOffered() []NotOffered { return slices.Clone(c.notOffered) }
+// NotOffered returns the systems not offered, as the public answer lists
+// them (a copy): the file's, in its order, then the ISO entries withheld
+// for lack of a console, with ReasonNeedsConsole.
+func (c *Catalogue) NotOffered() []NotOffered { return slices.Clone(c.answered) }
 
 // Lookup returns the offered entry with id: never an ISO entry of a
 // catalogue without the console.
