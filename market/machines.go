@@ -73,7 +73,8 @@ var (
 		"the listing's host no longer hosts machines or has no payout account")
 	// errNeedsConsole refuses an installation ISO of the catalogue on an
 	// edge without the browser console to install it with.
-	errNeedsConsole = apierr.New(http.StatusConflict, "needsConsole", catalogue.ReasonNeedsConsole)
+	errNeedsConsole = apierr.New(http.StatusConflict, "needsConsole",
+		"this system installs from an ISO and needs the browser console, which this edge does not offer yet")
 	// errUserDataNotForInstaller refuses user_data for an installation
 	// ISO: the replica boots an installer, which runs no cloud-init, and
 	// data that is silently never applied would look like a broken order.

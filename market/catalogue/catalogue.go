@@ -50,9 +50,9 @@ const (
 )
 
 // ReasonNeedsConsole is why an ISO entry is not offered by an edge without
-// a browser console: it is the not_offered reason of the public answer,
-// and the words of the market's needsConsole refusal.
-const ReasonNeedsConsole = "this system installs from an ISO and needs the browser console, which this edge does not offer yet"
+// a browser console: its not_offered reason in the public answer (the
+// market's needsConsole refusal says the same).
+const ReasonNeedsConsole = "This system installs from an ISO and needs the browser console, which this edge does not offer yet."
 
 // Formats of a cloud image file: the format of the disk inside, also when
 // the file is compressed. CDI's http source reads a plain qcow2 or raw
