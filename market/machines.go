@@ -15,6 +15,7 @@ import (
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/market/catalogue"
 )
 
 // The VM market's limits (docs/api.md and docs/operations.md give them to
@@ -70,6 +71,15 @@ var (
 		"this box already has "+strconv.Itoa(maxUnpaidOrders)+" orders awaiting payment; pay or let one expire first")
 	errHostGone = apierr.New(http.StatusConflict, "notHosting",
 		"the listing's host no longer hosts machines or has no payout account")
+	// errNeedsConsole refuses an installation ISO of the catalogue on an
+	// edge without the browser console to install it with.
+	errNeedsConsole = apierr.New(http.StatusConflict, "needsConsole",
+		"this system installs from an ISO and needs the browser console, which this edge does not offer yet")
+	// errUserDataNotForInstaller refuses user_data for an installation
+	// ISO: the replica boots an installer, which runs no cloud-init, and
+	// data that is silently never applied would look like a broken order.
+	errUserDataNotForInstaller = apierr.New(http.StatusUnprocessableEntity, "userDataNotForInstaller",
+		"an installation ISO runs its own installer; cloud-init user data cannot be given to it")
 )
 
 // errStripeNoAnswer is the 503 of a Stripe call that got no answer; the
@@ -325,7 +335,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request, t imagestor
 		return
 	}
 	ctx := r.Context()
-	kind, err := s.orderImage(ctx, t, req.Image)
+	kind, err := s.orderImage(ctx, t, req.Image, req.UserData)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -458,10 +468,17 @@ func checkOrderRequest(req orderRequest) error {
 
 // orderImage says what image names: a catalogue id, or one of t's own
 // images (by upload_id). Anything else, another box's image included, is
-// imageUnknown.
-func (s *Server) orderImage(ctx context.Context, t imagestore.Tenant, image string) (imagestore.ImageKind, error) {
-	if _, ok := s.cfg.Catalogue.Lookup(image); ok {
+// imageUnknown. A catalogue ISO is needsConsole where the edge has no
+// console, and takes no userData.
+func (s *Server) orderImage(ctx context.Context, t imagestore.Tenant, image, userData string) (imagestore.ImageKind, error) {
+	if e, ok := s.cfg.Catalogue.Lookup(image); ok {
+		if e.Source == catalogue.SourceISO && userData != "" {
+			return "", errUserDataNotForInstaller
+		}
 		return imagestore.ImageCatalogue, nil
+	}
+	if s.cfg.Catalogue.Withheld(image) {
+		return "", errNeedsConsole
 	}
 	if !imagestore.ValidUploadID(image) {
 		return "", errImageUnknown

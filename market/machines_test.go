@@ -1,6 +1,7 @@
 package market
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/market/catalogue"
 )
 
 // host creates a tenant that may host: in the mesh, sharing, hosting,
@@ -390,6 +392,8 @@ func TestOrderRefusals(t *testing.T) {
 		{"unknown listing", buyer, "lnosuchlisting00", "debian-13", "web", 1, "", 404, "listingUnknown"},
 		{"own listing", host, id, "debian-13", "web", 1, "", 409, "ownListing"},
 		{"more than free", buyer, id, "debian-13", "web", 5, "", 409, "noCapacity"},
+		{"an ISO without the console", buyer, id, "nixos-26-05", "web", 1, "", 409, "needsConsole"},
+		{"an ISO without the console, with user data", buyer, id, "slackware-15", "web", 1, "#cloud-config\n", 409, "needsConsole"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			wantError(t, e.order(c.token, c.listing, c.quantity, c.image, c.label, c.userData), c.status, c.reason)
@@ -601,5 +605,47 @@ func TestRemoveImageInUse(t *testing.T) {
 	}
 	if r := e.post("/market/vm-images/remove", buyer, `{"upload_id":"`+img.UploadID+`"}`); r.status != http.StatusOK {
 		t.Errorf("remove after the order ended: %d %s", r.status, r.body)
+	}
+}
+
+// TestOrderInstallationISO: where the edge has the console, the catalogue's
+// ISOs are offered and can be ordered, but never with user_data, which an
+// installer would not run; without it they are listed as not offered
+// (TestOrderRefusals has the needsConsole refusal).
+func TestOrderInstallationISO(t *testing.T) {
+	without := newEnv(t)
+	r := without.do(http.MethodGet, "/market/vm-images", "", nil)
+	if r.status != http.StatusOK || bytes.Contains(r.body, []byte(`"source":"iso"`)) ||
+		!bytes.Contains(r.body, []byte(`{"name":"NixOS 26.05","reason":"`+catalogue.ReasonNeedsConsole+`"}`)) {
+		t.Errorf("without the console the catalogue answers %d %s; want NixOS not offered for the console", r.status, r.body)
+	}
+
+	e := newEnv(t, func(c *Config) { c.ConsoleAvailable = true })
+	r = e.do(http.MethodGet, "/market/vm-images", "", nil)
+	if want := catalogue.Builtin().WithConsole(); r.status != http.StatusOK || !bytes.Equal(r.body, want.JSON()) ||
+		!bytes.Contains(r.body, []byte(`"id":"nixos-26-05"`)) {
+		t.Errorf("with the console the catalogue answers %d %s; want the ISOs offered", r.status, r.body)
+	}
+	_, host := e.host("host", "acct_1HostActive000001")
+	_, buyer := e.host("buyer", "acct_1HostActive000002")
+	id := e.listing(host, 600, 4)
+	for _, ud := range []string{"#cloud-config\n", "#!/bin/sh\necho hi\n"} {
+		wantError(t, e.order(buyer, id, 1, "nixos-26-05", "web", ud), http.StatusUnprocessableEntity, "userDataNotForInstaller")
+	}
+	if l := e.storedListing(id); l.Reserved != 0 {
+		t.Errorf("refused orders reserved %d replicas", l.Reserved)
+	}
+	r = e.order(buyer, id, 2, "nixos-26-05", "nix", "")
+	if r.status != http.StatusCreated {
+		t.Fatalf("ISO order without user data: %d %s", r.status, r.body)
+	}
+	var a orderAnswer
+	decode(t, r, &a)
+	if o := e.storedOrder(a.OrderID); o.ImageKind != imagestore.ImageCatalogue || o.Image != "nixos-26-05" {
+		t.Errorf("stored order image %s %s, want catalogue nixos-26-05", o.ImageKind, o.Image)
+	}
+	// A cloud image keeps taking user data with the console on.
+	if r := e.order(buyer, id, 1, "debian-13", "web", "#cloud-config\n"); r.status != http.StatusCreated {
+		t.Errorf("cloud order with user data: %d %s", r.status, r.body)
 	}
 }

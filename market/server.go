@@ -75,6 +75,11 @@ type Config struct {
 	// Catalogue is what GET /market/vm-images answers (--vm-catalogue);
 	// nil means catalogue.Builtin().
 	Catalogue *catalogue.Catalogue
+	// ConsoleAvailable: the edge serves the browser console, so the
+	// catalogue's installation ISOs are offered (Catalogue.WithConsole).
+	// Without it they are listed as not offered and ordering one is
+	// refused needsConsole.
+	ConsoleAvailable bool
 
 	// Payments is Stripe. Nil when no STRIPE_SECRET_KEY is set: then
 	// creating listings and orders answers 503 paymentsUnavailable and
@@ -203,6 +208,9 @@ func (c *Config) check() error {
 	}
 	if c.Catalogue == nil {
 		c.Catalogue = catalogue.Builtin()
+	}
+	if c.ConsoleAvailable {
+		c.Catalogue = c.Catalogue.WithConsole()
 	}
 	if c.BodyTimeout <= 0 {
 		c.BodyTimeout = DefaultBodyTimeout

@@ -45,6 +45,7 @@ const CertResolver = "letsencrypt"
 func namespaceName(buyerID int64) string { return "market-" + strconv.FormatInt(buyerID, 10) }
 func vmName(o string, i int) string      { return fmt.Sprintf("vm-%s-%d", o, i) }
 func diskName(o string, i int) string    { return vmName(o, i) + "-disk" }
+func isoName(o string, i int) string     { return vmName(o, i) + "-iso" }
 func cloudInitName(o string) string      { return "vm-" + o + "-cloudinit" }
 func fetchSecretName(o string) string    { return "vm-" + o + "-fetch" }
 func serviceName(o string) string        { return "vm-" + o }
@@ -54,6 +55,8 @@ func tlsSecretName(o string) string      { return "vm-" + o + "-tls" }
 const (
 	rootDisk      = "rootdisk"
 	cloudInitDisk = "cloudinitdisk"
+	// installerDisk is the CD-ROM of an installation ISO's replica.
+	installerDisk = "installer"
 	// userDataKey is the key of the cloud-init Secret KubeVirt reads.
 	userDataKey = "userdata"
 	// fetchHeaderKey is the key of the fetch Secret; CDI sends each value
@@ -93,7 +96,12 @@ type machine struct {
 	diskGiB      int
 	storageClass string
 	efi          bool
-	source       cdiv1.DataVolumeSource
+	// source is where the disk comes from: an import, or blank for an
+	// installation ISO, whose installer writes the disk.
+	source cdiv1.DataVolumeSource
+	// iso is the installation ISO's source, which becomes the replica's
+	// CD-ROM; nil for a disk image.
+	iso *cdiv1.DataVolumeSource
 }
 
 // sizes are the edge's sizes of a replica (--vm-cpu, --vm-memory-mib,
@@ -129,9 +137,12 @@ func machineFor(sz sizes, o imagestore.Order, host imagestore.Tenant, entry *cat
 		case catalogue.SourceLosOS:
 			u := entry.URL // docker://registry/path:tag
 			m.source.Registry = &cdiv1.DataVolumeSourceRegistry{URL: &u}
+		case catalogue.SourceISO:
+			m.source.Blank = &cdiv1.DataVolumeBlankImage{}
+			m.iso = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: entry.URL}}
 		default:
-			return machine{}, fmt.Errorf("catalogue system %q has source %q, neither %q nor %q",
-				entry.ID, entry.Source, catalogue.SourceCloud, catalogue.SourceLosOS)
+			return machine{}, fmt.Errorf("catalogue system %q has source %q, none of %q, %q and %q",
+				entry.ID, entry.Source, catalogue.SourceCloud, catalogue.SourceLosOS, catalogue.SourceISO)
 		}
 	case imagestore.ImageUpload:
 		if img == nil {
@@ -199,11 +210,27 @@ func gib(n int) resource.Quantity { return *resource.NewQuantity(int64(n)<<30, r
 // VM never deletes the buyer's disk, where KubeVirt garbage-collects the
 // DataVolumes it made from a VM's templates with the VM.
 func dataVolume(m machine, i int) *cdiv1.DataVolume {
+	return volume(m, diskName(m.orderID, i), &m.source, i)
+}
+
+// isoVolume is replica i's CD-ROM for an installation ISO (m.iso): a
+// DataVolume of its own, imported from the ISO's https address, made with
+// the disk and under the same rules. Its size is the disk's: the ISO's is
+// not known before the download, and an installer's ISO is smaller than
+// the system it installs. Each replica has its own, as it has its own
+// disk: a DataVolume is one PVC, which one VM at a time may write.
+func isoVolume(m machine, i int) *cdiv1.DataVolume {
+	return volume(m, isoName(m.orderID, i), m.iso, i)
+}
+
+// volume is a DataVolume of replica i named name, from a copy of src (the
+// replicas share no pointers), of the replica's disk size and class.
+func volume(m machine, name string, src *cdiv1.DataVolumeSource, i int) *cdiv1.DataVolume {
 	storageClass := m.storageClass
 	return &cdiv1.DataVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: diskName(m.orderID, i), Namespace: m.namespace, Labels: replicaLabels(m.orderID, i)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.namespace, Labels: replicaLabels(m.orderID, i)},
 		Spec: cdiv1.DataVolumeSpec{
-			Source: m.source.DeepCopy(),
+			Source: src.DeepCopy(),
 			Storage: &cdiv1.StorageSpec{
 				StorageClassName: &storageClass,
 				Resources: corev1.VolumeResourceRequirements{
@@ -217,7 +244,11 @@ func dataVolume(m machine, i int) *cdiv1.DataVolume {
 // virtualMachine is replica i of m: always running, bound to the host's
 // box, tolerating its compute window, booting from its DataVolume
 // (dataVolume, made first) with the order's cloud-init. It has no
-// dataVolumeTemplates.
+// dataVolumeTemplates. The replica of an installation ISO has no
+// cloud-init (an installer reads none) but a CD-ROM (isoVolume, made
+// first too) and boots from the disk first, the CD-ROM second: a blank
+// disk does not boot, so the installer starts, and once it has installed
+// the system, that boots, the ISO staying in the drive.
 func virtualMachine(m machine, i int) *kubevirtv1.VirtualMachine {
 	always := kubevirtv1.RunStrategyAlways
 	labels := replicaLabels(m.orderID, i)
@@ -225,6 +256,28 @@ func virtualMachine(m machine, i int) *kubevirtv1.VirtualMachine {
 	if m.efi {
 		secureBoot := false
 		firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: &secureBoot}}}
+	}
+	disks := []kubevirtv1.Disk{
+		{Name: rootDisk, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+		{Name: cloudInitDisk, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+	}
+	volumes := []kubevirtv1.Volume{
+		{Name: rootDisk, VolumeSource: kubevirtv1.VolumeSource{
+			DataVolume: &kubevirtv1.DataVolumeSource{Name: diskName(m.orderID, i)}}},
+		{Name: cloudInitDisk, VolumeSource: kubevirtv1.VolumeSource{
+			CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{
+				UserDataSecretRef: &corev1.LocalObjectReference{Name: cloudInitName(m.orderID)}}}},
+	}
+	if m.iso != nil {
+		first, second := uint(1), uint(2)
+		// SATA: every installer's kernel has AHCI, where a virtio CD-ROM
+		// needs drivers some (Windows) lack.
+		disks = []kubevirtv1.Disk{
+			{Name: rootDisk, BootOrder: &first, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+			{Name: installerDisk, BootOrder: &second, DiskDevice: kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: kubevirtv1.DiskBusSATA}}},
+		}
+		volumes = []kubevirtv1.Volume{volumes[0], {Name: installerDisk, VolumeSource: kubevirtv1.VolumeSource{
+			DataVolume: &kubevirtv1.DataVolumeSource{Name: isoName(m.orderID, i)}}}}
 	}
 	return &kubevirtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: vmName(m.orderID, i), Namespace: m.namespace, Labels: labels},
@@ -239,20 +292,11 @@ func virtualMachine(m machine, i int) *kubevirtv1.VirtualMachine {
 							Requests: corev1.ResourceList{corev1.ResourceMemory: mib(m.memoryMiB)},
 						},
 						Firmware: firmware,
-						Devices: kubevirtv1.Devices{Disks: []kubevirtv1.Disk{
-							{Name: rootDisk, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
-							{Name: cloudInitDisk, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
-						}},
+						Devices:  kubevirtv1.Devices{Disks: disks},
 					},
 					NodeSelector: map[string]string{labelAppliance: m.appliance},
 					Tolerations:  []corev1.Toleration{{Key: taintComputeWindow, Operator: corev1.TolerationOpExists}},
-					Volumes: []kubevirtv1.Volume{
-						{Name: rootDisk, VolumeSource: kubevirtv1.VolumeSource{
-							DataVolume: &kubevirtv1.DataVolumeSource{Name: diskName(m.orderID, i)}}},
-						{Name: cloudInitDisk, VolumeSource: kubevirtv1.VolumeSource{
-							CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{
-								UserDataSecretRef: &corev1.LocalObjectReference{Name: cloudInitName(m.orderID)}}}},
-					},
+					Volumes:      volumes,
 				},
 			},
 		},

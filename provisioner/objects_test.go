@@ -36,6 +36,9 @@ type wantVM struct {
 	httpURL, registryURL string
 	headers              []string
 	checksum             string // "sha256:<hex>" of an own image, else ""
+	// iso is the https address of an installation ISO: then the disk is
+	// blank (no httpURL or registryURL) and the ISO is the CD-ROM.
+	iso string
 }
 
 func labelsOf(order string, replica int) map[string]string {
@@ -112,13 +115,25 @@ func checkVM(t *testing.T, vm *kubevirtv1.VirtualMachine, w wantVM) {
 		{Name: "rootdisk", DiskDevice: kubevirtv1.DiskDevice{Disk: virtio}},
 		{Name: "cloudinitdisk", DiskDevice: kubevirtv1.DiskDevice{Disk: virtio}},
 	}
-	if !reflect.DeepEqual(d.Devices.Disks, wantDisks) {
-		t.Errorf("%s: disks %+v, want rootdisk and cloudinitdisk on virtio", name, d.Devices.Disks)
-	}
 	wantVolumes := []kubevirtv1.Volume{
 		{Name: "rootdisk", VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: name + "-disk"}}},
 		{Name: "cloudinitdisk", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{
 			UserDataSecretRef: &corev1.LocalObjectReference{Name: "vm-" + w.order + "-cloudinit"}}}},
+	}
+	if w.iso != "" {
+		// The disk boots first, the ISO second: a blank disk falls
+		// through to the installer, an installed one boots itself. No
+		// cloud-init: an installer reads none.
+		first, second := uint(1), uint(2)
+		wantDisks = []kubevirtv1.Disk{
+			{Name: "rootdisk", BootOrder: &first, DiskDevice: kubevirtv1.DiskDevice{Disk: virtio}},
+			{Name: "installer", BootOrder: &second, DiskDevice: kubevirtv1.DiskDevice{CDRom: &kubevirtv1.CDRomTarget{Bus: kubevirtv1.DiskBusSATA}}},
+		}
+		wantVolumes = []kubevirtv1.Volume{wantVolumes[0],
+			{Name: "installer", VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: name + "-iso"}}}}
+	}
+	if !reflect.DeepEqual(d.Devices.Disks, wantDisks) {
+		t.Errorf("%s: disks %+v, want %+v", name, d.Devices.Disks, wantDisks)
 	}
 	if !reflect.DeepEqual(spec.Volumes, wantVolumes) {
 		t.Errorf("%s: volumes %+v, want %+v", name, spec.Volumes, wantVolumes)
@@ -133,7 +148,20 @@ func checkVM(t *testing.T, vm *kubevirtv1.VirtualMachine, w wantVM) {
 // DataVolume with the replica's labels, its storage and its source.
 func checkDataVolume(t *testing.T, dv *cdiv1.DataVolume, w wantVM) {
 	t.Helper()
-	name := fmt.Sprintf("vm-%s-%d-disk", w.order, w.replica)
+	checkVolume(t, dv, fmt.Sprintf("vm-%s-%d-disk", w.order, w.replica), w)
+}
+
+// checkISOVolume checks replica w.replica's CD-ROM: like its disk, of the
+// disk's size, imported from the ISO's address and nothing else.
+func checkISOVolume(t *testing.T, dv *cdiv1.DataVolume, w wantVM) {
+	t.Helper()
+	iso := w
+	iso.httpURL, iso.iso = w.iso, ""
+	checkVolume(t, dv, fmt.Sprintf("vm-%s-%d-iso", w.order, w.replica), iso)
+}
+
+func checkVolume(t *testing.T, dv *cdiv1.DataVolume, name string, w wantVM) {
+	t.Helper()
 	if dv.Name != name || dv.Namespace != w.namespace {
 		t.Errorf("DataVolume %s/%s, want %s/%s", dv.Namespace, dv.Name, w.namespace, name)
 	}
@@ -161,8 +189,12 @@ func checkDataVolume(t *testing.T, dv *cdiv1.DataVolume, w wantVM) {
 		t.Fatalf("%s: no source", name)
 	}
 	switch {
+	case w.iso != "":
+		if !reflect.DeepEqual(*src, cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}) {
+			t.Errorf("%s: source %+v, want blank (the installer writes the disk)", name, src)
+		}
 	case w.httpURL != "":
-		if src.HTTP == nil || src.Registry != nil || src.S3 != nil || src.PVC != nil {
+		if src.HTTP == nil || src.Registry != nil || src.S3 != nil || src.PVC != nil || src.Blank != nil {
 			t.Fatalf("%s: source %+v, want http only", name, src)
 		}
 		if src.HTTP.URL != w.httpURL || !slices.Equal(src.HTTP.SecretExtraHeaders, w.headers) ||
@@ -211,6 +243,13 @@ func TestVirtualMachine(t *testing.T) {
 			&catalogue.Entry{ID: "losos-demo", Source: catalogue.SourceLosOS, URL: "docker://ghcr.io/vmshelf/demo:stable",
 				EFI: true, MinMemoryMiB: 4096},
 			nil, wantVM{memory: "4Gi", disk: "20Gi", efi: true, registryURL: "docker://ghcr.io/vmshelf/demo:stable"}},
+		{"catalogue installation ISO", testOrder(imagestore.ImageCatalogue, "nixos"),
+			&catalogue.Entry{ID: "nixos", Source: catalogue.SourceISO, URL: "https://channels.nixos.org/n/minimal.iso",
+				MinMemoryMiB: 4096, MinDiskGiB: 30},
+			nil, wantVM{memory: "4Gi", disk: "30Gi", iso: "https://channels.nixos.org/n/minimal.iso"}},
+		{"catalogue installation ISO, efi, edge sizes", testOrder(imagestore.ImageCatalogue, "efi-iso"),
+			&catalogue.Entry{ID: "efi-iso", Source: catalogue.SourceISO, URL: "https://example.org/x.iso", EFI: true, MinDiskGiB: 1},
+			nil, wantVM{memory: "2Gi", disk: "20Gi", efi: true, iso: "https://example.org/x.iso"}},
 		{"own image, small", testOrder(imagestore.ImageUpload, upload), nil,
 			&imagestore.Image{UploadID: upload, VirtualSize: 2 << 30, SHA256: sum},
 			wantVM{memory: "2Gi", disk: "20Gi", httpURL: "https://edge.example.org/market/vm-images/fetch/" + upload,
@@ -231,6 +270,9 @@ func TestVirtualMachine(t *testing.T) {
 				w.order, w.namespace, w.replica, w.appliance, w.cores, w.class = tc.o.ID, "market-7", i, "box-1", 2, "losos-vm-local"
 				checkVM(t, virtualMachine(m, i), w)
 				checkDataVolume(t, dataVolume(m, i), w)
+				if w.iso != "" {
+					checkISOVolume(t, isoVolume(m, i), w)
+				}
 				// No secret field anywhere: the URL names only the image.
 				if strings.Contains(tc.want.httpURL, "token") || strings.Contains(tc.want.httpURL, "?") {
 					t.Errorf("the fetch URL %s carries more than the image", tc.want.httpURL)
@@ -238,6 +280,9 @@ func TestVirtualMachine(t *testing.T) {
 			}
 			// Replicas share no pointers: changing one changes no other.
 			a, b := dataVolume(m, 0), dataVolume(m, 1)
+			if tc.want.iso != "" {
+				a, b = isoVolume(m, 0), isoVolume(m, 1)
+			}
 			if src := a.Spec.Source; src.HTTP != nil {
 				src.HTTP.URL = "changed"
 			} else {

@@ -47,6 +47,11 @@ type Config struct {
 	// Catalogue resolves an order's catalogue image; nil means
 	// catalogue.Builtin().
 	Catalogue *catalogue.Catalogue
+	// ConsoleAvailable: the edge serves the browser console, so the
+	// catalogue's installation ISOs are provisioned (as the market offers
+	// them, market.Config.ConsoleAvailable); without it an ISO order is
+	// blocked as not offered.
+	ConsoleAvailable bool
 	// Every is the time between passes; 0 means DefaultEvery.
 	Every time.Duration
 	// Now is the clock; nil means time.Now. Tests control it.
@@ -125,6 +130,9 @@ func New(cfg Config, st Store, c Cluster, reg prometheus.Registerer) (*Provision
 	}
 	if cfg.Catalogue == nil {
 		cfg.Catalogue = catalogue.Builtin()
+	}
+	if cfg.ConsoleAvailable {
+		cfg.Catalogue = cfg.Catalogue.WithConsole()
 	}
 	if cfg.Every == 0 {
 		cfg.Every = DefaultEvery
@@ -531,6 +539,13 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 					func() error { return refusedForGood(p.c.CreateDataVolume(ctx, dataVolume(*m, i))) }); err != nil {
 					return failed(stepDisk, "making the DataVolume "+disk, err)
 				}
+				if m.iso != nil { // an installation ISO's CD-ROM, by the disk's rules
+					iso := isoName(o.ID, i)
+					if _, err := ensure(func() (*cdiv1.DataVolume, error) { return p.c.GetDataVolume(ctx, ns, iso) },
+						func() error { return refusedForGood(p.c.CreateDataVolume(ctx, isoVolume(*m, i))) }); err != nil {
+						return failed(stepDisk, "making the DataVolume "+iso, err)
+					}
+				}
 				return refusedForGood(p.c.CreateVM(ctx, virtualMachine(*m, i)))
 			})
 		if err != nil {
@@ -700,17 +715,21 @@ func (p *Provisioner) storeStates(ctx context.Context, o imagestore.Order, vms [
 				return nil, failed(stepStatus, "reading the VirtualMachine "+vmName(o.ID, i), err)
 			}
 		}
-		var dv *cdiv1.DataVolume
+		var disk, iso *cdiv1.DataVolume
 		if vm != nil {
-			got, err := p.c.GetDataVolume(ctx, ns, diskName(o.ID, i))
-			switch {
-			case err == nil:
-				dv = got
-			case !apierrors.IsNotFound(err):
-				return nil, failed(stepStatus, "reading the DataVolume "+diskName(o.ID, i), err)
+			var err error
+			if disk, err = p.readDataVolume(ctx, ns, diskName(o.ID, i)); err != nil {
+				return nil, err
+			}
+			// The CD-ROM only of a VM that has one: an order of a disk
+			// image costs no second read.
+			if hasVolume(vm, isoName(o.ID, i)) {
+				if iso, err = p.readDataVolume(ctx, ns, isoName(o.ID, i)); err != nil {
+					return nil, err
+				}
 			}
 		}
-		s := replicaState(vm, dv)
+		s := replicaState(vm, disk, iso)
 		states = append(states, imagestore.ReplicaState{Index: i, Name: vmName(o.ID, i), State: s.state,
 			Detail: s.detail, Progress: s.progress, ObservedAt: now})
 	}
@@ -718,6 +737,31 @@ func (p *Provisioner) storeStates(ctx context.Context, o imagestore.Order, vms [
 		return nil, failed(stepStore, "storing the replicas' states", err)
 	}
 	return states, nil
+}
+
+// readDataVolume reads a replica's DataVolume; nil when it is not there.
+func (p *Provisioner) readDataVolume(ctx context.Context, ns, name string) (*cdiv1.DataVolume, error) {
+	got, err := p.c.GetDataVolume(ctx, ns, name)
+	switch {
+	case err == nil:
+		return got, nil
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	}
+	return nil, failed(stepStatus, "reading the DataVolume "+name, err)
+}
+
+// hasVolume reports whether vm's template names the DataVolume name.
+func hasVolume(vm *kubevirtv1.VirtualMachine, name string) bool {
+	if vm.Spec.Template == nil {
+		return false
+	}
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.DataVolume != nil && v.DataVolume.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // importFailed reports whether CDI failed the import of a replica's disk

@@ -1102,3 +1102,66 @@ func TestNewRefuses(t *testing.T) {
 		t.Error("a second New on the same registry succeeded")
 	}
 }
+
+// TestProvisionInstallationISO: an ISO order's replica is its blank disk
+// and its CD-ROM, both made before the VM and only while it is missing;
+// the ISO's import shows as importing; without the console the order is
+// not provisioned at all.
+func TestProvisionInstallationISO(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ConsoleAvailable = true })
+	o := h.order(2, imagestore.ImageCatalogue, "nixos-26-05", "")
+	recorded := h.recordCreates()
+	h.reconcile()
+	ns := namespaceName(h.buyer.ID)
+	entry, _ := catalogue.Builtin().WithConsole().Lookup("nixos-26-05")
+	created := *recorded
+	for i := range o.Quantity {
+		w := wantVM{order: o.ID, namespace: ns, replica: i, appliance: "box-1", cores: 2, class: "losos-vm-local",
+			memory: "2Gi", disk: "20Gi", iso: entry.URL}
+		checkVM(t, h.vm(ns, vmName(o.ID, i)), w)
+		checkDataVolume(t, h.dataVolume(ns, diskName(o.ID, i)), w)
+		checkISOVolume(t, h.dataVolume(ns, isoName(o.ID, i)), w)
+		disk := slices.Index(created, "datavolumes/"+diskName(o.ID, i))
+		iso := slices.Index(created, "datavolumes/"+isoName(o.ID, i))
+		vm := slices.Index(created, "virtualmachines/"+vmName(o.ID, i))
+		if disk < 0 || iso < 0 || vm < 0 || disk > vm || iso > vm {
+			t.Errorf("creates %v: want %s and %s before %s", created, diskName(o.ID, i), isoName(o.ID, i), vmName(o.ID, i))
+		}
+	}
+
+	// The blank disk is ready at once; the download of the ISO is what
+	// the replica waits for.
+	h.setVMStatus(ns, vmName(o.ID, 0), kubevirtv1.VirtualMachineStatusProvisioning)
+	h.setDataVolume(ns, diskName(o.ID, 0), cdiv1.Succeeded, "")
+	h.setDataVolume(ns, isoName(o.ID, 0), cdiv1.ImportInProgress, "12.00%")
+	// A CD-ROM gone behind its VM is not made again, as a disk is not.
+	if err := h.cdi.Tracker().Delete(dvResource, ns, isoName(o.ID, 1)); err != nil {
+		t.Fatal(err)
+	}
+	h.clearActions()
+	h.clock.Advance(time.Minute)
+	h.reconcile()
+	if w := h.writes(); len(w) != 0 {
+		t.Errorf("the second pass wrote: %v", w)
+	}
+	states, err := h.st.ReplicaStates(t.Context(), o.ID)
+	if err != nil || len(states) != 2 || states[0].State != "importing" || states[0].Progress != "12.00%" ||
+		states[0].Detail != string(cdiv1.ImportInProgress) {
+		t.Errorf("replica states %+v, %v; want replica 0 importing its ISO at 12.00%%", states, err)
+	}
+
+	// Without the console the ISO is not resolved: nothing is made.
+	off := newHarness(t)
+	blocked := off.order(1, imagestore.ImageCatalogue, "nixos-26-05", "")
+	if err := off.reconcileFailing(); !strings.Contains(err.Error(), "nixos-26-05") {
+		t.Errorf("the pass failed with %v, want the ISO not found", err)
+	}
+	if got := off.stored(blocked.ID); got.BlockedCause != imagestore.BlockedImageNotOffered {
+		t.Errorf("ISO order without the console: blocked %q, want %q", got.BlockedCause, imagestore.BlockedImageNotOffered)
+	}
+	for _, c := range off.creates() {
+		if strings.Contains(c, "datavolumes") || strings.Contains(c, "virtualmachines") {
+			t.Errorf("without the console it made %s", c)
+		}
+	}
+}

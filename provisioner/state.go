@@ -46,14 +46,16 @@ type observed struct {
 	state, detail, progress string
 }
 
-// replicaState maps a replica's VirtualMachine (nil: not found) and its
-// DataVolume (nil: not found) to its state. While the VM waits (starting,
-// or a status unknown here) the DataVolume says more: importing with CDI's
-// progress, or failed.
+// replicaState maps a replica's VirtualMachine (nil: not found), its
+// disk's DataVolume and, for an installation ISO, its CD-ROM's (nil: not
+// found, or no CD-ROM) to its state. While the VM waits (starting, or a
+// status unknown here) the DataVolumes say more: importing with CDI's
+// progress, or failed. The disk speaks first; an ISO's disk is blank and
+// ready at once, and the download of the ISO is what the buyer waits for.
 // detailDiskFailed is a replica's detail when CDI failed its import.
 const detailDiskFailed = "DataVolume" + string(cdiv1.Failed)
 
-func replicaState(vm *kubevirtv1.VirtualMachine, dv *cdiv1.DataVolume) observed {
+func replicaState(vm *kubevirtv1.VirtualMachine, disk, iso *cdiv1.DataVolume) observed {
 	if vm == nil {
 		return observed{state: imagestore.ReplicaStarting}
 	}
@@ -62,7 +64,10 @@ func replicaState(vm *kubevirtv1.VirtualMachine, dv *cdiv1.DataVolume) observed 
 	if known && state != imagestore.ReplicaStarting {
 		return observed{state: state, detail: string(status)}
 	}
-	if dv != nil {
+	for _, dv := range []*cdiv1.DataVolume{disk, iso} {
+		if dv == nil {
+			continue
+		}
 		switch phase := dv.Status.Phase; {
 		case phase == cdiv1.Failed:
 			return observed{state: imagestore.ReplicaFailed, detail: detailDiskFailed}
@@ -71,8 +76,8 @@ func replicaState(vm *kubevirtv1.VirtualMachine, dv *cdiv1.DataVolume) observed 
 		}
 	}
 	detail := string(status)
-	if detail == "" && dv != nil {
-		detail = string(dv.Status.Phase)
+	if detail == "" && disk != nil {
+		detail = string(disk.Status.Phase)
 	}
 	return observed{state: imagestore.ReplicaStarting, detail: detail}
 }

@@ -72,7 +72,31 @@ func TestReplicaState(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := replicaState(tc.vm, tc.dv); got != tc.want {
+			if got := replicaState(tc.vm, tc.dv, nil); got != tc.want {
+				t.Errorf("replicaState = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	// An installation ISO: its blank disk is ready at once, and the ISO's
+	// import is what the replica waits for; the disk speaks first.
+	blank := dv(cdiv1.Succeeded, "")
+	for _, tc := range []struct {
+		name      string
+		vm        *kubevirtv1.VirtualMachine
+		disk, iso *cdiv1.DataVolume
+		want      observed
+	}{
+		{"ISO importing", vm("Provisioning"), blank, dv(cdiv1.ImportInProgress, "31.00%"), observed{"importing", "ImportInProgress", "31.00%"}},
+		{"ISO scheduled, no status yet", vm(""), blank, dv(cdiv1.ImportScheduled, ""), observed{"importing", "ImportScheduled", ""}},
+		{"ISO failed", vm("Provisioning"), blank, dv(cdiv1.Failed, ""), observed{"failed", "DataVolumeFailed", ""}},
+		{"disk failed, ISO importing", vm("Provisioning"), dv(cdiv1.Failed, ""), dv(cdiv1.ImportInProgress, "5%"), observed{"failed", "DataVolumeFailed", ""}},
+		{"disk pending, ISO importing", vm("Provisioning"), dv(cdiv1.Pending, ""), dv(cdiv1.ImportInProgress, "5%"), observed{"importing", "ImportInProgress", "5%"}},
+		{"ISO imported, starting", vm("Starting"), blank, succeeded, observed{"starting", "Starting", ""}},
+		{"ISO gone, empty status", vm(""), blank, nil, observed{"starting", "Succeeded", ""}},
+		{"running", vm("Running"), blank, dv(cdiv1.ImportInProgress, "99%"), observed{"running", "Running", ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := replicaState(tc.vm, tc.disk, tc.iso); got != tc.want {
 				t.Errorf("replicaState = %+v, want %+v", got, tc.want)
 			}
 		})

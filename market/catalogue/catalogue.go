@@ -1,6 +1,8 @@
 // Package catalogue is the list of systems a buyer can start without
 // uploading a disk: cloud images from their own projects' download
-// addresses, and the LosOS demo disk from a container registry. One list is
+// addresses, the LosOS demo disk from a container registry, and
+// installation ISOs, offered only where the edge has a browser console to
+// install with (WithConsole). One list is
 // built in (vm-images.json); an operator replaces it with a file of the same
 // shape (vmshelf serve --vm-catalogue), checked just as strictly, so that a
 // mistake stops start-up instead of surfacing as a failed import days later.
@@ -39,7 +41,18 @@ const (
 	// SourceLosOS is the LosOS demo disk, a KubeVirt containerDisk in a
 	// registry (a docker:// reference).
 	SourceLosOS = "losos"
+	// SourceISO is an installation ISO a CDI importer downloads over
+	// https into the replica's CD-ROM; the installer writes the system to
+	// a blank disk. Installing needs a console in the browser, so an ISO
+	// entry is offered only by a catalogue told the console exists
+	// (WithConsole); otherwise it is listed as not offered.
+	SourceISO = "iso"
 )
+
+// ReasonNeedsConsole is why an ISO entry is not offered by an edge without
+// a browser console: its not_offered reason in the public answer (the
+// market's needsConsole refusal says the same).
+const ReasonNeedsConsole = "This system installs from an ISO and needs the browser console, which this edge does not offer yet."
 
 // Formats of a cloud image file: the format of the disk inside, also when
 // the file is compressed. CDI's http source reads a plain qcow2 or raw
@@ -71,18 +84,19 @@ type Entry struct {
 	ID string `json:"id"`
 	// Name is what the machines page shows.
 	Name string `json:"name"`
-	// Source is SourceCloud or SourceLosOS.
+	// Source is SourceCloud, SourceLosOS or SourceISO.
 	Source string `json:"source"`
-	// URL is an https address of the image file (cloud) or a
-	// docker://registry/path:tag reference (losos).
+	// URL is an https address of the image file (cloud), of the ISO
+	// (iso), or a docker://registry/path:tag reference (losos).
 	URL string `json:"url"`
 	// Format is FormatQCOW2 or FormatRaw for a cloud image; empty for a
-	// registry disk, which carries its own.
+	// registry disk, which carries its own, and for an ISO.
 	Format string `json:"format,omitempty"`
 	// EFI: the image boots with UEFI firmware only (secure boot off).
 	// Images that boot both ways say false and get the default BIOS.
 	EFI bool `json:"efi"`
-	// MinMemoryMiB and MinDiskGiB are what the image needs at least; a
+	// MinMemoryMiB and MinDiskGiB are what the image needs at least (for
+	// an ISO, what its installer needs and what it installs onto); a
 	// replica gets max(the edge's size, these). 0: no more than the edge's.
 	MinMemoryMiB int `json:"min_memory_mib"`
 	MinDiskGiB   int `json:"min_disk_gib"`
@@ -96,13 +110,19 @@ type NotOffered struct {
 }
 
 // Catalogue is a validated list of entries. It is immutable and safe for
-// concurrent use; build it with Builtin, Load or Parse.
+// concurrent use; build it with Builtin, Load or Parse. As built, it
+// offers no ISO entry (the edge has no browser console to install with):
+// Lookup does not find one, Withheld does, and the public answer lists it
+// under not_offered with ReasonNeedsConsole. WithConsole offers them.
 type Catalogue struct {
-	entries    []Entry
-	notOffered []NotOffered
-	byID       map[string]int
-	body       []byte // the public answer, built once
-	etag       string // strong ETag of body
+	all        []Entry        // every entry of the file, ISOs included
+	entries    []Entry        // the entries offered
+	notOffered []NotOffered   // the file's not_offered
+	answered   []NotOffered   // not_offered of the answer: the file's and the ISOs withheld
+	byID       map[string]int // id -> index in all
+	console    bool           // ISO entries are offered
+	body       []byte         // the public answer, built once
+	etag       string         // strong ETag of body
 }
 
 // answer is the file's and the public answer's shape.
@@ -200,7 +220,7 @@ func Parse(b []byte) (*Catalogue, error) {
 		}
 		c.byID[e.ID] = i
 		names[strings.ToLower(e.Name)] = i
-		c.entries = append(c.entries, e)
+		c.all = append(c.all, e)
 	}
 	refused := map[string]int{}
 	for i, raw := range doc.NotOffered {
@@ -217,35 +237,78 @@ func Parse(b []byte) (*Catalogue, error) {
 			return nil, fmt.Errorf("%s: not_offered[%d] has the same name", where, j)
 		}
 		if j, offered := names[key]; offered {
-			return nil, fmt.Errorf("%s: the same system is offered as catalogue[%d] (id %q)", where, j, c.entries[j].ID)
+			return nil, fmt.Errorf("%s: the same system is offered as catalogue[%d] (id %q)", where, j, c.all[j].ID)
 		}
 		refused[key] = i
 		c.notOffered = append(c.notOffered, n)
 	}
 
-	body, err := json.Marshal(answer{Catalogue: c.entries, NotOffered: c.notOffered})
+	if err := c.build(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// build derives what c offers from all and console: the offered entries,
+// and the public answer with its ETag. Without the console an ISO entry
+// joins not_offered (after the file's own) with ReasonNeedsConsole, so the
+// page says why it cannot be had here.
+func (c *Catalogue) build() error {
+	c.entries = []Entry{}
+	var withheld []NotOffered
+	for _, e := range c.all {
+		if e.Source == SourceISO && !c.console {
+			withheld = append(withheld, NotOffered{Name: e.Name, Reason: ReasonNeedsConsole})
+			continue
+		}
+		c.entries = append(c.entries, e)
+	}
+	c.answered = append(slices.Clone(c.notOffered), withheld...)
+	body, err := json.Marshal(answer{Catalogue: c.entries, NotOffered: c.answered})
 	if err != nil {
-		return nil, fmt.Errorf("encoding the catalogue: %w", err)
+		return fmt.Errorf("encoding the catalogue: %w", err)
 	}
 	c.body = append(body, '\n')
 	sum := sha256.Sum256(c.body)
 	c.etag = `"` + hex.EncodeToString(sum[:16]) + `"`
-	return c, nil
+	return nil
 }
 
-// Entries returns the entries in the file's order (a copy).
+// WithConsole returns the catalogue as offered by an edge that has a
+// browser console: its ISO entries are offered like the others. c itself
+// is unchanged.
+func (c *Catalogue) WithConsole() *Catalogue {
+	d := &Catalogue{all: c.all, notOffered: c.notOffered, byID: c.byID, console: true}
+	if err := d.build(); err != nil {
+		panic("catalogue: re-encoding a catalogue that encoded before: " + err.Error())
+	}
+	return d
+}
+
+// Entries returns the entries offered, in the file's order (a copy).
 func (c *Catalogue) Entries() []Entry { return slices.Clone(c.entries) }
 
-// NotOffered returns the systems not offered, in the file's order (a copy).
-func (c *Catalogue) NotOffered() []NotOffered { return slices.Clone(c.notOffered) }
+// NotOffered returns the systems not offered, as the public answer lists
+// them (a copy): the file's, in its order, then the ISO entries withheld
+// for lack of a console, with ReasonNeedsConsole.
+func (c *Catalogue) NotOffered() []NotOffered { return slices.Clone(c.answered) }
 
-// Lookup returns the entry with id.
+// Lookup returns the offered entry with id: never an ISO entry of a
+// catalogue without the console.
 func (c *Catalogue) Lookup(id string) (Entry, bool) {
 	i, ok := c.byID[id]
-	if !ok {
+	if !ok || c.all[i].Source == SourceISO && !c.console {
 		return Entry{}, false
 	}
-	return c.entries[i], true
+	return c.all[i], true
+}
+
+// Withheld reports whether id is an entry of the file that c does not
+// offer because it installs from an ISO and the edge has no console: an
+// order for it is refused with ReasonNeedsConsole, not as unknown.
+func (c *Catalogue) Withheld(id string) bool {
+	i, ok := c.byID[id]
+	return ok && c.all[i].Source == SourceISO && !c.console
 }
 
 // JSON returns the public answer, {"catalogue": [...], "not_offered":
@@ -278,10 +341,20 @@ func (e *Entry) validate() error {
 		if e.Format != "" {
 			return fmt.Errorf("format %q is for cloud images; a registry disk carries its own, leave it out", e.Format)
 		}
+	case SourceISO:
+		if err := checkISOURL(e.URL); err != nil {
+			return err
+		}
+		if e.Format != "" {
+			return fmt.Errorf("format %q is for cloud images; an ISO is read as it is, leave it out", e.Format)
+		}
+		if e.MinDiskGiB < 1 {
+			return errors.New("min_disk_gib is missing: an ISO installs onto a blank disk, say how large it must be at least")
+		}
 	case "":
-		return fmt.Errorf(`source is missing: %q (an https image) or %q (a registry disk)`, SourceCloud, SourceLosOS)
+		return fmt.Errorf(`source is missing: %q (an https image), %q (a registry disk) or %q (an https installation ISO)`, SourceCloud, SourceLosOS, SourceISO)
 	default:
-		return fmt.Errorf("source %q is neither %q nor %q", e.Source, SourceCloud, SourceLosOS)
+		return fmt.Errorf("source %q is none of %q, %q and %q", e.Source, SourceCloud, SourceLosOS, SourceISO)
 	}
 	switch {
 	case e.MinMemoryMiB < 0:
@@ -353,8 +426,56 @@ var compressionSuffixes = []string{".xz", ".gz"}
 // checkCloudURL accepts the https address of a plain image file. The URL
 // is shown in errors only once it is known to carry no user info.
 func checkCloudURL(s string) error {
+	if err := checkHTTPSFile(s, "image"); err != nil {
+		return err
+	}
+	p := strings.ToLower(mustPath(s))
+	if strings.HasSuffix(p, ".iso") {
+		return fmt.Errorf("url %q is an installer ISO: give it with source %q (offered where the edge has a browser console), or give a cloud image", s, SourceISO)
+	}
+	for _, suf := range archiveSuffixes {
+		if strings.HasSuffix(p, suf) {
+			return fmt.Errorf("url %q ends in %s, an archive or a compression CDI cannot read: the edge imports a qcow2 or raw image, plain or compressed with xz or gzip", s, suf)
+		}
+	}
+	return nil
+}
+
+// checkISOURL accepts the https address of an ISO file, by the cloud
+// source's rules: CDI downloads it as it is, so it must not be an archive
+// or a compression either. A name not ending in .iso is accepted (some
+// projects' permanent download URLs redirect to the file), but not one
+// naming a disk image, which belongs to the cloud source.
+func checkISOURL(s string) error {
+	if err := checkHTTPSFile(s, "ISO"); err != nil {
+		return err
+	}
+	p := strings.ToLower(mustPath(s))
+	for _, suf := range append(slices.Clone(archiveSuffixes), compressionSuffixes...) {
+		if strings.HasSuffix(p, suf) {
+			return fmt.Errorf("url %q ends in %s, an archive or a compression: the edge imports an ISO as it is, give the plain .iso", s, suf)
+		}
+	}
+	for _, suf := range []string{".qcow2", ".raw", ".img", ".vmdk", ".vhdx"} {
+		if strings.HasSuffix(p, suf) {
+			return fmt.Errorf("url %q names a disk image (%s), not an ISO: give it with source %q", s, suf, SourceCloud)
+		}
+	}
+	return nil
+}
+
+// mustPath is the path of a URL checkHTTPSFile accepted.
+func mustPath(s string) string {
+	u, _ := url.Parse(s)
+	return u.Path
+}
+
+// checkHTTPSFile accepts an https URL of a file (what: "image" or
+// "ISO"), without user info or a fragment. The URL is shown in errors
+// only once it is known to carry no user info.
+func checkHTTPSFile(s, what string) error {
 	if s == "" {
-		return errors.New("url is missing: the https address of the image file")
+		return fmt.Errorf("url is missing: the https address of the %s file", what)
 	}
 	if len(s) > maxURLLen {
 		return fmt.Errorf("url is longer than %d bytes", maxURLLen)
@@ -372,7 +493,7 @@ func checkCloudURL(s string) error {
 	}
 	switch {
 	case u.Scheme == "http":
-		return fmt.Errorf("url %q is http: the image crosses the internet, and only https keeps it from being altered on the way", s)
+		return fmt.Errorf("url %q is http: the %s crosses the internet, and only https keeps it from being altered on the way", s, what)
 	case u.Scheme != "https":
 		return fmt.Errorf("url %q is not an https address", s)
 	case u.Host == "":
@@ -380,17 +501,8 @@ func checkCloudURL(s string) error {
 	case u.Fragment != "" || strings.Contains(s, "#"):
 		return fmt.Errorf("url %q has a #fragment, which a download never sends", s)
 	}
-	p := strings.ToLower(u.Path)
-	if p == "" || strings.HasSuffix(p, "/") {
-		return fmt.Errorf("url %q names a directory, not an image file", s)
-	}
-	if strings.HasSuffix(p, ".iso") {
-		return fmt.Errorf("url %q is an installer ISO: installing needs a console in the browser, which the machines page does not have; give a cloud image", s)
-	}
-	for _, suf := range archiveSuffixes {
-		if strings.HasSuffix(p, suf) {
-			return fmt.Errorf("url %q ends in %s, an archive or a compression CDI cannot read: the edge imports a qcow2 or raw image, plain or compressed with xz or gzip", s, suf)
-		}
+	if p := u.Path; p == "" || strings.HasSuffix(p, "/") {
+		return fmt.Errorf("url %q names a directory, not an %s file", s, what)
 	}
 	return nil
 }

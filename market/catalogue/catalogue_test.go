@@ -17,7 +17,7 @@ import (
 // system SPEC lists, each from its own project's host, and the systems SPEC
 // says are not offered.
 func TestCatalogueBuiltin(t *testing.T) {
-	c := Builtin()
+	c := Builtin().WithConsole()
 	for _, w := range []struct {
 		name, source, host string
 		efi                bool
@@ -35,6 +35,8 @@ func TestCatalogueBuiltin(t *testing.T) {
 		{"openSUSE Tumbleweed", SourceCloud, "download.opensuse.org", true},
 		{"Alpine Linux", SourceCloud, "dl-cdn.alpinelinux.org", false},
 		{"FreeBSD", SourceCloud, "download.freebsd.org", false},
+		{"NixOS 26.05", SourceISO, "channels.nixos.org", false},
+		{"Slackware 15.0", SourceISO, "mirrors.slackware.com", false},
 	} {
 		t.Run(w.name, func(t *testing.T) {
 			var e *Entry
@@ -62,7 +64,7 @@ func TestCatalogueBuiltin(t *testing.T) {
 			if err != nil || u.Scheme != "https" || u.Host != w.host {
 				t.Errorf("url %q is not on %s over https", e.URL, w.host)
 			}
-			if !strings.Contains(e.URL, "x86_64") && !strings.Contains(e.URL, "amd64") {
+			if !strings.Contains(e.URL, "x86_64") && !strings.Contains(e.URL, "amd64") && !strings.Contains(e.URL, "slackware64") {
 				t.Errorf("url %q names no x86_64/amd64 image", e.URL)
 			}
 			if e.MinDiskGiB < 1 {
@@ -74,13 +76,132 @@ func TestCatalogueBuiltin(t *testing.T) {
 	for _, n := range c.NotOffered() {
 		refused[n.Name] = n.Reason
 	}
-	for name, why := range map[string]string{"Windows": "licence", "macOS": "Apple hardware"} {
+	// Each system not offered with its real reason: none is refused for
+	// the console any more (an ISO with a fixed address is an entry, kept
+	// out by the switch, TestCatalogueConsoleSwitch).
+	want := map[string]string{
+		"Kali Linux":     ".tar.xz archive",
+		"Gentoo":         "weekly builds",
+		"Windows":        "licence",
+		"Windows Server": "licence",
+		"macOS":          "Apple hardware",
+		"Linux Mint":     "third-party mirrors",
+		"Pop!_OS":        "build number",
+		"elementary OS":  "links that expire",
+		"Zorin OS":       "point release",
+		"Manjaro":        "build date",
+		"EndeavourOS":    "release date",
+		"OpenBSD":        "leaves the project's mirrors",
+	}
+	for name, why := range want {
 		if !strings.Contains(refused[name], why) {
 			t.Errorf("not_offered %s: reason %q, want one that says %q", name, refused[name], why)
 		}
 	}
-	if len(c.NotOffered()) < 5 {
-		t.Errorf("not_offered lists %d systems; the ISO-only ones are missing", len(c.NotOffered()))
+	for name, reason := range refused {
+		if _, ok := want[name]; !ok {
+			t.Errorf("not_offered %s (%q) is not checked here", name, reason)
+		}
+		if strings.Contains(reason, "console") {
+			t.Errorf("not_offered %s: reason %q still blames the console; an ISO with a fixed address is an iso entry", name, reason)
+		}
+	}
+}
+
+// TestCatalogueISOEntries: every built-in ISO entry is an https address of
+// a .iso file on its project's own host, says what its installer needs,
+// and is documented in docs/catalogue.md with the source of its address.
+func TestCatalogueISOEntries(t *testing.T) {
+	docs, err := os.ReadFile(filepath.Join("..", "..", "docs", "catalogue.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range Builtin().WithConsole().Entries() {
+		if e.Source != SourceISO {
+			continue
+		}
+		n++
+		u, err := url.Parse(e.URL)
+		switch {
+		case err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "":
+			t.Errorf("%s: url %q is not a plain https address", e.ID, e.URL)
+		case !strings.HasSuffix(u.Path, ".iso"):
+			t.Errorf("%s: url %q does not name a .iso file", e.ID, e.URL)
+		case !strings.Contains(e.URL, "x86_64") && !strings.Contains(e.URL, "amd64") && !strings.Contains(e.URL, "slackware64"):
+			t.Errorf("%s: url %q names no 64-bit x86 ISO", e.ID, e.URL)
+		}
+		if e.Format != "" || e.MinDiskGiB < 1 || e.MinMemoryMiB < 1 {
+			t.Errorf("%s: %+v: an ISO has no format and says the memory and disk its installer needs", e.ID, e)
+		}
+		if !strings.Contains(string(docs), "| `"+e.ID+"` | `"+e.URL+"` |") {
+			t.Errorf("%s: docs/catalogue.md has no row for it with its address %s", e.ID, e.URL)
+		}
+	}
+	if n < 2 {
+		t.Errorf("the built-in catalogue has %d ISO entries, want NixOS and Slackware", n)
+	}
+}
+
+// TestCatalogueConsoleSwitch: without the console an ISO entry is not
+// offered (not an entry, not found, listed under not_offered with
+// ReasonNeedsConsole, Withheld); WithConsole offers it, and changes the
+// answer and its ETag, not the catalogue it came from.
+func TestCatalogueConsoleSwitch(t *testing.T) {
+	iso := entry(map[string]any{"id": "nixos", "name": "NixOS", "source": "iso", "format": nil,
+		"url": "https://channels.nixos.org/nixos-26.05/latest-nixos-minimal-x86_64-linux.iso", "min_disk_gib": 10})
+	without, err := Parse([]byte(doc(iso)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := without.WithConsole()
+	for _, tc := range []struct {
+		name    string
+		c       *Catalogue
+		offered bool
+	}{{"without the console", without, false}, {"with the console", with, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.c
+			_, found := c.Lookup("nixos")
+			inEntries := false
+			for _, e := range c.Entries() {
+				inEntries = inEntries || e.ID == "nixos"
+			}
+			if found != tc.offered || inEntries != tc.offered || c.Withheld("nixos") == tc.offered {
+				t.Errorf("Lookup %v, in Entries %v, Withheld %v; want offered %v", found, inEntries, c.Withheld("nixos"), tc.offered)
+			}
+			if _, ok := c.Lookup("first"); !ok || c.Withheld("first") || c.Withheld("nope") {
+				t.Errorf("a cloud entry is not offered as before")
+			}
+			var ans answer
+			if err := json.Unmarshal(c.JSON(), &ans); err != nil {
+				t.Fatal(err)
+			}
+			listed := false
+			for _, n := range ans.NotOffered {
+				if n.Name == "NixOS" {
+					listed = n.Reason == ReasonNeedsConsole
+				}
+			}
+			if listed == tc.offered || len(ans.Catalogue) != len(c.Entries()) {
+				t.Errorf("the answer %s lists NixOS as not offered: %v; want %v", c.JSON(), listed, !tc.offered)
+			}
+			if _, err := Parse(c.JSON()); err != nil {
+				t.Errorf("the answer is not a valid catalogue: %v", err)
+			}
+			if n := len(c.NotOffered()); n != len(ans.NotOffered) || n != 1 && tc.offered || n != 2 && !tc.offered {
+				t.Errorf("NotOffered() = %v, want what the answer lists", c.NotOffered())
+			}
+		})
+	}
+	if with.ETag() == without.ETag() {
+		t.Errorf("the answers with and without the console have the same ETag")
+	}
+	if _, ok := without.Lookup("nixos"); ok {
+		t.Errorf("WithConsole changed the catalogue it came from")
+	}
+	if b := Builtin(); b.Withheld("nixos-26-05") != true || strings.Contains(string(b.JSON()), "channels.nixos.org") {
+		t.Errorf("the built-in catalogue offers its ISOs without the console: %s", b.JSON())
 	}
 }
 
@@ -172,6 +293,8 @@ func losos(url string) map[string]any {
 
 func cloudURL(u string) map[string]any { return map[string]any{"url": u} }
 
+func isoURL(u string) map[string]any { return map[string]any{"source": "iso", "format": nil, "url": u} }
+
 // TestCatalogueParseRefuses: every problem is refused with one line that names the
 // entry (index and id, or name) and the problem.
 func TestCatalogueParseRefuses(t *testing.T) {
@@ -214,7 +337,7 @@ func TestCatalogueParseRefuses(t *testing.T) {
 		{"name too long", doc(entry(map[string]any{"name": strings.Repeat("n", 81)})), []string{at, "longer than 80"}},
 
 		{"no source", doc(entry(map[string]any{"source": nil})), []string{at, "source is missing"}},
-		{"unknown source", doc(entry(map[string]any{"source": "iso"})), []string{at, `source "iso" is neither`}},
+		{"unknown source", doc(entry(map[string]any{"source": "vhd"})), []string{at, `source "vhd" is none of`, `"iso"`}},
 
 		{"no url", doc(entry(map[string]any{"url": nil})), []string{at, "url is missing"}},
 		{"http", doc(entry(cloudURL("http://cloud.debian.org/d.qcow2"))), []string{at, "is http", "https"}},
@@ -224,7 +347,17 @@ func TestCatalogueParseRefuses(t *testing.T) {
 		{"fragment", doc(entry(cloudURL("https://cloud.debian.org/d.qcow2#x"))), []string{at, "#fragment"}},
 		{"directory", doc(entry(cloudURL("https://cloud.debian.org/images/"))), []string{at, "names a directory"}},
 		{"host only", doc(entry(cloudURL("https://cloud.debian.org"))), []string{at, "names a directory"}},
-		{"installer ISO", doc(entry(cloudURL("https://cdimage.debian.org/debian-13-netinst.iso"))), []string{at, "installer ISO"}},
+		{"installer ISO", doc(entry(cloudURL("https://cdimage.debian.org/debian-13-netinst.iso"))), []string{at, "installer ISO", `source "iso"`}},
+
+		{"iso over http", doc(entry(isoURL("http://cdimage.debian.org/netinst.iso"))), []string{at, "is http", "the ISO crosses"}},
+		{"iso without host", doc(entry(isoURL("https:///netinst.iso"))), []string{at, "has no host"}},
+		{"iso with user info", doc(entry(isoURL("https://u:p@cdimage.debian.org/netinst.iso"))), []string{at, "user info"}},
+		{"iso directory", doc(entry(isoURL("https://cdimage.debian.org/iso/"))), []string{at, "names a directory, not an ISO file"}},
+		{"iso compressed", doc(entry(isoURL("https://cdimage.debian.org/netinst.iso.xz"))), []string{at, "ends in .xz", "plain .iso"}},
+		{"iso archive", doc(entry(isoURL("https://cdimage.debian.org/netinst.zip"))), []string{at, "ends in .zip"}},
+		{"iso names a disk", doc(entry(isoURL("https://cdimage.debian.org/disk.qcow2"))), []string{at, "names a disk image (.qcow2)", `source "cloud"`}},
+		{"iso with format", doc(entry(map[string]any{"source": "iso", "url": "https://cdimage.debian.org/netinst.iso"})), []string{at, "format", "leave it out"}},
+		{"iso without disk", doc(entry(map[string]any{"source": "iso", "format": nil, "min_disk_gib": 0, "url": "https://cdimage.debian.org/netinst.iso"})), []string{at, "min_disk_gib is missing", "blank disk"}},
 		{"archive, upper case", doc(entry(cloudURL("https://cloud.debian.org/D.QCOW2.TAR.XZ"))), []string{at, "ends in .tar.xz", "archive or a compression"}},
 		{"compressed, format contradicts the file", doc(entry(map[string]any{"format": "raw", "url": "https://cloud.debian.org/d.qcow2.xz"})), []string{at, `format "raw", but the url names a qcow2 file`}},
 
@@ -293,6 +426,8 @@ func TestCatalogueParseAccepts(t *testing.T) {
 		{"minimal", `{"catalogue": [` + entry(nil) + `]}`},
 		{"raw image", doc(entry(map[string]any{"format": "raw", "url": "https://example.org/disk.img"}))},
 		{"url with port and query", doc(entry(cloudURL("https://example.org:8443/d.qcow2?mirror=eu")))},
+		{"iso", doc(entry(isoURL("https://cdimage.debian.org/debian-cd/current/amd64/iso-cd/netinst.iso")))},
+		{"iso by a download URL", doc(entry(isoURL("https://example.org/download?os=linux")))},
 		{"losos by digest", doc(entry(losos("docker://ghcr.io/vmshelf/disk@sha256:" + strings.Repeat("ab", 32))))},
 		{"losos on a registry with a port", doc(entry(losos("docker://registry.example.org:5000/losos/demo:v1.2")))},
 		{"id of 63", doc(entry(map[string]any{"id": "d" + strings.Repeat("x", 62)}))},

@@ -100,6 +100,9 @@ func newJudgeMarket(t *testing.T, ctx context.Context, now time.Time, spare int)
 	order(imagestore.ImageUpload, m.bios.UploadID, 1)
 	order(imagestore.ImageUpload, m.uefi.UploadID, 1)
 	order(imagestore.ImageCatalogue, "debian-13", 10)
+	// An installation ISO (the provisioner is told the console exists):
+	// a blank disk booting first, the ISO as a SATA CD-ROM second.
+	order(imagestore.ImageCatalogue, "nixos-26-05", 2)
 	return m
 }
 
@@ -172,7 +175,7 @@ func (js *judgeServer) provision(t *testing.T, domain string, spare int) {
 	}
 	p, err := provisioner.New(provisioner.Config{
 		CPU: 2, MemoryMiB: 1024, DiskGiB: 20, StorageClass: vmStorageClass, Domain: domain, FetchBase: testFetchBase,
-		Catalogue: catalogue.Builtin(), Every: 30 * time.Second, Now: clk.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Catalogue: catalogue.Builtin(), ConsoleAvailable: true, Every: 30 * time.Second, Now: clk.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, m.st, cluster, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -261,6 +264,44 @@ func (js *judgeServer) checkDisk(t *testing.T, ctx context.Context, ns string, m
 		t.Errorf("%s: source %+v, want http with checksum sha256:%s", dv.Name, dv.Spec.Source, want.SHA256)
 	case want != nil && efi != want.EFI:
 		t.Errorf("%s: UEFI %v, want %v", vm.Name, efi, want.EFI)
+	}
+	if e, ok := catalogue.Builtin().WithConsole().Lookup(o.Image); ok && e.Source == catalogue.SourceISO {
+		js.checkInstaller(t, ctx, ns, vm, dv, e)
+	}
+}
+
+// checkInstaller: what the API server kept of an ISO replica: the blank
+// disk boots first, the ISO, imported from its address into a DataVolume
+// of its own, is a SATA CD-ROM booting second.
+func (js *judgeServer) checkInstaller(t *testing.T, ctx context.Context, ns string, vm *kubevirtv1.VirtualMachine, disk cdiv1beta1.DataVolume, e catalogue.Entry) {
+	t.Helper()
+	if disk.Spec.Source == nil || disk.Spec.Source.Blank == nil || disk.Spec.Source.HTTP != nil || disk.Spec.Source.Registry != nil {
+		t.Errorf("%s: disk source %+v, want blank", disk.Name, disk.Spec.Source)
+	}
+	disks, vols := vm.Spec.Template.Spec.Domain.Devices.Disks, vm.Spec.Template.Spec.Volumes
+	if len(disks) != 2 || len(vols) != 2 {
+		t.Fatalf("%s: disks %+v, volumes %+v; want the disk and the CD-ROM", vm.Name, disks, vols)
+	}
+	root, cd := disks[0], disks[1]
+	switch {
+	case root.BootOrder == nil || *root.BootOrder != 1 || root.Disk == nil:
+		t.Errorf("%s: first disk %+v, want a disk with bootOrder 1", vm.Name, root)
+	case cd.BootOrder == nil || *cd.BootOrder != 2 || cd.CDRom == nil || cd.CDRom.Bus != kubevirtv1.DiskBusSATA:
+		t.Errorf("%s: second disk %+v, want a SATA cdrom with bootOrder 2", vm.Name, cd)
+	case vols[1].DataVolume == nil || vols[1].Name != cd.Name:
+		t.Fatalf("%s: CD-ROM volume %+v, want its DataVolume", vm.Name, vols[1])
+	}
+	u, err := js.dyn.Resource(cdiv1beta1.SchemeGroupVersion.WithResource("datavolumes")).Namespace(ns).
+		Get(ctx, vols[1].DataVolume.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%s's ISO DataVolume: %v", vm.Name, err)
+	}
+	var iso cdiv1beta1.DataVolume
+	if err := fromUnstructured(u, &iso); err != nil {
+		t.Fatal(err)
+	}
+	if iso.Name != vm.Name+"-iso" || iso.Spec.Source == nil || iso.Spec.Source.HTTP == nil || iso.Spec.Source.HTTP.URL != e.URL {
+		t.Errorf("%s: source %+v, want http from %s", iso.Name, iso.Spec.Source, e.URL)
 	}
 }
 

@@ -92,7 +92,7 @@ func TestVirtControllerRunsOurVM(t *testing.T) {
 	}
 	p, err := provisioner.New(provisioner.Config{
 		CPU: 2, MemoryMiB: 1024, DiskGiB: 20, StorageClass: vmStorageClass, FetchBase: testFetchBase,
-		Catalogue: catalogue.Builtin(), Every: 30 * time.Second, Now: clk.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Catalogue: catalogue.Builtin(), ConsoleAvailable: true, Every: 30 * time.Second, Now: clk.Now, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, m.st, cluster, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -60,6 +60,8 @@
     paymentFailed: 'The payment failed.',
     imageUnknown: 'That image does not exist (any more) on this box.',
     imageInUse: 'An order that is awaiting payment, paid or running uses this image; remove it once the order has ended.',
+    needsConsole: 'This system installs from an ISO and needs the browser console, which this edge does not offer yet.',
+    userDataNotForInstaller: 'An installation ISO runs its own installer; cloud-init user data cannot be given to it.',
     // uploads: the control plane
     imageQuota: 'This box already holds as many images (counting unfinished uploads and unused tickets) as the edge allows. Remove an image, cancel an unused ticket or an unfinished upload, or let one expire.',
     noSpace: 'The edge\'s disk is full; uploads are refused until space is freed.',
