@@ -513,57 +513,12 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 		}
 	}
 
-	// The machine is resolved only when a VM is missing: a catalogue
-	// entry removed after the order was provisioned stops nothing.
-	var m *machine
-	vms := make([]*kubevirtv1.VirtualMachine, o.Quantity)
-	for i := range o.Quantity {
-		name := vmName(o.ID, i)
-		// The disk first: the VM names it, and KubeVirt would wait for it
-		// anyway. It is made only while its VM is missing: behind a VM
-		// that exists, a missing DataVolume is KubeVirt's to make (the
-		// dataVolumeTemplate of a VM of an earlier vmshelf) or was
-		// deleted with the buyer's data, and a fresh import would pass
-		// for that data. A DataVolume that exists is left as it is.
-		vm, err := ensure(func() (*kubevirtv1.VirtualMachine, error) { return p.c.GetVM(ctx, ns, name) },
-			func() error {
-				if m == nil {
-					resolved, err := p.resolve(ctx, o)
-					if err != nil {
-						return err
-					}
-					m = &resolved
-				}
-				disk := diskName(o.ID, i)
-				if _, err := ensure(func() (*cdiv1.DataVolume, error) { return p.c.GetDataVolume(ctx, ns, disk) },
-					func() error { return refusedForGood(p.c.CreateDataVolume(ctx, dataVolume(*m, i))) }); err != nil {
-					return failed(stepDisk, "making the DataVolume "+disk, err)
-				}
-				if m.iso != nil { // an installation ISO's CD-ROM, by the disk's rules
-					iso := isoName(o.ID, i)
-					if _, err := ensure(func() (*cdiv1.DataVolume, error) { return p.c.GetDataVolume(ctx, ns, iso) },
-						func() error { return refusedForGood(p.c.CreateDataVolume(ctx, isoVolume(*m, i))) }); err != nil {
-						return failed(stepDisk, "making the DataVolume "+iso, err)
-					}
-				}
-				return refusedForGood(p.c.CreateVM(ctx, virtualMachine(*m, i)))
-			})
-		if err != nil {
-			return "", inStep(err, stepVM, "making the VirtualMachine "+name)
-		}
-		vms[i] = vm
+	vms, err := p.ensureReplicas(ctx, o)
+	if err != nil {
+		return "", err
 	}
-
-	svc := serviceName(o.ID)
-	if _, err := ensure(func() (*corev1.Service, error) { return p.c.GetService(ctx, ns, svc) },
-		func() error { return p.c.CreateService(ctx, service(o)) }); err != nil {
-		return "", failed(stepService, "making the Service "+svc, err)
-	}
-	if p.cfg.Domain != "" {
-		if _, err := ensure(func() (*networkingv1.Ingress, error) { return p.c.GetIngress(ctx, ns, svc) },
-			func() error { return p.c.CreateIngress(ctx, ingress(o, p.cfg.Domain)) }); err != nil {
-			return "", failed(stepIngress, "making the Ingress "+svc, err)
-		}
+	if err := p.ensureService(ctx, o); err != nil {
+		return "", err
 	}
 
 	states, err := p.storeStates(ctx, o, vms, now)
@@ -585,6 +540,76 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 		p.log.Info("order active: its objects exist", "order_id", o.ID, "namespace", ns, "replicas", o.Quantity)
 	}
 	return cause, nil
+}
+
+// ensureReplicas makes sure every replica's disk(s) and VM exist and
+// returns the VMs it found (nil for one it made). The machine is resolved
+// only when a VM is missing: a catalogue entry removed after the order
+// was provisioned stops nothing.
+func (p *Provisioner) ensureReplicas(ctx context.Context, o imagestore.Order) ([]*kubevirtv1.VirtualMachine, error) {
+	ns := namespaceName(o.BuyerID)
+	var m *machine
+	vms := make([]*kubevirtv1.VirtualMachine, o.Quantity)
+	for i := range o.Quantity {
+		name := vmName(o.ID, i)
+		// The disk first: the VM names it, and KubeVirt would wait for it
+		// anyway. It is made only while its VM is missing: behind a VM
+		// that exists, a missing DataVolume is KubeVirt's to make (the
+		// dataVolumeTemplate of a VM of an earlier vmshelf) or was
+		// deleted with the buyer's data, and a fresh import would pass
+		// for that data. A DataVolume that exists is left as it is.
+		vm, err := ensure(func() (*kubevirtv1.VirtualMachine, error) { return p.c.GetVM(ctx, ns, name) },
+			func() error {
+				if m == nil {
+					resolved, err := p.resolve(ctx, o)
+					if err != nil {
+						return err
+					}
+					m = &resolved
+				}
+				if err := p.ensureVolume(ctx, ns, diskName(o.ID, i), func() *cdiv1.DataVolume { return dataVolume(*m, i) }); err != nil {
+					return err
+				}
+				if m.iso != nil { // an installation ISO's CD-ROM, by the disk's rules
+					if err := p.ensureVolume(ctx, ns, isoName(o.ID, i), func() *cdiv1.DataVolume { return isoVolume(*m, i) }); err != nil {
+						return err
+					}
+				}
+				return refusedForGood(p.c.CreateVM(ctx, virtualMachine(*m, i)))
+			})
+		if err != nil {
+			return nil, inStep(err, stepVM, "making the VirtualMachine "+name)
+		}
+		vms[i] = vm
+	}
+	return vms, nil
+}
+
+// ensureVolume makes the DataVolume name in ns from build if it is
+// missing; one that exists is left as it is.
+func (p *Provisioner) ensureVolume(ctx context.Context, ns, name string, build func() *cdiv1.DataVolume) error {
+	if _, err := ensure(func() (*cdiv1.DataVolume, error) { return p.c.GetDataVolume(ctx, ns, name) },
+		func() error { return refusedForGood(p.c.CreateDataVolume(ctx, build())) }); err != nil {
+		return failed(stepDisk, "making the DataVolume "+name, err)
+	}
+	return nil
+}
+
+// ensureService makes the order's Service and, with --vms-domain, its
+// Ingress.
+func (p *Provisioner) ensureService(ctx context.Context, o imagestore.Order) error {
+	ns, svc := namespaceName(o.BuyerID), serviceName(o.ID)
+	if _, err := ensure(func() (*corev1.Service, error) { return p.c.GetService(ctx, ns, svc) },
+		func() error { return p.c.CreateService(ctx, service(o)) }); err != nil {
+		return failed(stepService, "making the Service "+svc, err)
+	}
+	if p.cfg.Domain != "" {
+		if _, err := ensure(func() (*networkingv1.Ingress, error) { return p.c.GetIngress(ctx, ns, svc) },
+			func() error { return p.c.CreateIngress(ctx, ingress(o, p.cfg.Domain)) }); err != nil {
+			return failed(stepIngress, "making the Ingress "+svc, err)
+		}
+	}
+	return nil
 }
 
 // ensureCloudInit makes the cloud-init Secret. The user data is read only
