@@ -118,18 +118,26 @@ func cancelledThenPaid(t *testing.T, s *server, fake *stripetest.Server, whsec, 
 	return o.OrderID, cs
 }
 
+// waitRefunded polls (bounded, 30 s) the buyer's status until the order
+// is refunded, and returns what status says of it then; the caller checks.
+func waitRefunded(t *testing.T, s *server, orderID string) refundOrderStatus {
+	t.Helper()
+	var st refundOrderStatus
+	poll(t, 600, 50*time.Millisecond, "order "+orderID+" refunded", func() bool {
+		st = refundStatusOf(t, s, s.token, orderID)
+		return st.State == "refunded"
+	}, func() string { return mustJSON(st) })
+	return st
+}
+
 // wantRefundedOnce waits (bounded) until status shows the order refunded,
 // then checks that Stripe made exactly one refund of it, that every
 // request for it carried the same key, and returns how many there were.
 func wantRefundedOnce(t *testing.T, s *server, fake *stripetest.Server, orderID string) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var st refundOrderStatus
-	for st = refundStatusOf(t, s, s.token, orderID); st.State != "refunded" && time.Now().Before(deadline); st = refundStatusOf(t, s, s.token, orderID) {
-		time.Sleep(50 * time.Millisecond) // a poll of status, bounded by deadline
-	}
+	st := waitRefunded(t, s, orderID)
 	if st.State != "refunded" || st.Refund == nil || st.Refund.Cause != "paidAfterCancel" || st.Refund.RefundedAt == nil {
-		t.Fatalf("order %s after 30 s: %+v; want refunded for paidAfterCancel", orderID, st)
+		t.Fatalf("order %s: %+v; want refunded for paidAfterCancel", orderID, st)
 	}
 	var made int
 	for _, rf := range fake.Refunds() {
@@ -194,10 +202,7 @@ func TestE2ERefundKilledMidway(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(fake.Received("/v1/refunds")) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // a poll of the fake, bounded by deadline
-	}
+	poll(t, 3000, 10*time.Millisecond, "Stripe to get the refund request", func() bool { return len(fake.Received("/v1/refunds")) > 0 })
 	if len(fake.Received("/v1/refunds")) != 1 || len(fake.Refunds()) != 1 {
 		t.Fatalf("Stripe got %d refund requests and made %d refunds before the kill, want 1 and 1",
 			len(fake.Received("/v1/refunds")), len(fake.Refunds()))
@@ -299,13 +304,9 @@ func TestE2ERefundNotProvisioned(t *testing.T) {
 	}
 	paid := time.Now()
 	m.pay(t, o.OrderID, "evt_e2e_refund_gone")
-	deadline := time.Now().Add(30 * time.Second)
-	var st refundOrderStatus
-	for st = refundStatusOf(t, s, s.token, o.OrderID); st.State != "refunded" && time.Now().Before(deadline); st = refundStatusOf(t, s, s.token, o.OrderID) {
-		time.Sleep(50 * time.Millisecond) // a poll of status, bounded by deadline
-	}
+	st := waitRefunded(t, s, o.OrderID)
 	if st.State != "refunded" || st.Refund == nil || st.Refund.Cause != "notProvisioned" || st.Refund.RefundedAt == nil {
-		t.Fatalf("order after 30 s: %+v; want refunded for notProvisioned", st)
+		t.Fatalf("order: %+v; want refunded for notProvisioned", st)
 	}
 	if took := st.Refund.RefundedAt.Sub(paid); took < time.Second {
 		t.Errorf("refunded %v after the payment, before the 1 s deadline", took)
@@ -343,13 +344,9 @@ func TestE2ERefundImportFailed(t *testing.T) {
 	kube.putDataVolume("", vm+"-disk", "Failed", "")
 	b := m.order(t, l.ListingID, "debian-13", "other", 1, "")
 	m.pay(t, b.OrderID, "evt_e2e_import_b")
-	deadline := time.Now().Add(30 * time.Second)
-	var st refundOrderStatus
-	for st = refundStatusOf(t, s, s.token, a.OrderID); st.State != "refunded" && time.Now().Before(deadline); st = refundStatusOf(t, s, s.token, a.OrderID) {
-		time.Sleep(50 * time.Millisecond) // a poll of status, bounded by deadline
-	}
+	st := waitRefunded(t, s, a.OrderID)
 	if st.State != "refunded" || st.Refund == nil || st.Refund.Cause != "importFailed" {
-		t.Fatalf("order after 30 s: %+v; want refunded for importFailed", st)
+		t.Fatalf("order: %+v; want refunded for importFailed", st)
 	}
 	if refunds := m.stripe.Refunds(); len(refunds) != 1 || refunds[0].OrderID != a.OrderID || refunds[0].Cause != "importFailed" {
 		t.Errorf("Stripe's refunds %+v, want one, of order %s for importFailed", refunds, a.OrderID)
