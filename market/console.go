@@ -89,6 +89,11 @@ type consoleGate struct {
 func (g *consoleGate) full(tenant int64, perTenant, perEdge int) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.fullLocked(tenant, perTenant, perEdge)
+}
+
+// fullLocked says which cap is reached ("" for none); g.mu is held.
+func (g *consoleGate) fullLocked(tenant int64, perTenant, perEdge int) string {
 	switch {
 	case g.byTenant[tenant] >= perTenant:
 		return "for this box"
@@ -101,11 +106,8 @@ func (g *consoleGate) full(tenant int64, perTenant, perEdge int) string {
 func (g *consoleGate) take(tenant int64, perTenant, perEdge int) (release func(), why string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	switch {
-	case g.byTenant[tenant] >= perTenant:
-		return nil, "for this box"
-	case g.all >= perEdge:
-		return nil, "on this edge"
+	if why := g.fullLocked(tenant, perTenant, perEdge); why != "" {
+		return nil, why
 	}
 	if g.byTenant == nil {
 		g.byTenant = map[int64]int{}
