@@ -140,6 +140,18 @@ func TestE2EConsoleSerial(t *testing.T) {
 	if code, _, body := consoleTicket(t, s, s.token, stopped.OrderID, "serial"); code != http.StatusConflict || !strings.Contains(string(body), "replicaNotRunning") {
 		t.Errorf("a console of a replica not running: %d %s, want 409 replicaNotRunning", code, body)
 	}
+	// A running replica whose console the cluster does not give (the API
+	// server answers 404): closed 4502 with its reason, nothing passes.
+	dark := m.order(t, l.ListingID, "debian-13", "dark", 1, "")
+	kube.setVMStatus("", "vm-"+dark.OrderID+"-0", "Running")
+	m.pay(t, dark.OrderID, "evt_e2e_console_dark")
+	m.waitMachine(t, s.token, dark.OrderID, "active", []replicaStatus{{Name: "vm-" + dark.OrderID + "-0", State: "running", Detail: "Running"}})
+	if code, a, body := consoleTicket(t, s, s.token, dark.OrderID, "serial"); code != http.StatusCreated {
+		t.Errorf("a ticket for a running replica: %d %s", code, body)
+	} else if code, reason := closeOf(t, dialConsole(t, a.URL)); code != 4502 || !strings.Contains(reason, "did not open") {
+		t.Errorf("a console the cluster does not give: close %d %q, want 4502 with the reason", code, reason)
+	}
+
 	// The host of the order, and a stranger, learn nothing.
 	stranger := addHost(t, s, "stranger", "acct_e2eStranger")
 	for who, token := range map[string]string{"host": host, "stranger": stranger} {
