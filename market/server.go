@@ -267,7 +267,7 @@ func (s *Server) routes(reg prometheus.Registerer, gather prometheus.Gatherer) (
 	rt.handle(http.MethodPost, "/market/vms/console/ticket", s.tenantRoute(s.consoleTicket))
 	rt.handle(http.MethodGet, "/market/vms/console", s.console)
 	rt.handle(http.MethodPost, "/market/stripe/onboarding", s.machineRoute(true, s.onboarding))
-	page, err := web.New(s.cfg.PublicURL) // the Machines page: GET /machines and its files
+	page, err := web.New(s.cfg.PublicURL, s.cfg.ConsoleBase) // the Machines page: GET /machines and its files
 	if err != nil {
 		return nil, err
 	}

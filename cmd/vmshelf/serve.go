@@ -231,7 +231,10 @@ func buildPlanes(f *serveFlags, sh *shelf, peers *peers, reg *prometheus.Registr
 			Domain:       f.vmsDomain,
 			FetchBase:    f.base,
 			Catalogue:    f.catalogue,
-			Log:          log.With("component", "provisioner"),
+			// The page opens every replica's console (market/web's
+			// console.js), so installers can be sold.
+			ConsoleAvailable: true,
+			Log:              log.With("component", "provisioner"),
 		}, shared, peers.cluster, reg)
 		if err != nil {
 			return nil, err
@@ -308,6 +311,7 @@ func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs image
 		RefundDeadline:    f.refundDeadline,
 		RefundClaim:       2 * f.stripeTimeout,
 		Consoles:          consoles,
+		ConsoleAvailable:  consoles != nil,
 		ConsoleBase:       f.consoleBase(),
 		ConsoleIdle:       f.consoleIdle,
 		ConsolesPerTenant: f.consolesPerTenant,

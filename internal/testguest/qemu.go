@@ -28,6 +28,10 @@ type Options struct {
 	// StartTimeout bounds the wait for QEMU's two sockets; 0 is 30s, room
 	// for a loaded CI machine (a boot sector takes well under a second).
 	StartTimeout time.Duration
+	// Reboots: a reset of the guest (Ctrl-Alt-Del, which its BIOS turns
+	// into one) starts it again, as a real machine would. Without it QEMU
+	// ends at a reset, so that a guest that crashes does not loop.
+	Reboots bool
 }
 
 // Guest is a running QEMU with the test guest: its screen on VNCSocket,
@@ -82,15 +86,18 @@ func Start(t testing.TB, opts Options) *Guest {
 		stderr:       &syncBuffer{},
 		exited:       make(chan struct{}),
 	}
-	g.cmd = exec.Command(bin,
+	args := []string{
 		"-no-user-config", "-nodefaults",
 		"-machine", "pc", "-accel", "tcg", "-m", "32",
 		"-vga", "std", "-display", "none",
-		"-drive", "file="+img+",format=raw,if=ide",
-		"-vnc", "unix:"+g.VNCSocket,
-		"-serial", "unix:"+g.SerialSocket+",server=on,wait=off",
-		"-no-reboot", // a guest that crashes ends QEMU rather than looping
-	)
+		"-drive", "file=" + img + ",format=raw,if=ide",
+		"-vnc", "unix:" + g.VNCSocket,
+		"-serial", "unix:" + g.SerialSocket + ",server=on,wait=off",
+	}
+	if !opts.Reboots {
+		args = append(args, "-no-reboot") // a guest that crashes ends QEMU rather than looping
+	}
+	g.cmd = exec.Command(bin, args...)
 	g.cmd.Dir = dir
 	g.cmd.Stdout = g.stderr
 	g.cmd.Stderr = g.stderr

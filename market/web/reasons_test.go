@@ -70,3 +70,39 @@ func TestEveryReasonHasWords(t *testing.T) {
 		}
 	}
 }
+
+// Every close code a console's WebSocket ends with (market/console.go's
+// close… constants, and the normal close of a console the machine ended)
+// has words in console.js's CLOSE_WORDS: the page says why a console
+// closed, never a bare number.
+func TestEveryConsoleCloseHasWords(t *testing.T) {
+	js, err := os.ReadFile(filepath.Join("static", "console.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(string(js), "const CLOSE_WORDS = {")
+	end := strings.Index(string(js)[start:], "\n}\n")
+	if start < 0 || end < 0 {
+		t.Fatal("console.js has no CLOSE_WORDS table")
+	}
+	table := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+(\d+): '`).FindAllStringSubmatch(string(js)[start:start+end], -1) {
+		table[m[1]] = true
+	}
+	src, err := os.ReadFile(filepath.Join("..", "console.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := regexp.MustCompile(`close\w+\s+websocket\.StatusCode = (\d+)`).FindAllStringSubmatch(string(src), -1)
+	if len(codes) < 6 {
+		t.Fatalf("found only %d close codes in market/console.go: the pattern no longer matches the code", len(codes))
+	}
+	if !strings.Contains(string(src), "websocket.StatusNormalClosure") {
+		t.Fatal("market/console.go no longer ends a console with a normal close: update this test")
+	}
+	for _, c := range append(codes, []string{"", "1000"}) {
+		if !table[c[1]] {
+			t.Errorf("close code %s has no sentence in console.js's CLOSE_WORDS", c[1])
+		}
+	}
+}

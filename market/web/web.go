@@ -6,8 +6,14 @@
 //
 // Every answer carries a Content-Security-Policy that allows scripts and
 // styles from the page's own origin only (no inline code), and network
-// requests to the page's origin and the data plane's: a token pasted into
-// the page can only ever travel to the edge itself.
+// requests to the page's origin, the data plane's and the consoles'
+// WebSocket origin: a token pasted into the page can only ever travel to
+// the edge itself.
+//
+// Two libraries are vendored unchanged from npm, each in its own folder
+// with its licence (static/README.md says how to update them): noVNC for a
+// machine's screen and xterm.js for its serial console. They are ES
+// modules, served file by file, as their packages ship them.
 package web
 
 import (
@@ -18,6 +24,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"path"
 	"slices"
 	"strings"
@@ -30,8 +37,13 @@ import (
 // comes from) is for developers and stays out of the binary.
 //
 //go:embed static/index.html static/app.js static/qcow2.js static/format.js static/style.css
-//go:embed static/tus.min.js static/tus-js-client-LICENSE.txt
+//go:embed static/console.js static/tus.min.js static/tus-js-client-LICENSE.txt
+//go:embed static/novnc static/xterm
 var static embed.FS
+
+// vendored are the folders of the libraries vendored from npm: every file
+// in them is served under /machines/<folder>/, its type by its extension.
+var vendored = []string{"novnc", "xterm"}
 
 // files are the page's paths and what each serves: exact paths, since the
 // control plane's router has no prefixes.
@@ -41,6 +53,7 @@ var files = []struct{ path, file, contentType string }{
 	{"/machines/qcow2.js", "qcow2.js", "text/javascript; charset=utf-8"},
 	{"/machines/format.js", "format.js", "text/javascript; charset=utf-8"},
 	{"/machines/style.css", "style.css", "text/css; charset=utf-8"},
+	{"/machines/console.js", "console.js", "text/javascript; charset=utf-8"},
 	{"/machines/tus.min.js", "tus.min.js", "text/javascript; charset=utf-8"},
 	{"/machines/tus-js-client-LICENSE.txt", "tus-js-client-LICENSE.txt", "text/plain; charset=utf-8"},
 }
@@ -60,25 +73,67 @@ type Page struct {
 }
 
 // New builds the page for a data plane reached at dataPlaneURL (market
-// Config.PublicURL, e.g. "http://127.0.0.1:8480"): its origin is the one
-// place besides the page's own the page may send requests to.
-func New(dataPlaneURL string) (*Page, error) {
+// Config.PublicURL, e.g. "http://127.0.0.1:8480") and consoles reached at
+// consoleBase (market Config.ConsoleBase, e.g. "ws://127.0.0.1:8481"; ""
+// for an edge without consoles): their origins are the places besides the
+// page's own the page may send requests to.
+func New(dataPlaneURL, consoleBase string) (*Page, error) {
 	origin, err := originOf(dataPlaneURL)
 	if err != nil {
 		return nil, err
 	}
-	p := &Page{assets: make(map[string]asset, len(files)), csp: CSP(origin)}
-	for _, f := range files {
-		b, err := fs.ReadFile(static, path.Join("static", f.file))
+	origins := []string{origin}
+	if consoleBase != "" {
+		ws, err := wsOriginOf(consoleBase)
 		if err != nil {
-			return nil, fmt.Errorf("web: the embedded %s: %w", f.file, err)
+			return nil, err
 		}
-		sum := sha256.Sum256(b)
-		p.assets[f.path] = asset{body: b, contentType: f.contentType,
-			etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
-		p.paths = append(p.paths, f.path)
+		origins = append(origins, ws)
+	}
+	p := &Page{assets: make(map[string]asset, len(files)), csp: CSP(origins...)}
+	for _, f := range files {
+		if err := p.add(f.path, path.Join("static", f.file), f.contentType); err != nil {
+			return nil, err
+		}
+	}
+	for _, dir := range vendored {
+		err := fs.WalkDir(static, path.Join("static", dir), func(name string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			return p.add("/machines/"+strings.TrimPrefix(name, "static/"), name, typeOf(name))
+		})
+		if err != nil {
+			return nil, fmt.Errorf("web: the embedded %s: %w", dir, err)
+		}
 	}
 	return p, nil
+}
+
+// add serves the embedded file name at urlPath.
+func (p *Page) add(urlPath, name, contentType string) error {
+	b, err := fs.ReadFile(static, name)
+	if err != nil {
+		return fmt.Errorf("web: the embedded %s: %w", name, err)
+	}
+	sum := sha256.Sum256(b)
+	p.assets[urlPath] = asset{body: b, contentType: contentType,
+		etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
+	p.paths = append(p.paths, urlPath)
+	return nil
+}
+
+// typeOf is the Content-Type of a vendored file: scripts and styles by
+// their extension, the rest (licences, AUTHORS) plain text. A module
+// script must be served as JavaScript, or the browser refuses it.
+func typeOf(name string) string {
+	switch path.Ext(name) {
+	case ".js", ".mjs":
+		return "text/javascript; charset=utf-8"
+	case ".css":
+		return "text/css; charset=utf-8"
+	}
+	return "text/plain; charset=utf-8"
 }
 
 // originOf is scheme://host[:port] of an absolute http(s) URL.
@@ -90,14 +145,25 @@ func originOf(raw string) (string, error) {
 	return u.Scheme + "://" + u.Host, nil
 }
 
+// wsOriginOf is ws(s)://host[:port] of a console base URL.
+func wsOriginOf(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" || u.User != nil {
+		return "", fmt.Errorf("web: console URL %q is not a ws(s) URL like ws://host:port", raw)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
 // CSP is the Content-Security-Policy of every file of the page, for a data
-// plane at origin. 'self' covers the control plane's API; origin the
-// uploads. No inline script or style is allowed, no frame may embed the
+// plane at origins[0] and the consoles' WebSocket at origins[1], if any.
+// 'self' covers the control plane's API; the data plane the uploads; the
+// console's origin is named because 'self' covers ws: only in browsers of
+// CSP level 3. No inline script or style is allowed, no frame may embed the
 // page (a token form in someone else's frame), and no form may be sent
 // anywhere by the browser itself: the page's forms are handled in script.
-func CSP(origin string) string {
+func CSP(origins ...string) string {
 	return "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
-		"connect-src 'self' " + origin + "; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+		"connect-src 'self' " + strings.Join(origins, " ") + "; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 }
 
 // Paths are the exact paths to register for GET and HEAD, the page's own

@@ -14,9 +14,11 @@ import (
 
 const dataPlane = "http://127.0.0.1:8480"
 
+const consoles = "ws://127.0.0.1:8481"
+
 func newPage(t *testing.T) *Page {
 	t.Helper()
-	p, err := New(dataPlane + "/")
+	p, err := New(dataPlane+"/", consoles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +30,7 @@ func newPage(t *testing.T) *Page {
 func TestServesEveryFile(t *testing.T) {
 	p := newPage(t)
 	wantCSP := "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
-		"connect-src 'self' http://127.0.0.1:8480; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+		"connect-src 'self' http://127.0.0.1:8480 ws://127.0.0.1:8481; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 	cases := []struct {
 		path, file, contentType string
 	}{
@@ -37,11 +39,31 @@ func TestServesEveryFile(t *testing.T) {
 		{"/machines/qcow2.js", "qcow2.js", "text/javascript; charset=utf-8"},
 		{"/machines/format.js", "format.js", "text/javascript; charset=utf-8"},
 		{"/machines/style.css", "style.css", "text/css; charset=utf-8"},
+		{"/machines/console.js", "console.js", "text/javascript; charset=utf-8"},
 		{"/machines/tus.min.js", "tus.min.js", "text/javascript; charset=utf-8"},
 		{"/machines/tus-js-client-LICENSE.txt", "tus-js-client-LICENSE.txt", "text/plain; charset=utf-8"},
+		// The vendored libraries: their entry points, what they import,
+		// and their licences.
+		{"/machines/novnc/core/rfb.js", "novnc/core/rfb.js", "text/javascript; charset=utf-8"},
+		{"/machines/novnc/vendor/pako/lib/zlib/inflate.js", "novnc/vendor/pako/lib/zlib/inflate.js", "text/javascript; charset=utf-8"},
+		{"/machines/novnc/LICENSE.txt", "novnc/LICENSE.txt", "text/plain; charset=utf-8"},
+		{"/machines/novnc/docs/LICENSE.MPL-2.0", "novnc/docs/LICENSE.MPL-2.0", "text/plain; charset=utf-8"},
+		{"/machines/novnc/vendor/pako/LICENSE", "novnc/vendor/pako/LICENSE", "text/plain; charset=utf-8"},
+		{"/machines/xterm/xterm.mjs", "xterm/xterm.mjs", "text/javascript; charset=utf-8"},
+		{"/machines/xterm/xterm.css", "xterm/xterm.css", "text/css; charset=utf-8"},
+		{"/machines/xterm/LICENSE", "xterm/LICENSE", "text/plain; charset=utf-8"},
 	}
-	if got := p.Paths(); len(got) != len(cases) || got[0] != "/machines" {
-		t.Fatalf("Paths() = %v, want the %d paths below, /machines first", got, len(cases))
+	vendoredFiles := 0
+	for _, dir := range vendored {
+		_ = filepath.WalkDir(filepath.Join("static", dir), func(_ string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				vendoredFiles++
+			}
+			return err
+		})
+	}
+	if got := p.Paths(); len(got) != len(files)+vendoredFiles || got[0] != "/machines" {
+		t.Fatalf("Paths() = %d paths, want the page's %d and the %d vendored files, /machines first", len(got), len(files), vendoredFiles)
 	}
 	for _, c := range cases {
 		want, err := os.ReadFile(filepath.Join("static", c.file))
@@ -181,7 +203,7 @@ func TestDataPlaneOrigin(t *testing.T) {
 		{"https://edge.example/", "https://edge.example"},
 		{"https://edge.example:8443/up/load", "https://edge.example:8443"},
 	} {
-		p, err := New(c.url)
+		p, err := New(c.url, "")
 		if err != nil {
 			t.Fatalf("New(%q): %v", c.url, err)
 		}
@@ -190,8 +212,32 @@ func TestDataPlaneOrigin(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "/upload", "ftp://host", "http://", "http://u:p@host"} {
-		if _, err := New(bad); err == nil {
+		if _, err := New(bad, ""); err == nil {
 			t.Errorf("New(%q) = nil error, want a refusal", bad)
+		}
+	}
+}
+
+// The CSP names the consoles' WebSocket origin (a browser of CSP level 2
+// does not count ws: as 'self'), and New refuses a console URL that is
+// not ws: or wss:.
+func TestConsoleOrigin(t *testing.T) {
+	for _, c := range []struct{ base, origin string }{
+		{"ws://127.0.0.1:8481", "ws://127.0.0.1:8481"},
+		{"wss://edge.example/", "wss://edge.example"},
+		{"wss://edge.example:8443/market", "wss://edge.example:8443"},
+	} {
+		p, err := New(dataPlane, c.base)
+		if err != nil {
+			t.Fatalf("New(%q): %v", c.base, err)
+		}
+		if want := "connect-src 'self' " + dataPlane + " " + c.origin + ";"; !strings.Contains(p.csp, want) {
+			t.Errorf("New(_, %q) CSP %q, want %q in it", c.base, p.csp, want)
+		}
+	}
+	for _, bad := range []string{"http://127.0.0.1:8481", "ws://", "127.0.0.1:8481", "wss://u:p@edge.example"} {
+		if _, err := New(dataPlane, bad); err == nil {
+			t.Errorf("New(_, %q) = nil error, want a refusal", bad)
 		}
 	}
 }
@@ -211,12 +257,12 @@ func TestNoInlineCode(t *testing.T) {
 	}
 	for _, src := range []string{`<script defer src="/machines/tus.min.js"></script>`,
 		`<script defer src="/machines/qcow2.js"></script>`, `<script defer src="/machines/format.js"></script>`,
-		`<script defer src="/machines/app.js"></script>`} {
+		`<script type="module" src="/machines/console.js"></script>`, `<script defer src="/machines/app.js"></script>`} {
 		if !strings.Contains(html, src) {
 			t.Errorf("index.html lacks %s", src)
 		}
 	}
-	if n := strings.Count(html, "<script"); n != 4 {
-		t.Errorf("index.html has %d script elements, want the 4 files", n)
+	if n := strings.Count(html, "<script"); n != 5 {
+		t.Errorf("index.html has %d script elements, want the 5 files", n)
 	}
 }

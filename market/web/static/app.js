@@ -490,11 +490,15 @@
     show(list, shown.length > 0)
   }
 
+  // What a catalogue entry starts from, by its source; an installation
+  // ISO is installed by its buyer through the machine's console.
+  const SOURCE_NAMES = { losos: 'registry disk', iso: 'installation ISO, installed through the console' }
+
   function renderCatalogue () {
     const c = state.catalogue || { catalogue: [], not_offered: [] }
     $('#catalogue-list').replaceChildren(...(c.catalogue || []).map((e) => el('li', { 'data-image-id': e.id },
       el('span', { class: 'catalogue-name', text: e.name }),
-      el('span', { class: 'meta', text: `${e.source === 'losos' ? 'registry disk' : 'cloud image'} · ${e.efi ? 'UEFI' : 'BIOS'}` }),
+      el('span', { class: 'meta', text: `${SOURCE_NAMES[e.source] || 'cloud image'} · ${e.efi ? 'UEFI' : 'BIOS'}` }),
       el('span', { class: 'meta catalogue-needs',
         text: [e.min_memory_mib ? `memory ≥ ${bytes(e.min_memory_mib * MiB)}` : '',
           e.min_disk_gib ? `disk ≥ ${bytes(e.min_disk_gib * GiB)}` : ''].filter(Boolean).join(' · ') || 'no minimum' }))))
@@ -708,13 +712,46 @@
         payLink(o),
         ...orderNotes(o),
         el('p', { class: 'order-note', text: note, hidden: !note }),
-        replicas.length ? el('ul', { class: 'replicas', 'aria-label': `Replicas of ${o.name}` }, ...replicas.map((r) =>
+        replicas.length ? el('ul', { class: 'replicas', 'aria-label': `Replicas of ${o.name}` }, ...replicas.map((r, i) =>
           el('li', { class: 'replica', 'data-replica': r.name, 'data-state': r.state },
             el('span', { class: 'replica-name', text: r.name }),
             el('span', { class: 'replica-state state', 'data-state': r.state,
-              text: (REPLICA_STATES[r.state] || r.state) + (r.progress ? ` ${r.progress}` : '') + (r.detail ? ` (${r.detail})` : '') })))) : null)
+              text: (REPLICA_STATES[r.state] || r.state) + (r.progress ? ` ${r.progress}` : '') + (r.detail ? ` (${r.detail})` : '') }),
+            ...consoleButtons(o, r, i)))) : null)
     }))
     show($('#machine-empty'), orders.length === 0)
+  }
+
+  // consoleButtons open the screen or the serial line of a running
+  // replica of an active order (the only ones the edge opens a console
+  // for); the console itself is console.js's.
+  function consoleButtons (o, r, i) {
+    if (o.state !== 'active' || r.state !== 'running' || !window.vmshelfConsole) return []
+    const button = (kind, cls, text) => {
+      const b = el('button', { type: 'button', class: cls, text, 'aria-label': `${text} of ${r.name}` })
+      b.addEventListener('click', () => openConsole(o, r, i, kind))
+      return b
+    }
+    return [button('vnc', 'replica-console', 'Console'), button('serial', 'replica-serial', 'Serial console')]
+  }
+
+  // openConsole asks console.js to show a console; its tickets are asked
+  // for here, with the token, each time it connects (once, and again on
+  // Reconnect): a ticket is good for one connection.
+  function openConsole (o, r, i, kind) {
+    window.vmshelfConsole.open({
+      kind,
+      title: `${r.name} of ${o.name}`,
+      ticket: async () => {
+        const ans = await api('/market/vms/console/ticket', { order_id: o.order_id, replica: i, kind })
+        if (!ans.ok) {
+          const e = new Error(refusal(ans))
+          e.reason = ans.reason || String(ans.status)
+          throw e
+        }
+        return ans.data.url
+      }
+    })
   }
 
   // ---- token ----
@@ -829,6 +866,12 @@
 
   const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/
 
+  // isInstaller: the image is a catalogue installation ISO, which takes
+  // no cloud-init.
+  function isInstaller (id) {
+    return ((state.catalogue && state.catalogue.catalogue) || []).some((e) => e.id === id && e.source === 'iso')
+  }
+
   async function placeOrder (ev) {
     ev.preventDefault()
     const res = $('#order-result')
@@ -845,6 +888,7 @@
     else if (!DNS_LABEL.test(req.name) || req.name.length > 63) problem = 'The name must be 1 to 63 lower-case letters, digits and “-”, starting and ending with a letter or digit.'
     else if (!req.listing_id) problem = 'Choose an offer.'
     else if (!Number.isInteger(req.quantity) || req.quantity < 1 || req.quantity > Number($('#order-quantity').max || 10)) problem = `Order 1 to ${$('#order-quantity').max || 10} replicas.`
+    else if (ud && isInstaller(req.image)) problem = REASONS.userDataNotForInstaller
     else if (ud && !ud.startsWith('#cloud-config') && !ud.startsWith('#!')) problem = 'Cloud-init must start with #cloud-config or #!.'
     else if (new TextEncoder().encode(ud).length > 16384) problem = 'Cloud-init must be at most 16 KiB.'
     if (problem) {

@@ -65,6 +65,7 @@ b.main(async (track) => {
       meta: text(li, '.meta'),
       replicas: [...li.querySelectorAll('ul.replicas li.replica')].map((r) => ({
         replica: r.dataset.replica, state: r.dataset.state, name: text(r, '.replica-name'), stateText: text(r, '.replica-state'),
+        consoles: [...r.querySelectorAll('button.replica-console, button.replica-serial')].map((b) => b.textContent),
       })),
     };
   }, orderSel);
