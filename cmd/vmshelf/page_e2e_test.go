@@ -1263,8 +1263,8 @@ func TestPageOrder(t *testing.T) {
 		Note      string `json:"note"`
 		Meta      string `json:"meta"`
 		Replicas  []struct {
-			Replica   string `json:"replica"`
-			State     string `json:"state"`
+			Replica   string   `json:"replica"`
+			State     string   `json:"state"`
 			Name      string   `json:"name"`
 			StateText string   `json:"stateText"`
 			Consoles  []string `json:"consoles"`
