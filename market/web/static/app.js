@@ -732,7 +732,8 @@
       b.addEventListener('click', () => openConsole(o, r, i, kind))
       return b
     }
-    return [button('vnc', 'replica-console', 'Console'), button('serial', 'replica-serial', 'Serial console')]
+    return [el('span', { class: 'replica-consoles' },
+      button('vnc', 'replica-console', 'Console'), button('serial', 'replica-serial', 'Serial console'))]
   }
 
   // openConsole asks console.js to show a console; its tickets are asked
