@@ -24,6 +24,7 @@ import (
 	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/internal/leader"
+	"github.com/vmshelf/vmshelf/internal/memtrim"
 	"github.com/vmshelf/vmshelf/market"
 	"github.com/vmshelf/vmshelf/provisioner"
 )
@@ -351,6 +352,11 @@ func (p *planes) run(ctx context.Context, f *serveFlags, sh *shelf, log *slog.Lo
 	}
 	ctl := controlServer(p.mk.Handler(), f, log)
 	dataLim, ctlLim := connLimits(dataLn, ctlLn, f, p.evictions, log)
+	// Start-up is over: what only it needed (most of the binary's code and
+	// constants it touched, the heap it left free) need not stay resident.
+	if _, err := memtrim.AfterStartup(); err != nil {
+		log.Warn("start-up memory not given back", "err", err.Error())
+	}
 	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLim.Addr().String(),
 		"public_url", f.base, "data_dir", f.dataDir, "images", sh.blobs.where, "store", sh.st.short, "replica", sh.replica)
 
