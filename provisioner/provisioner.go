@@ -504,8 +504,12 @@ func (p *Provisioner) provision(ctx context.Context, o imagestore.Order, now tim
 		func() error { return p.c.CreateNamespace(ctx, namespaceObject(ns)) }); err != nil {
 		return "", failed(stepNamespace, "making the namespace "+ns, err)
 	}
-	if err := p.ensureCloudInit(ctx, o); err != nil {
-		return "", err
+	// An installer runs no cloud-init (its order carries no user data, and
+	// its VM no cloud-init disk): no Secret for it.
+	if !p.installer(o) {
+		if err := p.ensureCloudInit(ctx, o); err != nil {
+			return "", err
+		}
 	}
 	if o.ImageKind == imagestore.ImageUpload {
 		if err := p.ensureFetchSecret(ctx, o); err != nil {
@@ -682,6 +686,16 @@ func redact(err error, secret string) error {
 		return err
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), secret, "[redacted]"))
+}
+
+// installer reports whether o is for one of the catalogue's installation
+// ISOs.
+func (p *Provisioner) installer(o imagestore.Order) bool {
+	if o.ImageKind != imagestore.ImageCatalogue {
+		return false
+	}
+	e, ok := p.cfg.Catalogue.Lookup(o.Image)
+	return ok && e.Source == catalogue.SourceISO
 }
 
 // resolve finds what o's replicas are built from: its host's appliance

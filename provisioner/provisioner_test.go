@@ -1128,6 +1128,10 @@ func TestProvisionInstallationISO(t *testing.T) {
 			t.Errorf("creates %v: want %s and %s before %s", created, diskName(o.ID, i), isoName(o.ID, i), vmName(o.ID, i))
 		}
 	}
+	// An installer runs no cloud-init: no Secret for it.
+	if slices.Contains(created, "secrets/"+cloudInitName(o.ID)) {
+		t.Errorf("creates %v: want no cloud-init Secret for an installation ISO", created)
+	}
 
 	// The blank disk is ready at once; the download of the ISO is what
 	// the replica waits for.
