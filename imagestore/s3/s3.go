@@ -83,6 +83,13 @@ type Store struct {
 	callTimeout time.Duration
 	idleTimeout time.Duration
 
+	// partsInFlight: how many full parts one writer sends at once; spare
+	// holds a token for every part buffer a writer holds beyond its first
+	// (see writer); partBufs counts the part buffers writers hold.
+	partsInFlight int
+	spare         chan struct{}
+	partBufs      atomic.Int64
+
 	usage  usage
 	health *imagestore.HealthProbe
 }
@@ -158,6 +165,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 		callTimeout: cmp.Or(cfg.CallTimeout, DefaultCallTimeout),
 		idleTimeout: cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout),
+
+		partsInFlight: max(1, cmp.Or(cfg.PartsInFlight, DefaultPartsInFlight)),
+		spare:         make(chan struct{}, max(0, cmp.Or(cfg.SpareParts, DefaultSpareParts))),
 	}
 	s.health = &imagestore.HealthProbe{Check: s.ping, Timeout: cmp.Or(cfg.PingTimeout, DefaultPingTimeout), TTL: cmp.Or(cfg.PingTTL, DefaultPingTTL)}
 	if cfg.Prefix != "" {
@@ -183,6 +193,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	return s, nil
 }
+
+// takeSpare takes a spare token if one is free; it never waits.
+func (s *Store) takeSpare() bool {
+	select {
+	case s.spare <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Store) releaseSpare() { <-s.spare }
 
 // bucketExists asks for the bucket (HEAD): the cheapest call that needs
 // the server, the credentials and the bucket.
