@@ -154,6 +154,7 @@ func TestPartsOverlap(t *testing.T) {
 		}
 	}
 	cfg := gatedConfig(srv, g)
+	cfg.PartsInFlight, cfg.SpareParts = 2, 2
 	st := open(t, cfg)
 	ctx := context.Background()
 	id := imagestore.NewUploadID()
@@ -345,6 +346,7 @@ func TestAbortWhileWriteWaits(t *testing.T) {
 		return ctx.Err()
 	}
 	cfg := gatedConfig(srv, g)
+	cfg.PartsInFlight, cfg.SpareParts = 2, 2
 	st := open(t, cfg)
 	ctx := context.Background()
 	id := imagestore.NewUploadID()

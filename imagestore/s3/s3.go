@@ -27,8 +27,10 @@
 // memory (P bytes at most): S3 wants each part's length before its first
 // byte, and only the end of the blob (or a Sync) says how long the last
 // one is. Parts go to the server as they fill, streamed from that buffer
-// (minio-go signs the payload in 64 KiB chunks over HTTP, or sends it
-// unsigned over TLS; it never copies the part).
+// (signed with the part's own SHA-256; minio-go never copies the part),
+// in the background while the next part fills: a writer holds at most
+// 1 + Config.PartsInFlight part buffers, and those beyond its first come
+// from Config.SpareParts shared by the Store (see writer).
 //
 // Measured once on a 2-core box against versitygw (posix backend, same
 // host), 1 GiB: this writer 8.4 s (122 MiB/s) with 8 MiB parts, peak Go

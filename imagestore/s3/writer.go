@@ -57,6 +57,9 @@ type writer struct {
 	free   [][]byte
 	held   int
 	spares int
+	// cut: a part request was cancelled (or failed) before its answer;
+	// the server may still be storing it after the upload is aborted.
+	cut bool
 	// synced is how much of buf the tail object holds; durable the offset
 	// the durable object records.
 	synced  int
@@ -360,6 +363,7 @@ func (w *writer) took(p *part) error {
 	w.free = append(w.free, p.buf[:0])
 	w.s.usage.buffered.Add(-n)
 	if p.err != nil {
+		w.cut = true
 		return p.err
 	}
 	w.parts = append(w.parts, minio.CompletePart{PartNumber: p.num, ETag: p.etag})
@@ -404,11 +408,13 @@ func (w *writer) drain(ctx context.Context) error {
 }
 
 // stopParts cancels the parts in flight and waits until their goroutines
-// are done; their bytes are given up.
+// are done; their bytes are given up. A part cut off this way may still
+// be finishing on the server; cut records that one was (see Abort).
 func (w *writer) stopParts() {
 	w.cancel()
 	for _, p := range w.sending {
 		<-p.done
+		w.cut = w.cut || p.err != nil
 		w.free = append(w.free, p.buf[:0])
 		w.s.usage.buffered.Add(-int64(len(p.buf)))
 	}
@@ -755,6 +761,8 @@ func (w *writer) Abort() error {
 	if w.uploadID != "" {
 		if err := w.s.abortUpload(ctx, w.key, w.uploadID); err != nil {
 			errs = append(errs, w.s.errorf(err, "abort upload"))
+		} else if err := w.s.abortAgain(ctx, w.key, w.uploadID, w.cut); err != nil {
+			errs = append(errs, w.s.errorf(err, "abort upload"))
 		} else {
 			w.uploadID = ""
 		}
@@ -769,6 +777,29 @@ func (w *writer) Abort() error {
 	}
 	// A failed Abort stays to be done: a retry can finish the job.
 	return w.life.EndAbort(errors.Join(errs...))
+}
+
+// abortAgain makes sure that upload uploadID of key is gone after its
+// abort, if a part request was cut off (cut): S3 says a part being
+// uploaded when the upload is aborted may still succeed, and then the
+// upload must be aborted again to free its parts.
+func (s *Store) abortAgain(ctx context.Context, key, uploadID string, cut bool) error {
+	if !cut {
+		return nil
+	}
+	for range 3 {
+		_, err := s.parts(ctx, key, uploadID)
+		if isNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.abortUpload(ctx, key, uploadID); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("upload %s still there after 3 aborts", uploadID)
 }
 
 // removeStaged deletes images/<id>.qcow2 unless a marker says it is
