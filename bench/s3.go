@@ -104,7 +104,9 @@ func (b *bench) phaseS3() error {
 	if err != nil {
 		return err
 	}
-	defer vm.stop()
+	// Not `defer vm.stop()`: that binds the process of now, and
+	// s3ConcurrentRSS restarts vmshelf.
+	defer func() { vm.stop() }()
 	b.rep.setSetup("S3", "versitygw v1.8.0, posix backend under "+b.dir+"/s3-root (the same disk), on loopback; vmshelf `--blobs s3://"+s3Bucket+"/edge` with the records in SQLite")
 
 	t := b.rep.table("s3", fmt.Sprintf("The %d MiB test file through S3", b.size>>20),
