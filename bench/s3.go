@@ -228,7 +228,9 @@ func (b *bench) s3Put(subject string, vm *vmshelf, srv *s3Server, r int) (float6
 		if err != nil {
 			return 0, "", err
 		}
+		pr := b.startPerf("s3-put", vm.pids())
 		res, err := curlPut(b.file, tk.UploadURL)
+		pr.stop()
 		if err != nil {
 			return 0, "", err
 		}
