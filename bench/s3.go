@@ -104,7 +104,9 @@ func (b *bench) phaseS3() error {
 	if err != nil {
 		return err
 	}
-	defer vm.stop()
+	// Not `defer vm.stop()`: that binds the process of now, and
+	// s3ConcurrentRSS restarts vmshelf.
+	defer func() { vm.stop() }()
 	b.rep.setSetup("S3", "versitygw v1.8.0, posix backend under "+b.dir+"/s3-root (the same disk), on loopback; vmshelf `--blobs s3://"+s3Bucket+"/edge` with the records in SQLite")
 
 	t := b.rep.table("s3", fmt.Sprintf("The %d MiB test file through S3", b.size>>20),
@@ -149,6 +151,72 @@ func (b *bench) phaseS3() error {
 	}
 	t.ratio("mbps", s3Vmshelf, s3Direct, "mbps")
 	t.ratio("mbps", s3VmshelfGet, s3DirectGet, "mbps")
+	return b.s3ConcurrentRSS(vm)
+}
+
+// s3Concurrent is the row of the 4 concurrent uploads through S3.
+const s3Concurrent = "vmshelf, 4 concurrent PUTs → S3"
+
+// s3ConcurrentRSS measures what 4 uploads at once through S3 cost in
+// memory (each holds its part buffers): peak RSS of a fresh vmshelf from
+// the first byte to the last answer, once per repetition.
+func (b *bench) s3ConcurrentRSS(vm *vmshelf) error {
+	t := b.rep.table("s3_rss", fmt.Sprintf("4 concurrent uploads of the %d MiB test file through S3", b.size>>20),
+		"4 `curl -T file <upload URL>` at once into a fresh vmshelf process (restarted before each repetition) over the S3 bucket above; "+
+			"peak RSS of the vmshelf process from the uploads' start to the last answer (VmHWM reset at the start, VmRSS sampled every 50 ms); aggregate MB/s is 4 × the file over the wall time.",
+		Metric{Key: "rss", Label: "peak RSS MiB", Unit: "MiB", Better: "lower", digits: 1},
+		Metric{Key: "mbps", Label: "aggregate MB/s", Unit: "MB/s", Better: "higher", digits: 0},
+	)
+	t.row(s3Concurrent, "vmshelf")
+	for r := range b.opt.reps {
+		logf("  s3 rep %d: %s", r+1, s3Concurrent)
+		if err := vm.restart(); err != nil {
+			return err
+		}
+		tks := make([]ticket, 4)
+		for i := range tks {
+			tk, err := vm.ticket(fmt.Sprintf("s3 concurrent rep %d #%d", r, i))
+			if err != nil {
+				return err
+			}
+			tks[i] = tk
+		}
+		if err := warm(b.file); err != nil {
+			return err
+		}
+		settle()
+		m := startMeter(vm.pids)
+		errs := make(chan error, len(tks))
+		for _, tk := range tks {
+			go func() {
+				res, err := curlPut(b.file, tk.UploadURL)
+				if err == nil && (res.Code != 201 || !strings.Contains(res.Body, b.sha)) {
+					err = fmt.Errorf("upload answered %d %s", res.Code, res.Body)
+				}
+				errs <- err
+			}()
+		}
+		failed := false
+		for range tks {
+			if err := <-errs; err != nil {
+				b.fail("s3 %s rep %d: %v", s3Concurrent, r+1, err)
+				failed = true
+			}
+		}
+		use := m.end()
+		if failed {
+			t.add(s3Concurrent, "vmshelf", "rss", nan)
+			t.add(s3Concurrent, "vmshelf", "mbps", nan)
+			continue
+		}
+		t.add(s3Concurrent, "vmshelf", "rss", float64(use.PeakRSS)/mib)
+		t.add(s3Concurrent, "vmshelf", "mbps", 4*float64(b.size)/use.Wall/mb)
+		for _, tk := range tks {
+			if err := vm.remove(tk.UploadID); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -160,7 +228,9 @@ func (b *bench) s3Put(subject string, vm *vmshelf, srv *s3Server, r int) (float6
 		if err != nil {
 			return 0, "", err
 		}
+		pr := b.startPerf("s3-put", vm.pids())
 		res, err := curlPut(b.file, tk.UploadURL)
+		pr.stop()
 		if err != nil {
 			return 0, "", err
 		}

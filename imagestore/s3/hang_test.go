@@ -51,6 +51,20 @@ func TestServerHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Abort()
+	// A writer whose first part (and head) went out before the hang: its
+	// next part is sent in the background, so the Write returns, and the
+	// Sync that waits for the part must fail within IdleTimeout.
+	inFlight, err := st.Create(ctx, imagestore.NewUploadID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inFlight.Abort()
+	if _, err := inFlight.Write(make([]byte, partSize)); err != nil {
+		t.Fatal(err)
+	}
+	if err := inFlight.Sync(); err != nil {
+		t.Fatal(err)
+	}
 	if err := st.Ping(ctx); err != nil {
 		t.Fatalf("Ping before the hang: %v", err)
 	}
@@ -84,6 +98,12 @@ func TestServerHangs(t *testing.T) {
 	within("ReadAt", idle, func() error { _, err := b.ReadAt(make([]byte, 100), 5); return err })
 	within("Section's read", idle, func() error { _, err := io.ReadAll(sec); return err })
 	within("Write of a part", idle, func() error { _, err := w.Write(make([]byte, partSize)); return err })
+	within("Sync of a part in flight", idle, func() error {
+		if _, err := inFlight.Write(make([]byte, partSize)); err != nil {
+			return err
+		}
+		return inFlight.Sync()
+	})
 
 	srv.Continue()
 	if err := st.Ping(ctx); err != nil {

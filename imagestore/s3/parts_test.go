@@ -100,6 +100,11 @@ func TestPartBoundaries(t *testing.T) {
 func TestResumeOnAnotherReplica(t *testing.T) {
 	srv := s3test.StartServer(t)
 	cfg := testConfig(srv)
+	// One part buffer: a Write that fills a part waits for the one before
+	// it, so no part of the killed writer is still in flight when the
+	// other replica resumes (a killed process's requests die with it; a
+	// dropped writer's goroutines would not, and could land late).
+	cfg.SpareParts = -1
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -180,6 +185,9 @@ func listAll(t *testing.T, cfg s3.Config, prefix string) []string {
 func TestResumeNeverKeepsAPartPastOffset(t *testing.T) {
 	srv := s3test.StartServer(t)
 	cfg := testConfig(srv)
+	// One part buffer: filling part 2 waits until part 1 is in S3, so
+	// the Close below does not cancel it (see TestResumeOnAnotherReplica).
+	cfg.SpareParts = -1
 	ctx := context.Background()
 	st := open(t, cfg)
 	id := imagestore.NewUploadID()

@@ -124,7 +124,8 @@ func (s *Store) resumeUpload(ctx context.Context, id, uploadID string, offset, d
 	if err != nil {
 		return nil, err
 	}
-	w := &writer{s: s, id: id, life: imagestore.NewWriterLife("s3", id), key: key, uploadID: uploadID, base: base, durable: offset}
+	w := s.newWriter(id, key, uploadID)
+	w.base, w.durable = base, offset
 	for _, p := range parts {
 		if p.PartNumber > full {
 			break // written past offset, or cut off before: sent anew
@@ -146,10 +147,11 @@ func (s *Store) resumeUpload(ctx context.Context, id, uploadID string, offset, d
 		if !ok || size < r {
 			return nil, fmt.Errorf("the tail of part %d holds %d bytes, not the %d below offset %d", full+1, size, r, offset)
 		}
-		w.buf = make([]byte, r, P)
-		if _, err := s.readAt(ctx, s.tailKey(id, full+1), "", size, w.buf, 0); err != nil {
+		buf := make([]byte, r, P)
+		if _, err := s.readAt(ctx, s.tailKey(id, full+1), "", size, buf, 0); err != nil {
 			return nil, fmt.Errorf("read the tail of part %d: %w", full+1, err)
 		}
+		w.buf = buf
 		w.synced = int(r)
 	}
 	// The cut, durable offset first: from then on nothing past offset is
@@ -171,7 +173,9 @@ func (s *Store) resumeUpload(ctx context.Context, id, uploadID string, offset, d
 			}
 		}
 	}
-	s.usage.buffered.Add(int64(len(w.buf)))
+	if w.buf != nil {
+		w.adoptBuffer(w.buf)
+	}
 	return w, nil
 }
 
@@ -203,7 +207,9 @@ func (s *Store) resumeStaged(ctx context.Context, id string, staged minio.Object
 		return nil, fmt.Errorf("offset %d is past the %d bytes staged", offset, staged.Size)
 	}
 	if offset == staged.Size {
-		return &writer{s: s, id: id, life: imagestore.NewWriterLife("s3", id), key: key, staged: true, size: staged.Size, etag: staged.ETag, durable: offset}, nil
+		w := s.newWriter(id, key, "")
+		w.staged, w.size, w.etag, w.durable = true, staged.Size, staged.ETag, offset
+		return w, nil
 	}
 	if err := s.removeAll(ctx, s.partialDir(id)); err != nil {
 		return nil, err
@@ -215,7 +221,8 @@ func (s *Store) resumeStaged(ctx context.Context, id string, staged minio.Object
 	P := s.partSize
 	full := int(offset / P)
 	base := int64(full) * P
-	w := &writer{s: s, id: id, life: imagestore.NewWriterLife("s3", id), key: key, uploadID: uploadID, base: base, durable: offset}
+	w := s.newWriter(id, key, uploadID)
+	w.base, w.durable = base, offset
 	for k := 1; k <= full; k++ {
 		cctx, cancel := s.copyCall(ctx, P)
 		p, err := s.core.CopyObjectPart(cctx, s.bucket, key, s.bucket, key, uploadID, k, int64(k-1)*P, P, nil)
@@ -242,6 +249,8 @@ func (s *Store) resumeStaged(ctx context.Context, id string, staged minio.Object
 	if err := s.remove(ctx, key); err != nil {
 		return nil, err
 	}
-	s.usage.buffered.Add(int64(len(w.buf)))
+	if w.buf != nil {
+		w.adoptBuffer(w.buf)
+	}
 	return w, nil
 }

@@ -27,8 +27,10 @@
 // memory (P bytes at most): S3 wants each part's length before its first
 // byte, and only the end of the blob (or a Sync) says how long the last
 // one is. Parts go to the server as they fill, streamed from that buffer
-// (minio-go signs the payload in 64 KiB chunks over HTTP, or sends it
-// unsigned over TLS; it never copies the part).
+// (signed with the part's own SHA-256; minio-go never copies the part),
+// in the background while the next part fills: a writer holds at most
+// 1 + Config.PartsInFlight part buffers, and those beyond its first come
+// from Config.SpareParts shared by the Store (see writer).
 //
 // Measured once on a 2-core box against versitygw (posix backend, same
 // host), 1 GiB: this writer 8.4 s (122 MiB/s) with 8 MiB parts, peak Go
@@ -82,6 +84,13 @@ type Store struct {
 
 	callTimeout time.Duration
 	idleTimeout time.Duration
+
+	// partsInFlight: how many full parts one writer sends at once; spare
+	// holds a token for every part buffer a writer holds beyond its first
+	// (see writer); partBufs counts the part buffers writers hold.
+	partsInFlight int
+	spare         chan struct{}
+	partBufs      atomic.Int64
 
 	usage  usage
 	health *imagestore.HealthProbe
@@ -158,6 +167,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 
 		callTimeout: cmp.Or(cfg.CallTimeout, DefaultCallTimeout),
 		idleTimeout: cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout),
+
+		partsInFlight: max(1, cmp.Or(cfg.PartsInFlight, DefaultPartsInFlight)),
+		spare:         make(chan struct{}, max(0, cmp.Or(cfg.SpareParts, DefaultSpareParts))),
 	}
 	s.health = &imagestore.HealthProbe{Check: s.ping, Timeout: cmp.Or(cfg.PingTimeout, DefaultPingTimeout), TTL: cmp.Or(cfg.PingTTL, DefaultPingTTL)}
 	if cfg.Prefix != "" {
@@ -183,6 +195,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	return s, nil
 }
+
+// takeSpare takes a spare token if one is free; it never waits.
+func (s *Store) takeSpare() bool {
+	select {
+	case s.spare <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Store) releaseSpare() { <-s.spare }
 
 // bucketExists asks for the bucket (HEAD): the cheapest call that needs
 // the server, the credentials and the bucket.

@@ -19,8 +19,25 @@ import (
 
 // writer is a blob being written as one multipart upload, from Create or
 // Resume. It holds the part in progress in buf: bytes [base, base+len(buf))
-// of the blob; the parts below base are uploaded. Its methods lock, so a
-// Close or Abort from another goroutine is safe.
+// of the blob; the parts below base are uploaded (parts) or in flight
+// (sending). Its methods lock, so a Close or Abort from another goroutine
+// is safe.
+//
+// Parts in flight. A full part is handed to a goroutine that hashes and
+// PUTs it, while the next one fills from the caller's Writes: at most
+// Store.partsInFlight at once, in part-number order in sending. The
+// memory budget is counted in part buffers, reused from part to part:
+// a writer holds at most 1 + partsInFlight of them (the one filling and
+// the ones in flight), whatever the client sends, and every buffer
+// beyond its first takes one of the Store's spare tokens (Config.
+// SpareParts), so that many uploads at once cost one part each plus the
+// spares, never more; a writer that gets no spare sends one part at a
+// time, as if partsInFlight were 0. A Write that needs a buffer and has
+// none waits for the oldest part in flight. Every step that depends on
+// the parts being in S3 waits for them first: Sync (before the durable
+// offset moves), the completion (which lists parts in number order), and
+// Close and Abort (which cancel them and wait, so that no part lands
+// after an Abort and no goroutine outlives the writer).
 type writer struct {
 	mu       sync.Mutex
 	s        *Store
@@ -30,6 +47,19 @@ type writer struct {
 	parts    []minio.CompletePart
 	buf      []byte
 	base     int64
+	// sending: the parts in flight, oldest first; ctx is theirs, cancel
+	// ends them (Abort, Close, a failure).
+	sending []*part
+	ctx     context.Context
+	cancel  context.CancelFunc
+	// free: idle part buffers; held: every part buffer the writer holds
+	// (buf, sending, free); spares: how many of them took a spare token.
+	free   [][]byte
+	held   int
+	spares int
+	// cut: a part request was cancelled (or failed) before its answer;
+	// the server may still be storing it after the upload is aborted.
+	cut bool
 	// synced is how much of buf the tail object holds; durable the offset
 	// the durable object records.
 	synced  int
@@ -114,7 +144,25 @@ func (s *Store) Create(ctx context.Context, id string) (imagestore.BlobWriter, e
 	if err != nil {
 		return nil, s.errorf(err, "create %s", id)
 	}
-	return &writer{s: s, id: id, life: imagestore.NewWriterLife("s3", id), key: key, uploadID: uploadID}, nil
+	return s.newWriter(id, key, uploadID), nil
+}
+
+// newWriter is a writer of id's key through multipart upload uploadID
+// ("" if staged), with no part yet and no buffer.
+func (s *Store) newWriter(id, key, uploadID string) *writer {
+	w := &writer{s: s, id: id, life: imagestore.NewWriterLife("s3", id), key: key, uploadID: uploadID}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	return w
+}
+
+// part is one part in flight: buf is its goroutine's until done is
+// closed; then etag or err is its answer.
+type part struct {
+	num  int
+	buf  []byte
+	done chan struct{}
+	etag string
+	err  error
 }
 
 // newUpload starts a multipart upload of key.
@@ -151,9 +199,10 @@ func (s *Store) removeAll(ctx context.Context, prefix string) error {
 	return nil
 }
 
-// Write appends p. Each part is sent as soon as it is full; a failed send
-// is final (a part is missing), so later Writes, Sync and Commit return
-// the same error and only Abort or Close is left.
+// Write appends p. Each part is sent as soon as it is full, in the
+// background while the next one fills (see writer); a failed send is
+// final (a part is missing), so this or a later Write, Sync or Commit
+// returns the error, and only Abort or Close is left.
 func (w *writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -166,10 +215,17 @@ func (w *writer) Write(p []byte) (int, error) {
 	if w.werr != nil {
 		return 0, w.werr
 	}
+	if err := w.landed(); err != nil {
+		return 0, w.fail("write", err)
+	}
 	n := 0
 	for len(p) > 0 {
 		if w.buf == nil {
-			w.buf = make([]byte, 0, w.s.partSize)
+			b, err := w.takeBuffer()
+			if err != nil {
+				return n, w.fail("write", err)
+			}
+			w.buf = b
 		}
 		c := min(int(w.s.partSize)-len(w.buf), len(p))
 		w.buf = append(w.buf, p[:c]...)
@@ -177,21 +233,73 @@ func (w *writer) Write(p []byte) (int, error) {
 		p, n = p[c:], n+c
 		if int64(len(w.buf)) == w.s.partSize {
 			if err := w.sendPart(); err != nil {
-				w.werr = fmt.Errorf("s3: write %s: %w", w.id, err)
-				return n, w.werr
+				return n, w.fail("write", err)
 			}
 		}
 	}
 	return n, nil
 }
 
-// sendPart uploads buf as the next part and starts the next one.
+// fail records err as the writer's first failure, for good, and ends the
+// parts in flight: the upload misses a part, none of them can help it.
+func (w *writer) fail(op string, err error) error {
+	w.werr = fmt.Errorf("s3: %s %s: %w", op, w.id, err)
+	w.cancel()
+	return w.werr
+}
+
+// takeBuffer returns an empty part buffer: an idle one, a new one within
+// the budget (the writer's first, or one more with a spare token), or
+// else the buffer of the oldest part in flight once it is answered.
+func (w *writer) takeBuffer() ([]byte, error) {
+	for {
+		if n := len(w.free); n > 0 {
+			b := w.free[n-1]
+			w.free = w.free[:n-1]
+			return b[:0], nil
+		}
+		if w.held == 0 || (w.held <= w.s.partsInFlight && w.s.takeSpare()) {
+			if w.held > 0 {
+				w.spares++
+			}
+			w.held++
+			w.s.partBufs.Add(1)
+			return make([]byte, 0, w.s.partSize), nil
+		}
+		if len(w.sending) == 0 {
+			// Unreachable while the counts are right; a writer that
+			// waited here would wait for ever.
+			return nil, fmt.Errorf("no part buffer: %d held, none idle or in flight", w.held)
+		}
+		if err := w.awaitOldest(context.Background()); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// adoptBuffer makes b (a part buffer of the writer's budget, holding
+// bytes below any Write: a resumed tail) the part in progress.
+func (w *writer) adoptBuffer(b []byte) {
+	w.buf = b
+	w.held++
+	w.s.partBufs.Add(1)
+	w.s.usage.buffered.Add(int64(len(b)))
+}
+
+// sendPart hands buf to a goroutine as the next part, after the fence
+// (and, for part 1, the head) and once fewer than partsInFlight parts are
+// in flight; the next Write takes another buffer.
 func (w *writer) sendPart() error {
-	num := len(w.parts) + 1
+	num := len(w.parts) + len(w.sending) + 1
 	if num > maxParts {
 		return fmt.Errorf("the blob needs more than %d parts of %d bytes", maxParts, w.s.partSize)
 	}
 	ctx := context.Background() // each call below has its own deadline
+	for len(w.sending) > 0 && len(w.sending) >= w.s.partsInFlight {
+		if err := w.awaitOldest(ctx); err != nil {
+			return err
+		}
+	}
 	if err := w.fenced(ctx); err != nil {
 		return err
 	}
@@ -203,6 +311,18 @@ func (w *writer) sendPart() error {
 			return w.s.errorf(err, "head of the upload")
 		}
 	}
+	p := &part{num: num, buf: w.buf, done: make(chan struct{})}
+	w.sending = append(w.sending, p)
+	go w.s.putPart(w.ctx, w.key, w.uploadID, p)
+	w.base += int64(len(w.buf))
+	w.buf = nil
+	w.synced = 0
+	return nil
+}
+
+// putPart uploads p and closes p.done. It touches nothing but p.
+func (s *Store) putPart(ctx context.Context, key, uploadID string, p *part) {
+	defer close(p.done)
 	// A bytes.Reader: minio-go streams it (and may seek it back to
 	// retry), no copy of the part is made. The part's SHA-256, computed
 	// here in one pass, goes in the signed x-amz-content-sha256 header:
@@ -211,29 +331,113 @@ func (w *writer) sendPart() error {
 	// signature (a SHA-256 and an HMAC per 64 KiB chunk, on both sides)
 	// is not needed: measured here, 256 MiB took 2.2 s streaming-signed
 	// and 1.8 s so.
-	sum := sha256.Sum256(w.buf)
-	wd := w.s.watch(ctx)
-	p, err := w.s.core.PutObjectPart(wd.ctx, w.s.bucket, w.key, w.uploadID, num,
-		sendReader{ReadSeeker: bytes.NewReader(w.buf), w: wd}, int64(len(w.buf)),
+	sum := sha256.Sum256(p.buf)
+	wd := s.watch(ctx)
+	res, err := s.core.PutObjectPart(wd.ctx, s.bucket, key, uploadID, p.num,
+		sendReader{ReadSeeker: bytes.NewReader(p.buf), w: wd}, int64(len(p.buf)),
 		minio.PutObjectPartOptions{Sha256Hex: hex.EncodeToString(sum[:]), DisableContentSha256: true})
 	err = wd.err(err)
 	wd.stop()
 	if err != nil {
-		return w.s.errorf(err, "upload part %d", num)
+		p.err = s.errorf(err, "upload part %d", p.num)
+		return
 	}
-	w.parts = append(w.parts, minio.CompletePart{PartNumber: num, ETag: p.ETag})
-	w.base += int64(len(w.buf))
-	w.s.usage.buffered.Add(-int64(len(w.buf)))
-	w.s.usage.uploaded.Add(int64(len(w.buf)))
-	w.buf = w.buf[:0]
-	w.synced = 0
+	p.etag = res.ETag
+}
+
+// awaitOldest waits for the oldest part in flight (or ctx) and takes its
+// answer: the part joins parts, in number order, and its buffer is idle.
+func (w *writer) awaitOldest(ctx context.Context) error {
+	p := w.sending[0]
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	w.sending = w.sending[1:]
+	return w.took(p)
+}
+
+func (w *writer) took(p *part) error {
+	n := int64(len(p.buf))
+	w.free = append(w.free, p.buf[:0])
+	w.s.usage.buffered.Add(-n)
+	if p.err != nil {
+		w.cut = true
+		return p.err
+	}
+	w.parts = append(w.parts, minio.CompletePart{PartNumber: p.num, ETag: p.etag})
+	w.s.usage.uploaded.Add(n)
 	return nil
+}
+
+// landed takes the answers of the parts that have one, without waiting:
+// the oldest ones in order; a failure of any is returned at once.
+func (w *writer) landed() error {
+	for len(w.sending) > 0 {
+		select {
+		case <-w.sending[0].done:
+			if err := w.awaitOldest(context.Background()); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
+		break
+	}
+	for _, p := range w.sending {
+		select {
+		case <-p.done:
+			if p.err != nil {
+				return p.err
+			}
+		default:
+		}
+	}
+	return nil
+}
+
+// drain waits for every part in flight (or ctx).
+func (w *writer) drain(ctx context.Context) error {
+	for len(w.sending) > 0 {
+		if err := w.awaitOldest(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopParts cancels the parts in flight and waits until their goroutines
+// are done; their bytes are given up. A part cut off this way may still
+// be finishing on the server; cut records that one was (see Abort).
+func (w *writer) stopParts() {
+	w.cancel()
+	for _, p := range w.sending {
+		<-p.done
+		w.cut = w.cut || p.err != nil
+		w.free = append(w.free, p.buf[:0])
+		w.s.usage.buffered.Add(-int64(len(p.buf)))
+	}
+	w.sending = nil
+}
+
+// dropSpares gives the idle buffers that took a spare token back, so
+// that a writer between bursts (a Sync: a tus PATCH ended) holds one part
+// of memory, as a writer that never got a spare does.
+func (w *writer) dropSpares() {
+	for w.spares > 0 && len(w.free) > 0 {
+		w.free = w.free[:len(w.free)-1]
+		w.held--
+		w.spares--
+		w.s.partBufs.Add(-1)
+		w.s.releaseSpare()
+	}
 }
 
 func (w *writer) written() int64 { return w.base + int64(len(w.buf)) }
 
 // Sync makes every byte written so far durable: the full parts are sent
-// already; the bytes short of a part go to the part's tail object, then
+// already, or in flight and waited for; the bytes short of a part go to the part's tail object, then
 // the durable object records the offset. A pause mid-part loses nothing.
 // A failed Sync is final, as a failed Write is.
 func (w *writer) Sync() error {
@@ -248,15 +452,22 @@ func (w *writer) Sync() error {
 	if w.staged {
 		return nil // the staged object holds every byte
 	}
+	if err := w.landed(); err != nil {
+		return w.fail("sync", err)
+	}
 	if err := w.sync(); err != nil {
-		w.werr = fmt.Errorf("s3: sync %s: %w", w.id, err)
-		return w.werr
+		return w.fail("sync", err)
 	}
 	return nil
 }
 
 func (w *writer) sync() error {
 	ctx := context.Background() // each call has its own deadline
+	// The parts in flight first: the durable offset below counts them.
+	if err := w.drain(ctx); err != nil {
+		return err
+	}
+	w.dropSpares()
 	if err := w.fenced(ctx); err != nil {
 		return err
 	}
@@ -322,13 +533,21 @@ func (w *writer) Close() error {
 	if !w.life.Close() {
 		return nil
 	}
-	w.dropBuffer()
+	w.dropBuffers()
 	return nil
 }
 
-func (w *writer) dropBuffer() {
+// dropBuffers ends the parts in flight (waiting for them) and gives back
+// every part buffer and spare token.
+func (w *writer) dropBuffers() {
+	w.stopParts()
 	w.s.usage.buffered.Add(-int64(len(w.buf)))
-	w.buf = nil
+	w.buf, w.free = nil, nil
+	w.s.partBufs.Add(-int64(w.held))
+	for range w.spares {
+		w.s.releaseSpare()
+	}
+	w.held, w.spares = 0, 0
 }
 
 // finish completes the multipart upload into the image key: the blob is
@@ -354,7 +573,7 @@ func (w *writer) finish(ctx context.Context) error {
 	}
 	size := w.written()
 	var info minio.UploadInfo
-	if len(w.parts) == 0 && len(w.buf) == 0 {
+	if size == 0 {
 		// S3 completes no upload without parts: an empty blob is a plain
 		// empty object.
 		w.tried = true
@@ -375,6 +594,10 @@ func (w *writer) finish(ctx context.Context) error {
 				return err
 			}
 		}
+		// The completion lists the parts in number order, all answered.
+		if err := w.drain(ctx); err != nil {
+			return err
+		}
 		opts := minio.PutObjectOptions{}
 		opts.SetMatchETagExcept("*")
 		w.tried = true
@@ -390,7 +613,7 @@ func (w *writer) finish(ctx context.Context) error {
 			return w.s.errorf(err, "complete upload")
 		}
 	}
-	w.dropBuffer()
+	w.dropBuffers()
 	w.staged, w.size, w.etag, w.uploadID = true, size, info.ETag, ""
 	return nil
 }
@@ -485,7 +708,7 @@ func (w *writer) Commit(ctx context.Context) error {
 	}
 	err := w.commit(ctx)
 	if err != nil {
-		w.dropBuffer()
+		w.dropBuffers()
 	}
 	return w.life.EndCommit(err)
 }
@@ -521,17 +744,24 @@ func (w *writer) commit(ctx context.Context) error {
 // its tails and, if staged, its bytes (also after Close). Idempotent, and
 // a no-op after a successful Commit, so `defer w.Abort()` is safe.
 func (w *writer) Abort() error {
+	// Before the lock: a Write waiting for a part in flight holds it, and
+	// the part ends sooner cancelled than at its idle deadline.
+	w.cancel()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.life.AbortNeeded() {
 		return nil
 	}
-	w.dropBuffer()
+	// Every part in flight has ended before the upload is aborted, so
+	// that none lands after it.
+	w.dropBuffers()
 	ctx := context.Background() // each call has its own deadline
 	defer w.s.usage.invalidate()
 	var errs []error
 	if w.uploadID != "" {
 		if err := w.s.abortUpload(ctx, w.key, w.uploadID); err != nil {
+			errs = append(errs, w.s.errorf(err, "abort upload"))
+		} else if err := w.s.abortAgain(ctx, w.key, w.uploadID, w.cut); err != nil {
 			errs = append(errs, w.s.errorf(err, "abort upload"))
 		} else {
 			w.uploadID = ""
@@ -547,6 +777,29 @@ func (w *writer) Abort() error {
 	}
 	// A failed Abort stays to be done: a retry can finish the job.
 	return w.life.EndAbort(errors.Join(errs...))
+}
+
+// abortAgain makes sure that upload uploadID of key is gone after its
+// abort, if a part request was cut off (cut): S3 says a part being
+// uploaded when the upload is aborted may still succeed, and then the
+// upload must be aborted again to free its parts.
+func (s *Store) abortAgain(ctx context.Context, key, uploadID string, cut bool) error {
+	if !cut {
+		return nil
+	}
+	for range 3 {
+		_, err := s.parts(ctx, key, uploadID)
+		if isNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.abortUpload(ctx, key, uploadID); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("upload %s still there after 3 aborts", uploadID)
 }
 
 // removeStaged deletes images/<id>.qcow2 unless a marker says it is
