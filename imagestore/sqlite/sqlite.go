@@ -100,7 +100,9 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	// SQLite connection per lookup showed in the benchmark's profile.
 	db.SetMaxIdleConns(16)
 	s := &Store{db: db, wdb: wdb, path: abs}
-	s.Store = sqlstore.New(engine{s})
+	// One writer: concurrent tickets share a commit (see
+	// sqlstore.GroupCommit).
+	s.Store = sqlstore.New(engine{s}, sqlstore.GroupCommit())
 	for _, o := range opts {
 		o(s)
 	}
@@ -141,6 +143,7 @@ func dsn(abs string, writer bool) string {
 
 // Close closes the database.
 func (s *Store) Close() error {
+	s.Store.Close() // the last grouped commit, before the database goes
 	if err := errors.Join(s.db.Close(), s.wdb.Close()); err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)
 	}

@@ -169,14 +169,54 @@ func (d *DollarRebind) Rebind(q string) string {
 // Store is the records of imagestore.Store over an Engine; an engine's
 // package embeds it and adds Ping, Verify and Close.
 type Store struct {
-	e Engine
+	e     Engine
+	group *group // nil without GroupCommit
+}
+
+// Option configures New.
+type Option func(*Store)
+
+// GroupCommit runs the writes that benefit from it (see writeGrouped)
+// several to one transaction when they arrive together: for an engine
+// with one writer, where every commit waits for its own fsync in turn.
+// The Store then owns a goroutine, which Close stops.
+func GroupCommit() Option {
+	return func(s *Store) { s.group = newGroup(s.e) }
 }
 
 // New returns the records over e.
-func New(e Engine) *Store { return &Store{e: e} }
+func New(e Engine, opts ...Option) *Store {
+	s := &Store{e: e}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Close stops the group commit, if any: grouped writes still queued fail,
+// the batch being committed finishes first. An engine's Close calls it
+// before closing its database.
+func (s *Store) Close() {
+	if s.group != nil {
+		s.group.close()
+	}
+}
 
 func (s *Store) write(ctx context.Context, op string, fn func(tx *Tx) error) error {
 	return s.e.Write(ctx, op, fn)
+}
+
+// writeGrouped is write for a short write that many callers make at once
+// (a ticket per upload): with GroupCommit it shares a transaction and its
+// commit with the writes queued beside it, each in a savepoint of its own,
+// so that a refusal (ErrQuota, ErrExists, ErrNotFound, ...) undoes and
+// answers only its own work. fn gets the context to run its statements
+// with, which is not ctx once the work has been taken into a batch.
+func (s *Store) writeGrouped(ctx context.Context, op string, fn func(ctx context.Context, tx *Tx) error) error {
+	if s.group == nil {
+		return s.e.Write(ctx, op, func(tx *Tx) error { return fn(ctx, tx) })
+	}
+	return s.group.do(ctx, op, fn)
 }
 
 func (s *Store) read(ctx context.Context, op string, fn func(tx *Tx) error) error {
