@@ -63,12 +63,20 @@ func isForeignKey(err error) bool { return errors.Is(err, errForeignKey) }
 // booleans as integers, constraint errors recognisable. Engines make one
 // with NewTx.
 type Tx struct {
-	tx *sql.Tx
-	d  *Dialect
+	tx    *sql.Tx
+	d     *Dialect
+	stmts *Stmts // nil: every statement parsed anew
 }
 
 // NewTx wraps tx for the records.
 func NewTx(tx *sql.Tx, d *Dialect) *Tx { return &Tx{tx: tx, d: d} }
+
+// WithStmts makes t run the statements c has prepared as such, and note
+// the others in c; tx must be a transaction of c's database.
+func (t *Tx) WithStmts(c *Stmts) *Tx {
+	t.stmts = c
+	return t
+}
 
 func (t *Tx) classify(err error) error {
 	switch {
@@ -106,19 +114,33 @@ func args(a []any) []any {
 
 // ExecContext runs a statement that returns no rows.
 func (t *Tx) ExecContext(ctx context.Context, q string, a ...any) (sql.Result, error) {
-	res, err := t.tx.ExecContext(ctx, t.query(q), args(a)...)
+	q = t.query(q)
+	if st := t.stmts.stmt(q); st != nil {
+		res, err := t.tx.StmtContext(ctx, st).ExecContext(ctx, args(a)...)
+		return res, t.classify(err)
+	}
+	res, err := t.tx.ExecContext(ctx, q, args(a)...)
 	return res, t.classify(err)
 }
 
 // QueryContext runs a query.
 func (t *Tx) QueryContext(ctx context.Context, q string, a ...any) (*sql.Rows, error) {
-	rows, err := t.tx.QueryContext(ctx, t.query(q), args(a)...)
+	q = t.query(q)
+	if st := t.stmts.stmt(q); st != nil {
+		rows, err := t.tx.StmtContext(ctx, st).QueryContext(ctx, args(a)...)
+		return rows, t.classify(err)
+	}
+	rows, err := t.tx.QueryContext(ctx, q, args(a)...)
 	return rows, t.classify(err)
 }
 
 // QueryRowContext runs a query of at most one row.
 func (t *Tx) QueryRowContext(ctx context.Context, q string, a ...any) *Row {
-	return &Row{r: t.tx.QueryRowContext(ctx, t.query(q), args(a)...), t: t}
+	q = t.query(q)
+	if st := t.stmts.stmt(q); st != nil {
+		return &Row{r: t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args(a)...), t: t}
+	}
+	return &Row{r: t.tx.QueryRowContext(ctx, q, args(a)...), t: t}
 }
 
 // Row is one row of QueryRowContext; its Scan reports constraint errors
