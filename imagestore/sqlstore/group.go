@@ -156,7 +156,7 @@ func (g *group) commit(ws []*grouped) {
 	if len(ws) > 1 {
 		op = fmt.Sprintf("%s (%d grouped)", op, len(ws))
 	}
-	err := g.e.Write(ctx, op, func(tx *Tx) error {
+	err := g.write(ctx, op, func(tx *Tx) error {
 		for i, w := range ws {
 			own[i] = nil // the engine may run the batch again
 			if _, err := tx.ExecContext(ctx, `SAVEPOINT grouped`); err != nil {
@@ -187,6 +187,18 @@ func (g *group) commit(ws []*grouped) {
 		}
 		close(w.done)
 	}
+}
+
+// write is the engine's Write, with a panic turned into the batch's
+// error: on a goroutine of the group it would end the process, where the
+// caller's own goroutine (an HTTP handler's) would have been recovered.
+func (g *group) write(ctx context.Context, op string, fn func(tx *Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%s: panic: %v", op, p)
+		}
+	}()
+	return g.e.Write(ctx, op, fn)
 }
 
 // refusal tells a caller's own answer, which the records give when the

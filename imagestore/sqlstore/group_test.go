@@ -31,6 +31,7 @@ type gate struct {
 	entered chan string
 	release chan struct{}
 	fail    error
+	panics  bool // the transaction panics with fail instead
 }
 
 func (g *gate) Write(ctx context.Context, op string, fn func(tx *sqlstore.Tx) error) error {
@@ -42,6 +43,9 @@ func (g *gate) Write(ctx context.Context, op string, fn func(tx *sqlstore.Tx) er
 	return g.Engine.Write(ctx, op, func(tx *sqlstore.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
+		}
+		if g.panics && g.fail != nil {
+			panic(g.fail)
 		}
 		return g.fail
 	})
@@ -207,43 +211,52 @@ func TestGroupCommitRefusals(t *testing.T) {
 	}
 }
 
-// TestGroupCommitFailure: a transaction that fails fails every caller of
-// its batch, refused or not, and stores none of them; the next batch is
-// unaffected.
+// TestGroupCommitFailure: a transaction that fails (or panics) fails
+// every caller of its batch, refused or not, and stores none of them; the
+// next batch is unaffected.
 func TestGroupCommitFailure(t *testing.T) {
-	st, g := open(t)
-	a := tenant(t, st, "a")
-	injected := errors.New("injected commit failure")
-	g.fail = injected
-	first := hold(t, t.Context(), st, g, call{tenant: a, secret: "first", id: 1})
-	calls := []call{
-		{tenant: a, secret: "s2", id: 2},
-		{tenant: a, secret: "s3", id: 3, quota: 1}, // refused: first fills the quota
-		{tenant: a, secret: "s4", id: 4},
-	}
-	var res []chan error
-	for i, c := range calls {
-		res = append(res, start(t.Context(), st, []call{c})...)
-		waitQueued(t, st, i+1)
-	}
-	close(g.release)
-	if err := <-first; !errors.Is(err, injected) {
-		t.Errorf("held ticket: %v, want the injected failure", err)
-	}
-	// first's batch failed, so s3's quota is not full.
-	for i, ch := range res {
-		if err := <-ch; !errors.Is(err, injected) {
-			t.Errorf("%s: %v, want the injected failure", calls[i].secret, err)
-		}
-	}
-	for _, c := range append(calls, call{secret: "first"}) {
-		if stored(t, st, c) {
-			t.Errorf("ticket %s stored by a failed transaction", c.secret)
-		}
-	}
-	g.fail = nil
-	if err := (call{tenant: a, secret: "after", id: 5}).run(t.Context(), st); err != nil {
-		t.Errorf("a ticket after the failed batch: %v", err)
+	for _, panics := range []bool{false, true} {
+		t.Run(fmt.Sprintf("panics %v", panics), func(t *testing.T) {
+			st, g := open(t)
+			a := tenant(t, st, "a")
+			injected := errors.New("injected commit failure")
+			g.fail, g.panics = injected, panics
+			first := hold(t, t.Context(), st, g, call{tenant: a, secret: "first", id: 1})
+			calls := []call{
+				{tenant: a, secret: "s2", id: 2},
+				{tenant: a, secret: "s3", id: 3, quota: 1}, // refused: first fills the quota
+				{tenant: a, secret: "s4", id: 4},
+			}
+			var res []chan error
+			for i, c := range calls {
+				res = append(res, start(t.Context(), st, []call{c})...)
+				waitQueued(t, st, i+1)
+			}
+			close(g.release)
+			failed := func(err error) bool {
+				if panics {
+					return err != nil && strings.Contains(err.Error(), injected.Error())
+				}
+				return errors.Is(err, injected)
+			}
+			if err := <-first; !failed(err) {
+				t.Errorf("held ticket: %v, want the injected failure", err)
+			}
+			for i, ch := range res {
+				if err := <-ch; !failed(err) {
+					t.Errorf("%s: %v, want the injected failure", calls[i].secret, err)
+				}
+			}
+			for _, c := range append(calls, call{secret: "first"}) {
+				if stored(t, st, c) {
+					t.Errorf("ticket %s stored by a failed transaction", c.secret)
+				}
+			}
+			g.fail = nil
+			if err := (call{tenant: a, secret: "after", id: 5}).run(t.Context(), st); err != nil {
+				t.Errorf("a ticket after the failed batch: %v", err)
+			}
+		})
 	}
 }
 
