@@ -39,8 +39,9 @@ const busyTimeout = 10 * time.Second
 type Store struct {
 	*sqlstore.Store // the records, the same SQL as PostgreSQL's
 
-	db      *sql.DB // reads: a pool, deferred BEGIN
-	wdb     *sql.DB // writes: one connection, BEGIN IMMEDIATE
+	db      *sql.DB         // reads: a pool, deferred BEGIN
+	wdb     *sql.DB         // writes: one connection, BEGIN IMMEDIATE
+	wstmts  *sqlstore.Stmts // the writes' statements, prepared on wdb
 	path    string
 	reserve *reserve // nil without WithReserve
 	health  sqlstore.Health
@@ -99,8 +100,10 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	// (CDI's importers send thousands of small range reads), and opening a
 	// SQLite connection per lookup showed in the benchmark's profile.
 	db.SetMaxIdleConns(16)
-	s := &Store{db: db, wdb: wdb, path: abs}
-	s.Store = sqlstore.New(engine{s})
+	s := &Store{db: db, wdb: wdb, wstmts: sqlstore.NewStmts(wdb), path: abs}
+	// One writer: concurrent tickets share a commit (see
+	// sqlstore.GroupCommit).
+	s.Store = sqlstore.New(engine{s}, sqlstore.GroupCommit())
 	for _, o := range opts {
 		o(s)
 	}
@@ -141,7 +144,8 @@ func dsn(abs string, writer bool) string {
 
 // Close closes the database.
 func (s *Store) Close() error {
-	if err := errors.Join(s.db.Close(), s.wdb.Close()); err != nil {
+	s.Store.Close() // the last grouped commit, before the database goes
+	if err := errors.Join(s.wstmts.Close(), s.db.Close(), s.wdb.Close()); err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)
 	}
 	return nil
@@ -204,11 +208,13 @@ var dialect = &sqlstore.Dialect{Unique: isUnique, ForeignKey: isForeignKey}
 // space.
 func (e engine) Write(ctx context.Context, op string, fn func(tx *sqlstore.Tx) error) error {
 	s := e.s
-	err := s.tx(ctx, s.wdb, op, nil, fn)
+	err := s.tx(ctx, s.wdb, op, nil, s.wstmts, fn)
 	if errors.Is(err, imagestore.ErrNoSpace) && s.reserve != nil && s.reserve.release() {
-		err = s.tx(ctx, s.wdb, op, nil, fn)
+		err = s.tx(ctx, s.wdb, op, nil, s.wstmts, fn)
 	}
 	s.health.Note(err, true)
+	// Out of the transaction, which held the one writer connection.
+	s.wstmts.PrepareNoted(ctx)
 	return err
 }
 
@@ -216,7 +222,7 @@ func (e engine) Write(ctx context.Context, op string, fn func(tx *sqlstore.Tx) e
 // never queue for the write lock.
 func (e engine) Read(ctx context.Context, op string, fn func(tx *sqlstore.Tx) error) error {
 	s := e.s
-	err := s.tx(ctx, s.db, op, &sql.TxOptions{ReadOnly: true}, fn)
+	err := s.tx(ctx, s.db, op, &sql.TxOptions{ReadOnly: true}, nil, fn)
 	s.health.Note(err, false)
 	return err
 }
@@ -230,13 +236,13 @@ func withFault(err error) error {
 	return err
 }
 
-func (s *Store) tx(ctx context.Context, db *sql.DB, op string, opts *sql.TxOptions, fn func(tx *sqlstore.Tx) error) error {
+func (s *Store) tx(ctx context.Context, db *sql.DB, op string, opts *sql.TxOptions, stmts *sqlstore.Stmts, fn func(tx *sqlstore.Tx) error) error {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return withFault(fmt.Errorf("sqlite: %s: begin: %w", op, err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := fn(sqlstore.NewTx(tx, dialect)); err != nil {
+	if err := fn(sqlstore.NewTx(tx, dialect).WithStmts(stmts)); err != nil {
 		return withFault(fmt.Errorf("sqlite: %s: %w", op, err))
 	}
 	if err := tx.Commit(); err != nil {

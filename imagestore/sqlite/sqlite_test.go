@@ -835,3 +835,66 @@ func TestMigrateOrdersToRefunds(t *testing.T) {
 		t.Errorf("StartRefund after migration = %v, %v", moved, err)
 	}
 }
+
+// TestPreparedWrites: the write statements run once are prepared for the
+// next transactions, which answer through them as the first did,
+// refusals included (a unique or foreign key error is still recognised),
+// and run again they are not prepared a second time.
+func TestPreparedWrites(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	ctx := t.Context()
+	a, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "a"}, imagestore.HashSecret("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket := func(secret string, id int, tenant int64) error {
+		return s.CreateTicket(ctx, imagestore.Ticket{UploadID: fmt.Sprintf("%024x", id), TenantID: tenant, Name: secret,
+			CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}, imagestore.HashSecret(secret), 10)
+	}
+	if err := ticket("first", 1, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		secret string
+		tenant int64
+		want   error
+	}{
+		{"passes", "new", a.ID, nil},
+		{"duplicate hash", "first", a.ID, imagestore.ErrExists},
+		{"unknown tenant", "nobody's", a.ID + 1000, imagestore.ErrNotFound},
+		{"passes after refusals", "newer", a.ID, nil},
+	}
+	prepared := 0
+	for round := range 2 {
+		for i, tc := range tests {
+			t.Run(fmt.Sprintf("%s, round %d", tc.name, round+1), func(t *testing.T) {
+				secret := tc.secret
+				if tc.want == nil {
+					secret = fmt.Sprintf("%s %d", secret, round)
+				}
+				err := ticket(secret, 10*(round+1)+i, tc.tenant)
+				switch {
+				case tc.want == nil && err != nil:
+					t.Fatalf("CreateTicket: %v", err)
+				case tc.want != nil && !errors.Is(err, tc.want):
+					t.Fatalf("CreateTicket: %v, want %v", err, tc.want)
+				}
+				if tc.want == nil {
+					if _, err := s.Ticket(ctx, imagestore.HashSecret(secret)); err != nil {
+						t.Errorf("Ticket: %v", err)
+					}
+				}
+			})
+		}
+		switch n := s.wstmts.Prepared(); {
+		case round == 0 && n == 0:
+			t.Fatal("no write statement prepared after the tickets")
+		case round == 1 && n != prepared:
+			t.Errorf("%d statements prepared after the second round, %d after the first: they should be reused", n, prepared)
+		default:
+			prepared = n
+		}
+	}
+}

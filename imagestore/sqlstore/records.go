@@ -261,7 +261,7 @@ func (s *Store) CreateTicket(ctx context.Context, tk imagestore.Ticket, ticket i
 	if err != nil {
 		return fmt.Errorf("create ticket: %w", err)
 	}
-	return s.write(ctx, "create ticket", func(tx *Tx) error {
+	return s.writeGrouped(ctx, "create ticket", func(ctx context.Context, tx *Tx) error {
 		if err := checkReservations(ctx, tx, tk.TenantID, quota, created); err != nil {
 			return err
 		}

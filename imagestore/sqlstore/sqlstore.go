@@ -63,12 +63,20 @@ func isForeignKey(err error) bool { return errors.Is(err, errForeignKey) }
 // booleans as integers, constraint errors recognisable. Engines make one
 // with NewTx.
 type Tx struct {
-	tx *sql.Tx
-	d  *Dialect
+	tx    *sql.Tx
+	d     *Dialect
+	stmts *Stmts // nil: every statement parsed anew
 }
 
 // NewTx wraps tx for the records.
 func NewTx(tx *sql.Tx, d *Dialect) *Tx { return &Tx{tx: tx, d: d} }
+
+// WithStmts makes t run the statements c has prepared as such, and note
+// the others in c; tx must be a transaction of c's database.
+func (t *Tx) WithStmts(c *Stmts) *Tx {
+	t.stmts = c
+	return t
+}
 
 func (t *Tx) classify(err error) error {
 	switch {
@@ -106,19 +114,33 @@ func args(a []any) []any {
 
 // ExecContext runs a statement that returns no rows.
 func (t *Tx) ExecContext(ctx context.Context, q string, a ...any) (sql.Result, error) {
-	res, err := t.tx.ExecContext(ctx, t.query(q), args(a)...)
+	q = t.query(q)
+	if st := t.stmts.stmt(q); st != nil {
+		res, err := t.tx.StmtContext(ctx, st).ExecContext(ctx, args(a)...)
+		return res, t.classify(err)
+	}
+	res, err := t.tx.ExecContext(ctx, q, args(a)...)
 	return res, t.classify(err)
 }
 
 // QueryContext runs a query.
 func (t *Tx) QueryContext(ctx context.Context, q string, a ...any) (*sql.Rows, error) {
-	rows, err := t.tx.QueryContext(ctx, t.query(q), args(a)...)
+	q = t.query(q)
+	if st := t.stmts.stmt(q); st != nil {
+		rows, err := t.tx.StmtContext(ctx, st).QueryContext(ctx, args(a)...)
+		return rows, t.classify(err)
+	}
+	rows, err := t.tx.QueryContext(ctx, q, args(a)...)
 	return rows, t.classify(err)
 }
 
 // QueryRowContext runs a query of at most one row.
 func (t *Tx) QueryRowContext(ctx context.Context, q string, a ...any) *Row {
-	return &Row{r: t.tx.QueryRowContext(ctx, t.query(q), args(a)...), t: t}
+	q = t.query(q)
+	if st := t.stmts.stmt(q); st != nil {
+		return &Row{r: t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args(a)...), t: t}
+	}
+	return &Row{r: t.tx.QueryRowContext(ctx, q, args(a)...), t: t}
 }
 
 // Row is one row of QueryRowContext; its Scan reports constraint errors
@@ -169,14 +191,54 @@ func (d *DollarRebind) Rebind(q string) string {
 // Store is the records of imagestore.Store over an Engine; an engine's
 // package embeds it and adds Ping, Verify and Close.
 type Store struct {
-	e Engine
+	e     Engine
+	group *group // nil without GroupCommit
+}
+
+// Option configures New.
+type Option func(*Store)
+
+// GroupCommit runs the writes that benefit from it (see writeGrouped)
+// several to one transaction when they arrive together: for an engine
+// with one writer, where every commit waits for its own fsync in turn.
+// The Store then owns a goroutine, which Close stops.
+func GroupCommit() Option {
+	return func(s *Store) { s.group = newGroup(s.e) }
 }
 
 // New returns the records over e.
-func New(e Engine) *Store { return &Store{e: e} }
+func New(e Engine, opts ...Option) *Store {
+	s := &Store{e: e}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Close stops the group commit, if any: grouped writes still queued fail,
+// the batch being committed finishes first. An engine's Close calls it
+// before closing its database.
+func (s *Store) Close() {
+	if s.group != nil {
+		s.group.close()
+	}
+}
 
 func (s *Store) write(ctx context.Context, op string, fn func(tx *Tx) error) error {
 	return s.e.Write(ctx, op, fn)
+}
+
+// writeGrouped is write for a short write that many callers make at once
+// (a ticket per upload): with GroupCommit it shares a transaction and its
+// commit with the writes queued beside it, each in a savepoint of its own,
+// so that a refusal (ErrQuota, ErrExists, ErrNotFound, ...) undoes and
+// answers only its own work. fn gets the context to run its statements
+// with, which is not ctx once the work has been taken into a batch.
+func (s *Store) writeGrouped(ctx context.Context, op string, fn func(ctx context.Context, tx *Tx) error) error {
+	if s.group == nil {
+		return s.e.Write(ctx, op, func(tx *Tx) error { return fn(ctx, tx) })
+	}
+	return s.group.do(ctx, op, fn)
 }
 
 func (s *Store) read(ctx context.Context, op string, fn func(tx *Tx) error) error {
