@@ -217,6 +217,27 @@ const (
 // data).
 var rangeSizes = []int64{4 << 10, 64 << 10}
 
+// wrkRun runs one wrk load against url while metering pids (and, for
+// vmshelf, recording perfName's profile): the common part of every
+// range measurement. A failed run answers a result no figure is taken
+// from (CPU NaN).
+func (b *bench) wrkRun(perfName string, pids func() []int, script string, env []string, threads int, url string) (wrkResult, usage, error) {
+	settle()
+	var pr *perfRec
+	if perfName != "" {
+		pr = b.startPerf(perfName, pids())
+	}
+	m := startMeter(pids)
+	w, err := runWrk(script, env, threads, rangeConns, b.opt.loadFor, url)
+	use := m.end()
+	pr.stop()
+	if err != nil {
+		w = wrkResult{DurationUS: 1}
+		use.CPU = nan
+	}
+	return w, use, err
+}
+
 // rangeTableID is the table of the range reads of block bytes.
 func rangeTableID(block int64) string { return fmt.Sprintf("range_%dk", block>>10) }
 
@@ -279,20 +300,14 @@ func (b *bench) phaseRange() error {
 					}
 					url, pids = b.fetch.ngxURL, b.ngx.pids
 				}
-				settle()
-				var pr *perfRec
+				perfName := ""
 				if s == fVmshelf {
-					pr = b.startPerf(fmt.Sprintf("range-%dk", block>>10), pids())
+					perfName = fmt.Sprintf("range-%dk", block>>10)
 				}
 				env := []string{fmt.Sprintf("BENCH_SIZE=%d", b.size), fmt.Sprintf("BENCH_BLOCK=%d", block), "BENCH_AUTH=Bearer " + b.fetch.vm.token}
-				m := startMeter(pids)
-				w, err := runWrk(script, env, rangeThreads, rangeConns, b.opt.loadFor, url)
-				use := m.end()
-				pr.stop()
+				w, use, err := b.wrkRun(perfName, pids, script, env, rangeThreads, url)
 				if err != nil {
 					b.fail("range %d KiB %s rep %d: %v", block>>10, s, r+1, err)
-					w = wrkResult{DurationUS: 1}
-					use.CPU = nan
 				}
 				if bad := w.Bad + w.SocketErrors; bad > 0 {
 					b.fail("range %d KiB %s rep %d: %d of %d answers were not a 206 of %d bytes (or the connection failed)", block>>10, s, r+1, bad, w.Requests, block)
@@ -362,20 +377,14 @@ func (b *bench) rangeFixed(subjects []string, roles map[string]string) (*Table, 
 				b.fail("range fixed %s: the fetch URL does not parse", s)
 				continue
 			}
-			settle()
-			var pr *perfRec
+			perfName := ""
 			if s == fVmshelf {
-				pr = b.startPerf("range-4k-fixed", pids())
+				perfName = "range-4k-fixed"
 			}
 			env := []string{"BENCH_PATH=" + u.EscapedPath(), fmt.Sprintf("BENCH_BLOCK=%d", fixedBlock)}
-			m := startMeter(pids)
-			w, err := runWrk(script, env, fixedThreads, rangeConns, b.opt.loadFor, u.Scheme+"://"+u.Host+"/")
-			use := m.end()
-			pr.stop()
+			w, use, err := b.wrkRun(perfName, pids, script, env, fixedThreads, u.Scheme+"://"+u.Host+"/")
 			if err != nil {
 				b.fail("range fixed %s rep %d: %v", s, r+1, err)
-				w = wrkResult{DurationUS: 1}
-				use.CPU = nan
 			}
 			bad := w.StatusErrors + w.SocketErrors
 			if per := float64(w.Bytes) / float64(max(w.Requests, 1)); per < fixedBlock || per > fixedBlock+1024 {
