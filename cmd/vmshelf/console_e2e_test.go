@@ -43,6 +43,27 @@ func consoleTicket(t *testing.T, s *server, token, orderID, kind string) (int, c
 	return code, a, body
 }
 
+// dialer is how the in-memory Kubernetes API reaches a replica's console
+// (kubeFake.setConsole).
+type dialer = func(ctx context.Context) (net.Conn, error)
+
+// runningOrder orders one replica of image from listingID as the dev box,
+// lets the cluster run it with consoles (subresource → dialer), pays it
+// (Stripe event eventID) and waits until status shows it active and
+// running. It answers the order and its replica's VM name.
+func (m *kubeMarket) runningOrder(t *testing.T, listingID, image, name, eventID string, consoles map[string]dialer) (orderAnswer, string) {
+	t.Helper()
+	o := m.order(t, listingID, image, name, 1, "")
+	vm := "vm-" + o.OrderID + "-0"
+	m.kube.setVMStatus("", vm, "Running")
+	for sub, dial := range consoles {
+		m.kube.setConsole("", vm, sub, dial)
+	}
+	m.pay(t, o.OrderID, eventID)
+	m.waitMachine(t, m.s.token, o.OrderID, "active", []replicaStatus{{Name: vm, State: "running", Detail: "Running"}})
+	return o, vm
+}
+
 // dialConsole opens the WebSocket of a console URL as a browser would.
 func dialConsole(t *testing.T, u string) *websocket.Conn {
 	t.Helper()
@@ -126,12 +147,7 @@ func TestE2EConsoleSerial(t *testing.T) {
 	s, kube := m.s, m.kube
 	host := addHost(t, s, "host", account)
 	l := s.listing(t, host, `{"unit_price":600,"capacity":5}`)
-	o := m.order(t, l.ListingID, "debian-13", "web", 1, "")
-	vm := "vm-" + o.OrderID + "-0"
-	kube.setVMStatus("", vm, "Running")
-	kube.setConsole("", vm, "console", echoSerial)
-	m.pay(t, o.OrderID, "evt_e2e_console_a")
-	m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{{Name: vm, State: "running", Detail: "Running"}})
+	o, _ := m.runningOrder(t, l.ListingID, "debian-13", "web", "evt_e2e_console_a", map[string]dialer{"console": echoSerial})
 
 	// Not running: a second order whose VM has not started.
 	stopped := m.order(t, l.ListingID, "debian-13", "stopped", 1, "")
@@ -142,10 +158,7 @@ func TestE2EConsoleSerial(t *testing.T) {
 	}
 	// A running replica whose console the cluster does not give (the API
 	// server answers 404): closed 4502 with its reason, nothing passes.
-	dark := m.order(t, l.ListingID, "debian-13", "dark", 1, "")
-	kube.setVMStatus("", "vm-"+dark.OrderID+"-0", "Running")
-	m.pay(t, dark.OrderID, "evt_e2e_console_dark")
-	m.waitMachine(t, s.token, dark.OrderID, "active", []replicaStatus{{Name: "vm-" + dark.OrderID + "-0", State: "running", Detail: "Running"}})
+	dark, _ := m.runningOrder(t, l.ListingID, "debian-13", "dark", "evt_e2e_console_dark", nil)
 	if code, a, body := consoleTicket(t, s, s.token, dark.OrderID, "serial"); code != http.StatusCreated {
 		t.Errorf("a ticket for a running replica: %d %s", code, body)
 	} else if code, reason := closeOf(t, dialConsole(t, a.URL)); code != 4502 || !strings.Contains(reason, "did not open") {
@@ -218,15 +231,10 @@ func TestE2EConsoleQEMU(t *testing.T) {
 	g := testguest.Start(t, testguest.Options{})
 	const account = "acct_e2eConsoleQemu"
 	m := startKubeMarket(t, account)
-	s, kube := m.s, m.kube
+	s := m.s
 	l := s.listing(t, addHost(t, s, "host", account), `{"unit_price":600,"capacity":5}`)
-	o := m.order(t, l.ListingID, "debian-13", "qemu", 1, "")
-	vm := "vm-" + o.OrderID + "-0"
-	kube.setVMStatus("", vm, "Running")
-	kube.setConsole("", vm, "vnc", g.DialVNC)
-	kube.setConsole("", vm, "console", g.DialSerial)
-	m.pay(t, o.OrderID, "evt_e2e_console_qemu")
-	m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{{Name: vm, State: "running", Detail: "Running"}})
+	o, _ := m.runningOrder(t, l.ListingID, "debian-13", "qemu", "evt_e2e_console_qemu",
+		map[string]dialer{"vnc": g.DialVNC, "console": g.DialSerial})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

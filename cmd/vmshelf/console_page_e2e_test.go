@@ -37,27 +37,24 @@ func TestPageConsole(t *testing.T) {
 	g := testguest.Start(t, testguest.Options{Reboots: true})
 	const account = "acct_e2ePageConsole"
 	m := startKubeMarket(t, account)
-	s, kube := m.s, m.kube
+	s := m.s
 	l := s.listing(t, addHost(t, s, "host", account), `{"unit_price":600,"capacity":2}`)
-	o := m.order(t, l.ListingID, "debian-13", "qemu", 1, "")
-	vm := "vm-" + o.OrderID + "-0"
-	kube.setVMStatus("", vm, "Running")
-	kube.setConsole("", vm, "vnc", g.DialVNC)
 	// The serial line's connections to QEMU, so that the test can end one
 	// as a machine's console ends.
 	var mu sync.Mutex
 	var serial []net.Conn
-	kube.setConsole("", vm, "console", func(ctx context.Context) (net.Conn, error) {
-		c, err := g.DialSerial(ctx)
-		if err == nil {
-			mu.Lock()
-			serial = append(serial, c)
-			mu.Unlock()
-		}
-		return c, err
+	o, vm := m.runningOrder(t, l.ListingID, "debian-13", "qemu", "evt_page_console", map[string]dialer{
+		"vnc": g.DialVNC,
+		"console": func(ctx context.Context) (net.Conn, error) {
+			c, err := g.DialSerial(ctx)
+			if err == nil {
+				mu.Lock()
+				serial = append(serial, c)
+				mu.Unlock()
+			}
+			return c, err
+		},
 	})
-	m.pay(t, o.OrderID, "evt_page_console")
-	m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{{Name: vm, State: "running", Detail: "Running"}})
 
 	// open is a console of the box as the page would open it.
 	open := func(kind string) *websocket.Conn {

@@ -50,11 +50,7 @@ func TestE2EISOOrder(t *testing.T) {
 		`{"listing_id":"`+l.ListingID+`","quantity":1,"image":"nixos-26-05","name":"nix","user_data":"#cloud-config\n"}`)
 	wantError(t, "an ISO order with user data", code, body, http.StatusUnprocessableEntity, "userDataNotForInstaller")
 
-	o := m.order(t, l.ListingID, "nixos-26-05", "nix", 1, "")
-	vm := "vm-" + o.OrderID + "-0"
-	kube.setVMStatus("", vm, "Running")
-	m.pay(t, o.OrderID, "evt_e2e_iso")
-	m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{{Name: vm, State: "running", Detail: "Running"}})
+	o, vm := m.runningOrder(t, l.ListingID, "nixos-26-05", "nix", "evt_e2e_iso", nil)
 
 	nss := kube.objects("Namespace")
 	if len(nss) != 1 {

@@ -220,4 +220,4 @@ function init () {
 }
 
 init()
-window.vmshelfConsole = { open, close, get kind () { return cur ? cur.kind : '' } }
+window.vmshelfConsole = { open, close }
