@@ -29,7 +29,7 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	var img imagestore.Image
 	var blob imagestore.Blob
 	if aerr == nil {
-		img, blob, aerr = g.openForToken(ctx, fc)
+		img, blob, aerr = g.openForToken(ctx, fc, start)
 	}
 	if aerr != nil {
 		g.refused(dirFetch, aerr)
@@ -121,7 +121,7 @@ func (g *Gateway) sendPart(ctx *fasthttp.RequestCtx, token string, img imagestor
 		ctx.SetStatusCode(part.status)
 		ctx.SetBodyStream(&fetchStream{
 			g: g, ctx: ctx, src: io.NewSectionReader(blob, part.off, part.n), size: part.n, blob: blob, release: release,
-			start: start, uploadID: img.UploadID, remoteOf: ctx, partial: partial,
+			start: start, uploadID: img.UploadID, remoteOf: ctx, partial: partial, small: true,
 		}, int(part.n))
 		return
 	}
@@ -159,8 +159,7 @@ func (g *Gateway) sendPart(ctx *fasthttp.RequestCtx, token string, img imagestor
 const smallRange = 128 << 10
 
 // openForToken resolves a fetch token to its image and opens the bytes.
-func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability) (imagestore.Image, imagestore.Blob, *apierr.Error) {
-	now := g.cfg.Now()
+func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability, now time.Time) (imagestore.Image, imagestore.Blob, *apierr.Error) {
 	// The limiter is asked only once the token missed: a valid token is
 	// always served, whoever else guessed from the same address.
 	unknown := func() *apierr.Error {
@@ -305,7 +304,11 @@ type fetchStream struct {
 	remoteOf *fasthttp.RequestCtx
 	sent     int64
 	partial  bool // a 206 answer
-	once     sync.Once
+	// small: the whole answer leaves in one write of the server's buffer,
+	// under the write deadline fasthttp sets for it (Server.WriteTimeout);
+	// moving it per read would only cost timer resets.
+	small bool
+	once  sync.Once
 }
 
 const (
@@ -320,8 +323,9 @@ func (s *fetchStream) WriteTo(w io.Writer) (int64, error) {
 	lr, ok := s.src.(*io.LimitedReader)
 	if !ok {
 		// A small answer (or a Blobs whose sections are not files): plain
-		// reads, each with its deadline. fasthttp's writer reads them
-		// into its own buffer, no copy between.
+		// reads, each with its deadline unless the answer is small.
+		// fasthttp's writer reads them into its own buffer, no copy
+		// between.
 		if rf, ok := w.(io.ReaderFrom); ok {
 			return rf.ReadFrom(struct{ io.Reader }{s})
 		}
@@ -378,8 +382,10 @@ func (s *fetchStream) remoteAddr() string {
 
 // Read lets fasthttp fall back to plain reads; WriteTo is the fast path.
 func (s *fetchStream) Read(p []byte) (int, error) {
-	if err := s.ctx.SetWriteDeadline(s.g.cfg.Now().Add(s.g.cfg.IdleTimeout)); err != nil {
-		return 0, err
+	if !s.small {
+		if err := s.ctx.SetWriteDeadline(s.g.cfg.Now().Add(s.g.cfg.IdleTimeout)); err != nil {
+			return 0, err
+		}
 	}
 	n, err := s.src.Read(p)
 	s.sent += int64(n)
