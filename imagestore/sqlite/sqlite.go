@@ -131,6 +131,15 @@ func dsn(abs string, writer bool) string {
 	// loss, and a lost AddImage would leave a blob no record owns while a
 	// lost ConsumeTicket would make a ticket usable twice.
 	q.Add("_pragma", "synchronous(FULL)")
+	// SQLite's page cache, per connection, is kept in memory outside Go's
+	// heap for as long as the connection lives: up to 2 MiB by default,
+	// for the writer and each of up to 16 idle readers. The file is in the
+	// kernel's page cache anyway, a reader's cache is emptied by every
+	// commit it then sees (WAL), and an edge's store is a few MB: 512 KiB
+	// holds the pages a request walks. Measured: a serve on the bench's
+	// store (2.3 MB, 100 tenants, thousands of tickets) started 3.4 MiB
+	// larger than on an empty one with the default, 1 MiB with this.
+	q.Add("_pragma", "cache_size(-512)")
 	if writer {
 		// BEGIN IMMEDIATE: take the write lock at the start, never
 		// upgrade a read lock later (which can fail with SQLITE_BUSY

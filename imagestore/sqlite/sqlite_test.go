@@ -113,6 +113,7 @@ func TestPragmas(t *testing.T) {
 			{"foreign_keys", "1"},
 			{"synchronous", "2"}, // FULL
 			{"busy_timeout", "10000"},
+			{"cache_size", "-512"}, // KiB: see dsn
 		} {
 			var got string
 			if err := c.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(&got); err != nil {
@@ -125,6 +126,14 @@ func TestPragmas(t *testing.T) {
 	}
 	for _, c := range conns {
 		c.Close()
+	}
+	// The writer's connection too.
+	var cache string
+	if err := s.wdb.QueryRowContext(ctx, "PRAGMA cache_size").Scan(&cache); err != nil {
+		t.Fatal(err)
+	}
+	if cache != "-512" {
+		t.Errorf("writer: cache_size = %s, want -512", cache)
 	}
 }
 
