@@ -36,8 +36,8 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 		writeError(ctx, aerr)
 		return
 	}
-	etag := imageHeaders(&ctx.Response.Header, img)
-	part, ok := g.choosePart(ctx, blob, etag, img.CreatedAt)
+	imageHeaders(&ctx.Response.Header, img)
+	part, ok := g.choosePart(ctx, blob, img)
 	if !ok {
 		return
 	}
@@ -51,18 +51,32 @@ func (g *Gateway) handleFetch(ctx *fasthttp.RequestCtx, last string) {
 	g.sendPart(ctx, fc.token, img, blob, part, start)
 }
 
-// imageHeaders sets the headers every answer about img carries, and
-// returns its ETag.
-func imageHeaders(h *fasthttp.ResponseHeader, img imagestore.Image) string {
-	etag := `"` + img.SHA256 + `"`
-	h.Set("Accept-Ranges", "bytes")
-	h.Set("ETag", etag)
+// The names and fixed values of the headers every fetch answer carries,
+// already canonical: a small range read sets them per request, and
+// fasthttp's Set would copy and normalise each name every time.
+var (
+	hdrAcceptRanges = []byte("Accept-Ranges")
+	hdrETag         = []byte("ETag")
+	hdrLastModified = []byte("Last-Modified")
+	hdrCacheControl = []byte("Cache-Control")
+	valBytes        = []byte("bytes")
+	valCacheControl = []byte("private, no-transform")
+	valOctetStream  = []byte("application/octet-stream")
+)
+
+// imageHeaders sets the headers every answer about img carries.
+func imageHeaders(h *fasthttp.ResponseHeader, img imagestore.Image) {
+	h.SetCanonical(hdrAcceptRanges, valBytes)
+	var etag [2 + 64]byte // a quoted SHA-256 in hex
+	h.SetCanonical(hdrETag, append(append(append(etag[:0], '"'), img.SHA256...), '"'))
 	var date [len(http.TimeFormat)]byte
-	h.SetBytesV("Last-Modified", fasthttp.AppendHTTPDate(date[:0], img.CreatedAt))
-	h.Set("Cache-Control", "private, no-transform")
-	h.SetContentType("application/octet-stream")
-	return etag
+	h.SetCanonical(hdrLastModified, fasthttp.AppendHTTPDate(date[:0], img.CreatedAt))
+	h.SetCanonical(hdrCacheControl, valCacheControl)
+	h.SetContentTypeBytes(valOctetStream)
 }
+
+// etagOf is img's ETag, as imageHeaders sends it.
+func etagOf(img imagestore.Image) string { return `"` + img.SHA256 + `"` }
 
 // fetchPart is the part of the image an answer sends: n bytes from off,
 // with status 200 (the whole image) or 206.
@@ -74,16 +88,16 @@ type fetchPart struct {
 // choosePart reads If-None-Match, Range and If-Range into the part to
 // send. When they decide the answer themselves (304, 416) it answers,
 // closes blob and returns false.
-func (g *Gateway) choosePart(ctx *fasthttp.RequestCtx, blob imagestore.Blob, etag string, modified time.Time) (fetchPart, bool) {
+func (g *Gateway) choosePart(ctx *fasthttp.RequestCtx, blob imagestore.Blob, img imagestore.Image) (fetchPart, bool) {
 	size := blob.Size()
-	if inm := string(ctx.Request.Header.Peek("If-None-Match")); inm != "" && etagMatches(inm, etag) {
+	if inm := string(ctx.Request.Header.Peek("If-None-Match")); inm != "" && etagMatches(inm, etagOf(img)) {
 		blob.Close()
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
 		return fetchPart{}, false
 	}
 	whole := fetchPart{off: 0, n: size, status: fasthttp.StatusOK}
 	rng := string(ctx.Request.Header.Peek("Range"))
-	if rng == "" || !g.ifRange(ctx, etag, modified) {
+	if rng == "" || !g.ifRange(ctx, img) {
 		return whole, true
 	}
 	off, n, ok, satisfiable := parseRange(rng, size)
@@ -197,14 +211,15 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability, now
 // ifRange reports whether a Range header is to be honoured: always without
 // If-Range, else only if If-Range names the current image (strong ETag or
 // the exact Last-Modified date).
-func (g *Gateway) ifRange(ctx *fasthttp.RequestCtx, etag string, modified time.Time) bool {
+func (g *Gateway) ifRange(ctx *fasthttp.RequestCtx, img imagestore.Image) bool {
 	ir := string(ctx.Request.Header.Peek("If-Range"))
 	if ir == "" {
 		return true
 	}
 	if strings.HasPrefix(ir, `"`) {
-		return ir == etag
+		return ir == etagOf(img)
 	}
+	modified := img.CreatedAt
 	t, err := http.ParseTime(ir)
 	return err == nil && t.Equal(modified.UTC().Truncate(time.Second)) && modified.Equal(modified.Truncate(time.Second))
 }
