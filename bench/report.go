@@ -1,6 +1,7 @@
 package main
 
 import (
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -240,6 +241,11 @@ func fmtStat(s *Stat, digits int) string {
 	return fmt.Sprintf("%s (%s–%s)", fmtNum(s.Median, digits), fmtNum(s.Min, digits), fmtNum(s.Max, digits))
 }
 
+// findings is the report's section on where the time and the memory go.
+//
+//go:embed findings.md
+var findings string
+
 func (r *Report) markdown() string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
@@ -331,6 +337,11 @@ func (r *Report) markdown() string {
 		}
 		w("\n")
 	}
+	// What the profiles found is written by hand (findings.md): it comes
+	// from perf runs of the bench's -perf mode, not from this run's
+	// figures, and says so with its own dates and commands.
+	w("%s\n", strings.TrimSpace(findings))
+	w("\n")
 	if len(r.Notes) > 0 {
 		w("## Notes\n\n")
 		for _, n := range r.Notes {
