@@ -898,3 +898,97 @@ func TestPreparedWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestPreparedReads: the read statements run once are prepared for the
+// next transactions and not a second time, and answer through them what
+// was committed since: a token replaced, or its tenant removed, stops
+// authenticating at the very next lookup (no cached answer, no snapshot
+// kept by a statement left open).
+func TestPreparedReads(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	ctx := t.Context()
+	a, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "a", Sharing: true}, imagestore.HashSecret("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := func() {
+		t.Helper()
+		if got, err := s.TenantByToken(ctx, imagestore.HashSecret("a")); err != nil || got.ID != a.ID {
+			t.Fatalf("TenantByToken = %+v, %v; want tenant %d", got, err, a.ID)
+		}
+		if _, err := s.TenantByToken(ctx, imagestore.HashSecret("nobody")); !errors.Is(err, imagestore.ErrNotFound) {
+			t.Fatalf("TenantByToken of an unknown token: %v, want ErrNotFound", err)
+		}
+		if imgs, err := s.Images(ctx, a.ID); err != nil || len(imgs) != 0 {
+			t.Fatalf("Images = %v, %v", imgs, err)
+		}
+		if tks, err := s.UnusedTickets(ctx, a.ID, time.Now()); err != nil || len(tks) != 0 {
+			t.Fatalf("UnusedTickets = %v, %v", tks, err)
+		}
+	}
+	reads()
+	prepared := s.rstmts.Prepared()
+	if prepared == 0 {
+		t.Fatal("no read statement prepared after the reads")
+	}
+	reads()
+	if n := s.rstmts.Prepared(); n != prepared {
+		t.Errorf("%d read statements prepared after the second round, %d after the first: they should be reused", n, prepared)
+	}
+
+	if err := s.SetTenantToken(ctx, "a", imagestore.HashSecret("a2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TenantByToken(ctx, imagestore.HashSecret("a")); !errors.Is(err, imagestore.ErrNotFound) {
+		t.Errorf("TenantByToken of the replaced token: %v, want ErrNotFound", err)
+	}
+	if got, err := s.TenantByToken(ctx, imagestore.HashSecret("a2")); err != nil || got.ID != a.ID {
+		t.Errorf("TenantByToken of the new token = %+v, %v", got, err)
+	}
+	if err := s.RemoveTenant(ctx, "a", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TenantByToken(ctx, imagestore.HashSecret("a2")); !errors.Is(err, imagestore.ErrNotFound) {
+		t.Errorf("TenantByToken of a removed tenant's token: %v, want ErrNotFound", err)
+	}
+}
+
+// TestCloseReleasesFile: once Close returns, no descriptor of the
+// database's files is open, prepared statements or not: a connection
+// closed while a statement is still prepared on it stays open as a
+// zombie, holding them.
+func TestCloseReleasesFile(t *testing.T) {
+	path := tempPath(t)
+	s := mustOpen(t, path)
+	ctx := t.Context()
+	a, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "a"}, imagestore.HashSecret("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // the first round prepares, the next run prepared
+		if _, err := s.TenantByToken(ctx, imagestore.HashSecret("a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CreateTicket(ctx, imagestore.Ticket{UploadID: fmt.Sprintf("%024x", i), TenantID: a.ID, Name: "t",
+			CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}, imagestore.HashSecret(fmt.Sprint("t", i)), 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.rstmts.Prepared() == 0 || s.wstmts.Prepared() == 0 {
+		t.Fatalf("%d read and %d write statements prepared; the test needs both", s.rstmts.Prepared(), s.wstmts.Prepared())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(target, path) {
+			t.Errorf("descriptor %s still open on %s after Close", fd.Name(), target)
+		}
+	}
+}
