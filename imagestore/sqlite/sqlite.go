@@ -149,8 +149,6 @@ func dsn(abs string, writer bool) string {
 // Close closes the database.
 func (s *Store) Close() error {
 	s.Store.Close() // the last grouped commit, before the database goes
-	// The statements before their databases: a connection closed with a
-	// statement still prepared on it is only a zombie, holding the file.
 	if err := errors.Join(s.wstmts.Close(), s.rstmts.Close(), s.db.Close(), s.wdb.Close()); err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)
 	}
