@@ -233,6 +233,21 @@ func (e engine) Read(ctx context.Context, op string, fn func(tx *sqlstore.Tx) er
 	return err
 }
 
+// ReadStatement runs fn's one statement on the read pool without a
+// transaction around it (sqlstore.StatementReader): SQLite reads a
+// statement in a snapshot of its own, and a BEGIN and COMMIT, each parsed
+// anew by the driver, cost as much as a short select.
+func (e engine) ReadStatement(ctx context.Context, op string, fn func(tx *sqlstore.Tx) error) error {
+	s := e.s
+	err := fn(sqlstore.NewStatement(s.db, dialect).WithStmts(s.rstmts))
+	if err != nil {
+		err = withFault(fmt.Errorf("sqlite: %s: %w", op, err))
+	}
+	s.health.Note(err, false)
+	s.rstmts.PrepareNoted(ctx)
+	return err
+}
+
 // withFault wraps err in the imagestore error naming its storage failure,
 // if it has one.
 func withFault(err error) error {

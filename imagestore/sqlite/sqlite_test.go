@@ -953,3 +953,43 @@ func TestPreparedReads(t *testing.T) {
 		t.Errorf("TenantByToken of a removed tenant's token: %v, want ErrNotFound", err)
 	}
 }
+
+// TestReadStatementAlone: a read without a transaction runs one
+// statement, and refuses a second (it would read another snapshot) and
+// statements prepared on another database (database/sql would run them
+// there: on the single writer's connection, behind every write).
+func TestReadStatementAlone(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	ctx := t.Context()
+	one := func(tx *sqlstore.Tx) error {
+		var n int
+		return tx.QueryRowContext(ctx, `SELECT count(*) FROM tenants`).Scan(&n)
+	}
+	tests := []struct {
+		name  string
+		stmts *sqlstore.Stmts
+		fn    func(tx *sqlstore.Tx) error
+		ok    bool
+	}{
+		{"one statement", s.rstmts, one, true},
+		{"two statements", s.rstmts, func(tx *sqlstore.Tx) error {
+			if err := one(tx); err != nil {
+				return err
+			}
+			return one(tx)
+		}, false},
+		{"the writer's statements", s.wstmts, one, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range 2 { // unprepared, then prepared
+				err := tc.fn(sqlstore.NewStatement(s.db, dialect).WithStmts(tc.stmts))
+				if (err == nil) != tc.ok {
+					t.Fatalf("round %d: err = %v, want ok %v", round+1, err, tc.ok)
+				}
+				tc.stmts.PrepareNoted(ctx)
+			}
+		})
+	}
+}
