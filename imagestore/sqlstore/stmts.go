@@ -23,13 +23,13 @@ const maxStmts = 256
 // dozen selects.
 //
 // A statement is prepared on the database, not in a transaction, which
-// holds the one connection of a single-writer pool (and of a read pool,
-// preparing would take a second one while holding the first): a Tx meeting a
-// statement for the first time runs it unprepared and notes it, and the
-// engine prepares what was noted (PrepareNoted) once its transaction has
-// ended. database/sql then finds the statement prepared on the
-// connection a later transaction runs on (Tx.StmtContext), or prepares
-// it there again if that connection is a new one.
+// holds a connection (the only one of a single-writer pool; of a read
+// pool, preparing would take a second while holding the first): a Tx
+// meeting a statement for the first time runs it unprepared and notes it,
+// and the engine prepares what was noted (PrepareNoted) once its
+// transaction has ended. database/sql then finds the statement prepared
+// on the connection a later transaction runs on (Tx.StmtContext), or
+// prepares it there again if that connection is a new one.
 type Stmts struct {
 	db    *sql.DB
 	mu    sync.Mutex
