@@ -326,3 +326,26 @@ func TestStatusLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusNamesHostsWithoutOffers: an order names its host even when
+// no listing is open any more (status reads the tenants only when its
+// answer names one), and a host whose only open listing is its own sees
+// no offer.
+func TestStatusNamesHostsWithoutOffers(t *testing.T) {
+	e := newEnv(t)
+	hostT, host := e.host("host", "acct_1HostActive000001")
+	_, buyer := e.host("buyer", "")
+	listing := e.listing(host, 600, 10)
+	order := e.placed(buyer, listing, 1).OrderID
+	if err := e.st.CloseListing(t.Context(), hostT.ID, listing, t0); err != nil {
+		t.Fatal(err)
+	}
+	st := e.statusOf(buyer)
+	if len(st.Offers) != 0 || len(st.Orders) != 1 || st.Orders[0].OrderID != order || st.Orders[0].Host != "host" {
+		t.Errorf("buyer's status with the listing closed: offers %+v, orders %+v; want no offer and order %s of host", st.Offers, st.Orders, order)
+	}
+	e.listing(host, 700, 1)
+	if st := e.statusOf(host); len(st.Offers) != 0 || len(st.Listings) != 2 {
+		t.Errorf("host's status: offers %+v, listings %+v; want no offer, its two listings", st.Offers, st.Listings)
+	}
+}

@@ -42,6 +42,7 @@ type Store struct {
 	db      *sql.DB         // reads: a pool, deferred BEGIN
 	wdb     *sql.DB         // writes: one connection, BEGIN IMMEDIATE
 	wstmts  *sqlstore.Stmts // the writes' statements, prepared on wdb
+	rstmts  *sqlstore.Stmts // the reads' statements, prepared on db
 	path    string
 	reserve *reserve // nil without WithReserve
 	health  sqlstore.Health
@@ -100,7 +101,10 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	// (CDI's importers send thousands of small range reads), and opening a
 	// SQLite connection per lookup showed in the benchmark's profile.
 	db.SetMaxIdleConns(16)
-	s := &Store{db: db, wdb: wdb, wstmts: sqlstore.NewStmts(wdb), path: abs}
+	// Reads are prepared too: a tenant's every request authenticates
+	// (TenantByToken) and a status runs half a dozen selects, and each
+	// was parsed anew, some twice (see sqlstore.Stmts).
+	s := &Store{db: db, wdb: wdb, wstmts: sqlstore.NewStmts(wdb), rstmts: sqlstore.NewStmts(db), path: abs}
 	// One writer: concurrent tickets share a commit (see
 	// sqlstore.GroupCommit).
 	s.Store = sqlstore.New(engine{s}, sqlstore.GroupCommit())
@@ -154,7 +158,7 @@ func dsn(abs string, writer bool) string {
 // Close closes the database.
 func (s *Store) Close() error {
 	s.Store.Close() // the last grouped commit, before the database goes
-	if err := errors.Join(s.wstmts.Close(), s.db.Close(), s.wdb.Close()); err != nil {
+	if err := errors.Join(s.wstmts.Close(), s.rstmts.Close(), s.db.Close(), s.wdb.Close()); err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)
 	}
 	return nil
@@ -231,8 +235,25 @@ func (e engine) Write(ctx context.Context, op string, fn func(tx *sqlstore.Tx) e
 // never queue for the write lock.
 func (e engine) Read(ctx context.Context, op string, fn func(tx *sqlstore.Tx) error) error {
 	s := e.s
-	err := s.tx(ctx, s.db, op, &sql.TxOptions{ReadOnly: true}, nil, fn)
+	err := s.tx(ctx, s.db, op, &sql.TxOptions{ReadOnly: true}, s.rstmts, fn)
 	s.health.Note(err, false)
+	// Out of the transaction: preparing takes a connection of the pool.
+	s.rstmts.PrepareNoted(ctx)
+	return err
+}
+
+// ReadStatement runs fn's one statement on the read pool without a
+// transaction around it (sqlstore.StatementReader): SQLite reads a
+// statement in a snapshot of its own, and a BEGIN and COMMIT, each parsed
+// anew by the driver, cost as much as a short select.
+func (e engine) ReadStatement(ctx context.Context, op string, fn func(tx *sqlstore.Tx) error) error {
+	s := e.s
+	err := fn(sqlstore.NewStatement(s.db, dialect).WithStmts(s.rstmts))
+	if err != nil {
+		err = withFault(fmt.Errorf("sqlite: %s: %w", op, err))
+	}
+	s.health.Note(err, false)
+	s.rstmts.PrepareNoted(ctx)
 	return err
 }
 

@@ -907,3 +907,98 @@ func TestPreparedWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestPreparedReads: the read statements run once are prepared for the
+// next transactions and not a second time, and answer through them what
+// was committed since: a token replaced, or its tenant removed, stops
+// authenticating at the very next lookup (no cached answer, no snapshot
+// kept by a statement left open).
+func TestPreparedReads(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	ctx := t.Context()
+	a, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "a", Sharing: true}, imagestore.HashSecret("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := func() {
+		t.Helper()
+		if got, err := s.TenantByToken(ctx, imagestore.HashSecret("a")); err != nil || got.ID != a.ID {
+			t.Fatalf("TenantByToken = %+v, %v; want tenant %d", got, err, a.ID)
+		}
+		if _, err := s.TenantByToken(ctx, imagestore.HashSecret("nobody")); !errors.Is(err, imagestore.ErrNotFound) {
+			t.Fatalf("TenantByToken of an unknown token: %v, want ErrNotFound", err)
+		}
+		if imgs, err := s.Images(ctx, a.ID); err != nil || len(imgs) != 0 {
+			t.Fatalf("Images = %v, %v", imgs, err)
+		}
+		if tks, err := s.UnusedTickets(ctx, a.ID, time.Now()); err != nil || len(tks) != 0 {
+			t.Fatalf("UnusedTickets = %v, %v", tks, err)
+		}
+	}
+	reads()
+	prepared := s.rstmts.Prepared()
+	if prepared == 0 {
+		t.Fatal("no read statement prepared after the reads")
+	}
+	reads()
+	if n := s.rstmts.Prepared(); n != prepared {
+		t.Errorf("%d read statements prepared after the second round, %d after the first: they should be reused", n, prepared)
+	}
+
+	if err := s.SetTenantToken(ctx, "a", imagestore.HashSecret("a2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TenantByToken(ctx, imagestore.HashSecret("a")); !errors.Is(err, imagestore.ErrNotFound) {
+		t.Errorf("TenantByToken of the replaced token: %v, want ErrNotFound", err)
+	}
+	if got, err := s.TenantByToken(ctx, imagestore.HashSecret("a2")); err != nil || got.ID != a.ID {
+		t.Errorf("TenantByToken of the new token = %+v, %v", got, err)
+	}
+	if err := s.RemoveTenant(ctx, "a", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TenantByToken(ctx, imagestore.HashSecret("a2")); !errors.Is(err, imagestore.ErrNotFound) {
+		t.Errorf("TenantByToken of a removed tenant's token: %v, want ErrNotFound", err)
+	}
+}
+
+// TestReadStatementAlone: a read without a transaction runs one
+// statement, and refuses a second (it would read another snapshot) and
+// statements prepared on another database (database/sql would run them
+// there: on the single writer's connection, behind every write).
+func TestReadStatementAlone(t *testing.T) {
+	s := mustOpen(t, tempPath(t))
+	defer s.Close()
+	ctx := t.Context()
+	one := func(tx *sqlstore.Tx) error {
+		var n int
+		return tx.QueryRowContext(ctx, `SELECT count(*) FROM tenants`).Scan(&n)
+	}
+	tests := []struct {
+		name  string
+		stmts *sqlstore.Stmts
+		fn    func(tx *sqlstore.Tx) error
+		ok    bool
+	}{
+		{"one statement", s.rstmts, one, true},
+		{"two statements", s.rstmts, func(tx *sqlstore.Tx) error {
+			if err := one(tx); err != nil {
+				return err
+			}
+			return one(tx)
+		}, false},
+		{"the writer's statements", s.wstmts, one, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for round := range 2 { // unprepared, then prepared
+				err := tc.fn(sqlstore.NewStatement(s.db, dialect).WithStmts(tc.stmts))
+				if (err == nil) != tc.ok {
+					t.Fatalf("round %d: err = %v, want ok %v", round+1, err, tc.ok)
+				}
+				tc.stmts.PrepareNoted(ctx)
+			}
+		})
+	}
+}

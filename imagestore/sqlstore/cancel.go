@@ -18,7 +18,7 @@ func (s *Store) UnusedTickets(ctx context.Context, tenantID int64, now time.Time
 		return nil, fmt.Errorf("unused tickets: %w", err)
 	}
 	var out []imagestore.Ticket
-	err = s.read(ctx, "unused tickets", func(tx *Tx) (err error) {
+	err = s.readStatement(ctx, "unused tickets", func(tx *Tx) (err error) {
 		out, err = queryAll(ctx, tx, scanTicket, `SELECT `+ticketCols+` FROM tickets
 WHERE tenant_id = ? AND used_at IS NULL AND expires_at > ?
 ORDER BY created_at, upload_id`, tenantID, at)

@@ -99,7 +99,7 @@ func (s *Store) Listing(ctx context.Context, id string) (imagestore.Listing, err
 // and id.
 func (s *Store) Listings(ctx context.Context, hostID int64) ([]imagestore.Listing, error) {
 	var ls []imagestore.Listing
-	err := s.read(ctx, "listings", func(tx *Tx) (err error) {
+	err := s.readStatement(ctx, "listings", func(tx *Tx) (err error) {
 		ls, err = queryListings(ctx, tx, `SELECT `+listingCols+` FROM listings l
 WHERE l.host_id = ? ORDER BY l.created_at, l.id`, hostID)
 		return err
@@ -110,7 +110,7 @@ WHERE l.host_id = ? ORDER BY l.created_at, l.id`, hostID)
 // OpenListings returns every open listing by creation time and id.
 func (s *Store) OpenListings(ctx context.Context) ([]imagestore.Listing, error) {
 	var ls []imagestore.Listing
-	err := s.read(ctx, "open listings", func(tx *Tx) (err error) {
+	err := s.readStatement(ctx, "open listings", func(tx *Tx) (err error) {
 		ls, err = queryListings(ctx, tx, `SELECT `+listingCols+` FROM listings l
 WHERE l.closed_at IS NULL ORDER BY l.created_at, l.id`)
 		return err
@@ -346,7 +346,7 @@ func (s *Store) Order(ctx context.Context, id string) (imagestore.Order, error) 
 // Orders returns the buyer's orders, newest first (then by id, descending).
 func (s *Store) Orders(ctx context.Context, buyerID int64) ([]imagestore.Order, error) {
 	var orders []imagestore.Order
-	err := s.read(ctx, "orders", func(tx *Tx) (err error) {
+	err := s.readStatement(ctx, "orders", func(tx *Tx) (err error) {
 		orders, err = queryOrders(ctx, tx, `SELECT `+orderCols+` FROM orders
 WHERE buyer_id = ? ORDER BY created_at DESC, id DESC`, buyerID)
 		return err

@@ -137,7 +137,7 @@ func (s *Store) TenantByID(ctx context.Context, id int64) (imagestore.Tenant, er
 // Tenants returns all tenants ordered by name.
 func (s *Store) Tenants(ctx context.Context) ([]imagestore.Tenant, error) {
 	var ts []imagestore.Tenant
-	err := s.read(ctx, "tenants", func(tx *Tx) (err error) {
+	err := s.readStatement(ctx, "tenants", func(tx *Tx) (err error) {
 		ts, err = queryAll(ctx, tx, scanTenant, `SELECT `+tenantCols+` FROM tenants ORDER BY name`)
 		return err
 	})
@@ -468,7 +468,7 @@ func (s *Store) Image(ctx context.Context, uploadID string) (imagestore.Image, e
 // upload id so the order is stable.
 func (s *Store) Images(ctx context.Context, tenantID int64) ([]imagestore.Image, error) {
 	var imgs []imagestore.Image
-	err := s.read(ctx, "images", func(tx *Tx) (err error) {
+	err := s.readStatement(ctx, "images", func(tx *Tx) (err error) {
 		imgs, err = queryAll(ctx, tx, func(r scanner) (imagestore.Image, error) { return scanImage(r) }, `
 SELECT `+imageCols+` FROM images WHERE tenant_id = ? ORDER BY created_at, upload_id`, tenantID)
 		return err
@@ -736,7 +736,7 @@ func (s *Store) OpenSessions(ctx context.Context, tenantID int64, now time.Time)
 		return nil, fmt.Errorf("open sessions: %w", err)
 	}
 	var out []imagestore.UploadSession
-	err = s.read(ctx, "open sessions", func(tx *Tx) error {
+	err = s.readStatement(ctx, "open sessions", func(tx *Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+sessionCols+` FROM upload_sessions
 WHERE tenant_id = ? AND "offset" < length AND expires_at > ?
 ORDER BY created_at, upload_id`, tenantID, at)

@@ -39,6 +39,17 @@ type Engine interface {
 	Read(ctx context.Context, op string, fn func(tx *Tx) error) error
 }
 
+// StatementReader is an Engine that can also run a read of a single
+// statement without a transaction around it: the statement is as
+// consistent alone (SQLite reads it in a snapshot of its own), and for a
+// short select the BEGIN and COMMIT cost as much as the select (over a
+// quarter of a tenant's authentication).
+type StatementReader interface {
+	// ReadStatement runs fn, which runs one statement on tx (a second
+	// fails), and wraps a failure with op.
+	ReadStatement(ctx context.Context, op string, fn func(tx *Tx) error) error
+}
+
 // Dialect is how one engine's driver differs from SQLite's.
 type Dialect struct {
 	// Rebind rewrites SQLite's placeholders for the driver; nil keeps
@@ -63,13 +74,56 @@ func isForeignKey(err error) bool { return errors.Is(err, errForeignKey) }
 // booleans as integers, constraint errors recognisable. Engines make one
 // with NewTx.
 type Tx struct {
-	tx    *sql.Tx
+	tx    *sql.Tx // nil: one statement on db, see NewStatement
+	db    *sql.DB
 	d     *Dialect
 	stmts *Stmts // nil: every statement parsed anew
+	ran   bool   // without tx: the one statement has run
 }
 
 // NewTx wraps tx for the records.
 func NewTx(tx *sql.Tx, d *Dialect) *Tx { return &Tx{tx: tx, d: d} }
+
+// NewStatement is a Tx without a transaction, for StatementReader: it
+// runs one statement on db, and refuses a second, which would not read
+// the same snapshot as the first.
+func NewStatement(db *sql.DB, d *Dialect) *Tx { return &Tx{db: db, d: d} }
+
+// errSecondStatement refuses a second statement of a Tx made by
+// NewStatement: a read that needs two needs a transaction (Engine.Read).
+var errSecondStatement = errors.New("sqlstore: a second statement in a read of one statement")
+
+// errOtherDatabase refuses to run a statement without a transaction on
+// a database its prepared statements do not belong to.
+var errOtherDatabase = errors.New("sqlstore: prepared statements of another database")
+
+// on returns what t's next statement runs on, st prepared there if st is
+// not nil.
+func (t *Tx) on(ctx context.Context, st *sql.Stmt) (querier, *sql.Stmt, error) {
+	if t.tx != nil {
+		if st != nil {
+			st = t.tx.StmtContext(ctx, st)
+		}
+		return t.tx, st, nil
+	}
+	if t.ran {
+		return nil, nil, errSecondStatement
+	}
+	t.ran = true
+	if t.stmts != nil && t.stmts.db != t.db {
+		// database/sql would run st on a connection of st's database,
+		// silently: a read on the single writer's, behind every write.
+		return nil, nil, errOtherDatabase
+	}
+	return t.db, st, nil
+}
+
+// querier is *sql.Tx or *sql.DB.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
 
 // WithStmts makes t run the statements c has prepared as such, and note
 // the others in c; tx must be a transaction of c's database.
@@ -115,43 +169,63 @@ func args(a []any) []any {
 // ExecContext runs a statement that returns no rows.
 func (t *Tx) ExecContext(ctx context.Context, q string, a ...any) (sql.Result, error) {
 	q = t.query(q)
-	if st := t.stmts.stmt(q); st != nil {
-		res, err := t.tx.StmtContext(ctx, st).ExecContext(ctx, args(a)...)
-		return res, t.classify(err)
+	on, st, err := t.on(ctx, t.stmts.stmt(q))
+	if err != nil {
+		return nil, err
 	}
-	res, err := t.tx.ExecContext(ctx, q, args(a)...)
+	var res sql.Result
+	if st != nil {
+		res, err = st.ExecContext(ctx, args(a)...)
+	} else {
+		res, err = on.ExecContext(ctx, q, args(a)...)
+	}
 	return res, t.classify(err)
 }
 
 // QueryContext runs a query.
 func (t *Tx) QueryContext(ctx context.Context, q string, a ...any) (*sql.Rows, error) {
 	q = t.query(q)
-	if st := t.stmts.stmt(q); st != nil {
-		rows, err := t.tx.StmtContext(ctx, st).QueryContext(ctx, args(a)...)
-		return rows, t.classify(err)
+	on, st, err := t.on(ctx, t.stmts.stmt(q))
+	if err != nil {
+		return nil, err
 	}
-	rows, err := t.tx.QueryContext(ctx, q, args(a)...)
+	var rows *sql.Rows
+	if st != nil {
+		rows, err = st.QueryContext(ctx, args(a)...)
+	} else {
+		rows, err = on.QueryContext(ctx, q, args(a)...)
+	}
 	return rows, t.classify(err)
 }
 
 // QueryRowContext runs a query of at most one row.
 func (t *Tx) QueryRowContext(ctx context.Context, q string, a ...any) *Row {
 	q = t.query(q)
-	if st := t.stmts.stmt(q); st != nil {
-		return &Row{r: t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args(a)...), t: t}
+	on, st, err := t.on(ctx, t.stmts.stmt(q))
+	switch {
+	case err != nil:
+		return &Row{err: err, t: t}
+	case st != nil:
+		return &Row{r: st.QueryRowContext(ctx, args(a)...), t: t}
 	}
-	return &Row{r: t.tx.QueryRowContext(ctx, q, args(a)...), t: t}
+	return &Row{r: on.QueryRowContext(ctx, q, args(a)...), t: t}
 }
 
 // Row is one row of QueryRowContext; its Scan reports constraint errors
 // as the records recognise them (an INSERT ... RETURNING fails there).
 type Row struct {
-	r *sql.Row
-	t *Tx
+	r   *sql.Row
+	err error // instead of r: the statement was refused
+	t   *Tx
 }
 
 // Scan copies the row's columns into dest.
-func (r *Row) Scan(dest ...any) error { return r.t.classify(r.r.Scan(dest...)) }
+func (r *Row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	return r.t.classify(r.r.Scan(dest...))
+}
 
 // DollarRebind rewrites SQLite's ?N and ? placeholders as PostgreSQL's $N
 // (a bare ? takes the next number). The statements hold no ? inside a
@@ -245,6 +319,15 @@ func (s *Store) read(ctx context.Context, op string, fn func(tx *Tx) error) erro
 	return s.e.Read(ctx, op, fn)
 }
 
+// readStatement is read for fn that runs one statement: without a
+// transaction around it where the engine can (StatementReader).
+func (s *Store) readStatement(ctx context.Context, op string, fn func(tx *Tx) error) error {
+	if r, ok := s.e.(StatementReader); ok {
+		return r.ReadStatement(ctx, op, fn)
+	}
+	return s.e.Read(ctx, op, fn)
+}
+
 // queryAll runs a query and scans every row with scan.
 func queryAll[T any](ctx context.Context, tx *Tx, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
@@ -274,7 +357,7 @@ func queryOne[T any](ctx context.Context, tx *Tx, what string, scan func(scanner
 // readOne is queryOne in a read transaction of its own, named op.
 func readOne[T any](ctx context.Context, s *Store, op, what string, scan func(scanner) (T, error), query string, args ...any) (T, error) {
 	var v T
-	err := s.read(ctx, op, func(tx *Tx) (err error) {
+	err := s.readStatement(ctx, op, func(tx *Tx) (err error) {
 		v, err = queryOne(ctx, tx, what, scan, query, args...)
 		return err
 	})
