@@ -149,7 +149,13 @@ func Build(in Input) (v1.Image, error) {
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	}, tarball.WithMediaType(types.OCILayer),
+		// The compressed layer is kept once made: go-containerregistry
+		// otherwise gzips the whole binary again for every reader of the
+		// layer (its digest, the archive's blob, each validation), which
+		// was most of make image's time and of its tests' (under -race,
+		// minutes). It costs the compressed size in memory, a few tens of MB.
+		tarball.WithCompressedCaching)
 	if err != nil {
 		return nil, fmt.Errorf("layer: %w", err)
 	}
