@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/internal/crashpoint"
+	"github.com/vmshelf/vmshelf/internal/ociimage"
 )
 
 var (
@@ -36,7 +37,11 @@ func crashBinary(t *testing.T) string {
 	skipShort(t, "it builds and crashes vmshelf serve")
 	crashBinOnce.Do(func() {
 		crashBin = filepath.Join(filepath.Dir(binPath), "vmshelf-crashpoints")
-		out, err := exec.Command("go", "build", "-tags", "crashpoints", "-o", crashBin, ".").CombinedOutput()
+		// binPath's build with the tag: build tags do not change the
+		// other packages' compiles, so only this package's differ.
+		cmd := exec.Command("go", append([]string{"build", "-tags", "crashpoints"}, ociimage.GoBuildArgs(crashBin)[1:]...)...)
+		cmd.Dir, cmd.Env = filepath.Join("..", ".."), ociimage.GoBuildEnv()
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			crashBinErr = errors.New("go build -tags crashpoints: " + err.Error() + "\n" + string(out))
 		}
