@@ -151,8 +151,8 @@ type Config struct {
 // of a CRC (in hardware: 11.8 GB/s on the 2-core bench box, against
 // SHA-256's 0.95 GB/s with SHA-NI). A CRC is no defence against
 // someone who alters the bytes on purpose (they recompute it), so this is
-// for https, where TLS does that; minio-go's own PutObject does the same
-// over https.
+// for https, where TLS does that. (minio-go's own PutObject sends
+// UNSIGNED-PAYLOAD over https too, with no checksum unless asked for one.)
 //
 // Auto (the zero value): unsigned over https, signed over http.
 //

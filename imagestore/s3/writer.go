@@ -177,7 +177,8 @@ type part struct {
 // algorithm if crc. S3 (AWS, and versitygw once an algorithm is declared)
 // wants every part of such an upload to carry that checksum and the
 // completion to list them, and refuses a part checksum an upload was not
-// created for; minio-go's own PutObject declares it the same way.
+// created for; minio-go's own PutObject, asked for a checksum, declares
+// it the same way.
 func (s *Store) newUpload(ctx context.Context, key string, crc bool) (string, error) {
 	cctx, cancel := s.call(ctx)
 	defer cancel()
