@@ -41,6 +41,7 @@ type options struct {
 	phases     string
 	controlQPS int
 	perfDir    string
+	s3HTTP     bool // the S3 phase over plain http instead of https
 }
 
 var allPhases = []string{"control", "refusal", "upload", "fetch", "range", "importer", "concurrency", "s3"}
@@ -68,6 +69,7 @@ func main() {
 	flag.StringVar(&o.tusd, "tusd", "", "tusd v2 binary (default: $TUSD, /root/go/bin/tusd, $GOPATH/bin/tusd or tusd in PATH)")
 	flag.StringVar(&o.phases, "phases", strings.Join(allPhases, ","), "phases to run, comma-separated")
 	flag.IntVar(&o.controlQPS, "control-rate", 500, "request rate of the constant-rate control plane load")
+	flag.BoolVar(&o.s3HTTP, "s3-http", false, "run the S3 phase's server over plain http (default https with a self-signed certificate, as S3 in production is https)")
 	flag.StringVar(&o.perfDir, "perf", "", "record a `perf record -g` profile of vmshelf for each of its upload, range and control runs into this directory (diagnosis only)")
 	flag.Parse()
 	def := func(v *int64, full, quick int64) {

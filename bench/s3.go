@@ -15,12 +15,17 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/vmshelf/vmshelf/internal/gobin"
+	"github.com/vmshelf/vmshelf/internal/selfsigned"
 )
 
 // The S3 phase: vmshelf over an S3 bucket (--blobs s3://…, what a
 // scaled-out edge runs) against the S3 server's own PUT and GET of the
 // same bytes from a Go client (minio-go), in one run on the same disk.
-// The server is versitygw with its posix backend.
+// The server is versitygw with its posix backend, over https with a
+// self-signed certificate made in the work directory (S3 in production
+// is https, and how a client protects its bytes depends on it: minio-go
+// and vmshelf send unsigned payloads over https, signed ones over http);
+// -s3-http runs it over plain http.
 const (
 	s3Vmshelf    = "vmshelf PUT → S3"
 	s3Direct     = "S3 PUT (minio-go PutObject)"
@@ -34,6 +39,9 @@ type s3Server struct {
 	*proc
 	endpoint, access, secret string
 	client                   *minio.Client
+	// certFile is the server's self-signed certificate, which vmshelf
+	// trusts through SSL_CERT_FILE; "" over http.
+	certFile string
 }
 
 // findVersitygw finds it as the tests do.
@@ -44,7 +52,7 @@ func findVersitygw() string {
 	return "versitygw"
 }
 
-func startS3(dir string) (*s3Server, error) {
+func startS3(dir string, plain bool) (*s3Server, error) {
 	root := filepath.Join(dir, "s3-root")
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
@@ -57,9 +65,27 @@ func startS3(dir string) (*s3Server, error) {
 	key := make([]byte, 20)
 	_, _ = rand.Read(key)
 	s := &s3Server{endpoint: "http://" + addr, access: "AKBENCH" + hex.EncodeToString(key[:4]), secret: hex.EncodeToString(key)}
+	args := []string{"--port", addr, "--quiet"}
+	tr, err := minio.DefaultTransport(!plain)
+	if err != nil {
+		return nil, err
+	}
+	if !plain {
+		tlsDir := filepath.Join(dir, "s3-tls")
+		if err := os.MkdirAll(tlsDir, 0o700); err != nil {
+			return nil, err
+		}
+		cert, err := selfsigned.Write(tlsDir)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--cert", cert.CertFile, "--key", cert.KeyFile)
+		s.endpoint, s.certFile = "https://"+addr, cert.CertFile
+		tr.TLSClientConfig.RootCAs = cert.Pool
+	}
 	// The keys go in the environment, never on a command line.
 	s.proc, err = startProcEnv([]string{"ROOT_ACCESS_KEY_ID=" + s.access, "ROOT_SECRET_ACCESS_KEY=" + s.secret},
-		"versitygw", filepath.Join(dir, "versitygw.log"), false, findVersitygw(), "--port", addr, "--quiet", "posix", root)
+		"versitygw", filepath.Join(dir, "versitygw.log"), false, append(append([]string{findVersitygw()}, args...), "posix", root)...)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +103,7 @@ func startS3(dir string) (*s3Server, error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.client, err = minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(s.access, s.secret, ""),
-		Region: "us-east-1", BucketLookup: minio.BucketLookupPath})
+		Region: "us-east-1", BucketLookup: minio.BucketLookupPath, Secure: !plain, Transport: tr})
 	if err != nil {
 		s.stop()
 		return nil, err
@@ -92,26 +118,31 @@ func startS3(dir string) (*s3Server, error) {
 }
 
 func (b *bench) phaseS3() error {
-	srv, err := startS3(b.dir)
+	srv, err := startS3(b.dir, b.opt.s3HTTP)
 	if err != nil {
 		return fmt.Errorf("versitygw (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0): %w", err)
 	}
 	defer srv.stop()
+	env := []string{"AWS_ENDPOINT_URL=" + srv.endpoint, "AWS_REGION=us-east-1",
+		"AWS_ACCESS_KEY_ID=" + srv.access, "AWS_SECRET_ACCESS_KEY=" + srv.secret}
+	transport := "plain http: both clients sign each part's SHA-256 (minio-go streaming, vmshelf in one pass)"
+	if srv.certFile != "" {
+		env = append(env, "SSL_CERT_FILE="+srv.certFile)
+		transport = "https with a self-signed certificate both clients trust (as S3 in production is https): both send UNSIGNED-PAYLOAD, vmshelf with each part's CRC32C, which the server checks"
+	}
 	vm, err := startVmshelfWith(b.vmBin, b.dir, "vmshelf-s3-data", 8,
-		[]string{"--blobs", "s3://" + s3Bucket + "/edge", "--blob-capacity-gib", "64"},
-		[]string{"AWS_ENDPOINT_URL=" + srv.endpoint, "AWS_REGION=us-east-1",
-			"AWS_ACCESS_KEY_ID=" + srv.access, "AWS_SECRET_ACCESS_KEY=" + srv.secret})
+		[]string{"--blobs", "s3://" + s3Bucket + "/edge", "--blob-capacity-gib", "64"}, env)
 	if err != nil {
 		return err
 	}
 	// Not `defer vm.stop()`: that binds the process of now, and
 	// s3ConcurrentRSS restarts vmshelf.
 	defer func() { vm.stop() }()
-	b.rep.setSetup("S3", "versitygw v1.8.0, posix backend under "+b.dir+"/s3-root (the same disk), on loopback; vmshelf `--blobs s3://"+s3Bucket+"/edge` with the records in SQLite")
+	b.rep.setSetup("S3", "versitygw v1.8.0, posix backend under "+b.dir+"/s3-root (the same disk), on loopback over "+transport+"; vmshelf `--blobs s3://"+s3Bucket+"/edge` with the records in SQLite")
 
 	t := b.rep.table("s3", fmt.Sprintf("The %d MiB test file through S3", b.size>>20),
 		"vmshelf over an S3 bucket (`--blobs s3://…`, as every replica of a scaled-out edge runs) against the S3 server's own PUT and GET of the same bytes "+
-			"from a Go client (minio-go, default options: its own part size, 4 parallel part uploads), one server (versitygw, posix backend, the same disk). "+
+			"from a Go client (minio-go, default options: its own part size, 4 parallel part uploads), one server (versitygw, posix backend, the same disk), over "+transport+". "+
 			"*vmshelf PUT → S3*: `curl -T file <upload URL>`, all checks + SHA-256, 8 MiB parts sent as they fill, the structure check reading the completed upload back with ranged GETs, commit marker; "+
 			"201 with the image JSON. *vmshelf GET ← S3*: `curl` of the fetch URL into nothing (one ranged GET streamed from S3). "+
 			"Neither S3 path fsyncs (versitygw's posix backend writes through the page cache), so all four are answer times.",

@@ -34,7 +34,9 @@ func startProc(name, logPath string, tree bool, argv ...string) (*proc, error) {
 
 // startProcEnv is startProc with env added to the bench's environment.
 func startProcEnv(env []string, name, logPath string, tree bool, argv ...string) (*proc, error) {
-	lf, err := os.Create(logPath)
+	// Appended, not truncated: a restart (s3ConcurrentRSS, the
+	// concurrency phase) must not erase the log of the run that failed.
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}

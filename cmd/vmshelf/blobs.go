@@ -21,6 +21,11 @@ var s3Vars = []cli.EnvVar{
 	{Name: "AWS_REGION or AWS_DEFAULT_REGION", About: "with --blobs s3://…: the region requests are signed for (default us-east-1)."},
 	{Name: "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY", About: "with --blobs s3://…: the static credentials, both required."},
 	{Name: "AWS_SESSION_TOKEN", About: "with --blobs s3://…: the session token of temporary credentials, if any."},
+	{Name: "SSL_CERT_FILE", About: "with --blobs s3://… over https: a PEM bundle of authorities to trust " +
+		"for the S3 server's certificate (a private CA, a self-signed one), in place of the system's bundle file."},
+	{Name: s3.PayloadSigningEnv, About: "with --blobs s3://…: how each part is protected on the way, " +
+		"auto (default), signed or unsigned. Signed: its SHA-256, signed with the key, a second hash pass over every byte; " +
+		"unsigned: its CRC32C, which the server checks, with TLS keeping it from tampering. Auto is unsigned over https, signed over http."},
 }
 
 // blobsFlagS3 says whether --blobs names a bucket rather than the default

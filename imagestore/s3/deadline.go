@@ -2,6 +2,7 @@ package s3
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -56,11 +57,15 @@ func (errNoAnswer) Error() string { return "the S3 server did not answer in time
 func (errNoAnswer) Is(target error) bool { return target == imagestore.ErrBlobsUnavailable }
 
 // transport is minio-go's default transport (connection pool, no gzip
-// decoding, TLS 1.2 or later) with shorter dial and TLS handshake bounds.
-func transport(secure bool) (http.RoundTripper, error) {
+// decoding, TLS 1.2 or later) with shorter dial and TLS handshake bounds,
+// trusting roots if set.
+func transport(secure bool, roots *x509.CertPool) (http.RoundTripper, error) {
 	tr, err := minio.DefaultTransport(secure)
 	if err != nil {
 		return nil, err
+	}
+	if roots != nil && tr.TLSClientConfig != nil {
+		tr.TLSClientConfig.RootCAs = roots
 	}
 	tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	tr.TLSHandshakeTimeout = tlsTimeout

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/blobtest"
@@ -25,11 +24,7 @@ import (
 // rawClient reaches the test server directly, to look at the keys.
 func rawClient(t *testing.T, cfg s3.Config) *minio.Client {
 	t.Helper()
-	c, err := minio.New(strings.TrimPrefix(cfg.Endpoint, "http://"), &minio.Options{
-		Creds:        credentials.NewStaticV4(string(cfg.AccessKeyID), string(cfg.SecretAccessKey), ""),
-		Region:       cfg.Region,
-		BucketLookup: minio.BucketLookupPath,
-	})
+	c, err := s3test.Client(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

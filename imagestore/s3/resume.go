@@ -117,7 +117,7 @@ func (s *Store) resumeUpload(ctx context.Context, id, uploadID string, offset, d
 	base := int64(full) * P
 	r := offset - base // bytes of part full+1 to take from its tail
 	key := s.imageKey(id)
-	parts, err := s.parts(ctx, key, uploadID)
+	parts, algo, err := s.listParts(ctx, key, uploadID)
 	if isNotFound(err) {
 		return nil, fmt.Errorf("the upload ended while resuming: %w", imagestore.ErrNotFound)
 	}
@@ -126,6 +126,9 @@ func (s *Store) resumeUpload(ctx context.Context, id, uploadID string, offset, d
 	}
 	w := s.newWriter(id, key, uploadID)
 	w.base, w.durable = base, offset
+	// The upload's own algorithm, not this replica's setting: another
+	// replica may have created it, and its parts must all carry the same.
+	w.crc = strings.EqualFold(algo, minio.ChecksumCRC32C.String())
 	for _, p := range parts {
 		if p.PartNumber > full {
 			break // written past offset, or cut off before: sent anew
@@ -133,7 +136,10 @@ func (s *Store) resumeUpload(ctx context.Context, id, uploadID string, offset, d
 		if p.PartNumber != len(w.parts)+1 || p.Size != P {
 			return nil, fmt.Errorf("part %d of the %d below offset %d is missing or short", len(w.parts)+1, full, offset)
 		}
-		w.parts = append(w.parts, minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag})
+		if w.crc && p.ChecksumCRC32C == "" {
+			return nil, fmt.Errorf("part %d of an upload created with CRC32C lists none", p.PartNumber)
+		}
+		w.parts = append(w.parts, minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag, ChecksumCRC32C: p.ChecksumCRC32C})
 	}
 	if len(w.parts) != full {
 		return nil, fmt.Errorf("part %d of the %d below offset %d is missing", len(w.parts)+1, full, offset)
@@ -214,7 +220,9 @@ func (s *Store) resumeStaged(ctx context.Context, id string, staged minio.Object
 	if err := s.removeAll(ctx, s.partialDir(id)); err != nil {
 		return nil, err
 	}
-	uploadID, err := s.newUpload(ctx, key)
+	// No CRC32C declared: the copied parts (UploadPartCopy) would need
+	// one each in the completion, and the copy is the server's own.
+	uploadID, err := s.newUpload(ctx, key, false)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package s3_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"net/http"
@@ -55,21 +56,36 @@ func open(t *testing.T, cfg s3.Config) *s3.Store {
 	return s
 }
 
+// TestBlobtest runs the blob suite over plain http (parts signed) and
+// over https (parts unsigned, with their CRC32C).
 func TestBlobtest(t *testing.T) {
-	srv := s3test.StartServer(t)
-	blobtest.Run(t, func(t *testing.T) blobtest.Target {
-		cfg := testConfig(srv)
-		// The suite's start-ups come long after its writes (as blobfs's,
-		// which have no grace): the clock is two hours ahead.
-		cfg.Now = func() time.Time { return time.Now().Add(2 * time.Hour) }
-		br := &breakable{rt: http.DefaultTransport.(*http.Transport).Clone()}
-		cfg.Transport = br
-		return blobtest.Target{
-			Blobs:    open(t, cfg),
-			Reopen:   func(t *testing.T) imagestore.Blobs { return open(t, cfg) },
-			Unit:     partSize,
-			Capacity: cfg.CapacityBytes,
-			Break:    br.broken.Store,
-		}
-	})
+	for _, tc := range []struct {
+		name  string
+		start func(testing.TB) *s3test.Server
+	}{
+		{"http", s3test.StartServer},
+		{"https", s3test.StartServerTLS},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := tc.start(t)
+			blobtest.Run(t, func(t *testing.T) blobtest.Target {
+				cfg := testConfig(srv)
+				// The suite's start-ups come long after its writes (as
+				// blobfs's, which have no grace): the clock is two hours
+				// ahead.
+				cfg.Now = func() time.Time { return time.Now().Add(2 * time.Hour) }
+				tr := http.DefaultTransport.(*http.Transport).Clone()
+				tr.TLSClientConfig = &tls.Config{RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12}
+				br := &breakable{rt: tr}
+				cfg.Transport = br
+				return blobtest.Target{
+					Blobs:    open(t, cfg),
+					Reopen:   func(t *testing.T) imagestore.Blobs { return open(t, cfg) },
+					Unit:     partSize,
+					Capacity: cfg.CapacityBytes,
+					Break:    br.broken.Store,
+				}
+			})
+		})
+	}
 }

@@ -1,5 +1,6 @@
 // Package s3test runs a real S3 server for tests: versitygw with its posix
-// backend on a temporary directory, on a loopback port.
+// backend on a temporary directory, on a loopback port, over plain http
+// or over https with a certificate made for the test.
 package s3test
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore/s3"
 	"github.com/vmshelf/vmshelf/internal/gobin"
+	"github.com/vmshelf/vmshelf/internal/selfsigned"
 )
 
 // Install is how a developer gets versitygw (.ci/deps says the same).
@@ -49,6 +51,9 @@ type Server struct {
 	Config s3.Config
 	// Dir is the posix backend's root: Dir/<bucket>/<key>.
 	Dir string
+	// Cert is the server's self-signed certificate (StartServerTLS); its
+	// Pool is Config.RootCAs, and its CertFile can be SSL_CERT_FILE.
+	Cert selfsigned.Cert
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -64,11 +69,33 @@ func Start(t testing.TB) s3.Config { return StartServer(t).Config }
 // that went away).
 func StartServer(t testing.TB) *Server {
 	t.Helper()
+	return startServer(t, false)
+}
+
+// StartTLS is Start over https: the Config's endpoint is https:// and
+// its RootCAs trust the server's certificate, and only it.
+func StartTLS(t testing.TB) s3.Config { return StartServerTLS(t).Config }
+
+// StartServerTLS is StartServer over https (see StartTLS).
+func StartServerTLS(t testing.TB) *Server {
+	t.Helper()
+	return startServer(t, true)
+}
+
+func startServer(t testing.TB, tls bool) *Server {
+	t.Helper()
 	bin := Path(t)
 	dir := t.TempDir()
 	root := filepath.Join(dir, "root")
 	if err := os.Mkdir(root, 0o700); err != nil {
 		t.Fatal(err)
+	}
+	var cert selfsigned.Cert
+	if tls {
+		var err error
+		if cert, err = selfsigned.Write(dir); err != nil {
+			t.Fatal(err)
+		}
 	}
 	access, secret := "AK"+random(9), random(20)
 	var srv *Server
@@ -76,14 +103,14 @@ func StartServer(t testing.TB) *Server {
 	// The port is the kernel's pick, closed and handed over: another
 	// process may take it in between, so a failed bind is tried again.
 	for range 3 {
-		if srv, err = start(bin, root, access, secret); err == nil {
+		if srv, err = start(bin, root, access, secret, cert); err == nil {
 			break
 		}
 	}
 	if err != nil {
 		t.Fatalf("starting versitygw: %v", err)
 	}
-	srv.Dir = root
+	srv.Dir, srv.Cert = root, cert
 	t.Cleanup(srv.Stop)
 	if err := makeBucket(srv.Config); err != nil {
 		t.Fatalf("creating bucket %s on versitygw: %v\n%s", Bucket, err, srv.out.String())
@@ -91,7 +118,8 @@ func StartServer(t testing.TB) *Server {
 	return srv
 }
 
-func start(bin, root, access, secret string) (*Server, error) {
+// start runs versitygw on a free port, over https if cert is set.
+func start(bin, root, access, secret string, cert selfsigned.Cert) (*Server, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -101,7 +129,13 @@ func start(bin, root, access, secret string) (*Server, error) {
 	out := &limitedBuffer{max: 64 << 10}
 	// The credentials go in the environment, not on the command line
 	// (which every user of the host can read).
-	cmd := exec.Command(bin, "--port", addr, "--quiet", "posix", root)
+	args := []string{"--port", addr, "--quiet"}
+	scheme := "http://"
+	if cert.CertFile != "" {
+		args = append(args, "--cert", cert.CertFile, "--key", cert.KeyFile)
+		scheme = "https://"
+	}
+	cmd := exec.Command(bin, append(args, "posix", root)...)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+access, "ROOT_SECRET_ACCESS_KEY="+secret)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -110,12 +144,13 @@ func start(bin, root, access, secret string) (*Server, error) {
 	s := &Server{cmd: cmd, done: make(chan struct{}), out: out}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	s.Config = s3.Config{
-		Endpoint:        "http://" + addr,
+		Endpoint:        scheme + addr,
 		Region:          "us-east-1",
 		AccessKeyID:     s3.Secret(access),
 		SecretAccessKey: s3.Secret(secret),
 		Bucket:          Bucket,
 		Prefix:          "vmshelf",
+		RootCAs:         cert.Pool,
 	}
 	deadline := time.NewTimer(startWithin)
 	defer deadline.Stop()
@@ -199,17 +234,34 @@ func (s *Server) Continue() {
 }
 
 func makeBucket(cfg s3.Config) error {
-	c, err := minio.New(strings.TrimPrefix(cfg.Endpoint, "http://"), &minio.Options{
-		Creds:        credentials.NewStaticV4(string(cfg.AccessKeyID), string(cfg.SecretAccessKey), ""),
-		Region:       cfg.Region,
-		BucketLookup: minio.BucketLookupPath,
-	})
+	c, err := Client(cfg)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startWithin)
 	defer cancel()
 	return c.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{Region: cfg.Region})
+}
+
+// Client is a plain minio-go client of cfg's server (over https, trusting
+// cfg.RootCAs), for a test that looks at the bucket behind the store.
+func Client(cfg s3.Config) (*minio.Client, error) {
+	host, secure := strings.CutPrefix(cfg.Endpoint, "https://")
+	host = strings.TrimPrefix(host, "http://")
+	tr, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, err
+	}
+	if secure {
+		tr.TLSClientConfig.RootCAs = cfg.RootCAs
+	}
+	return minio.New(host, &minio.Options{
+		Creds:        credentials.NewStaticV4(string(cfg.AccessKeyID), string(cfg.SecretAccessKey), ""),
+		Region:       cfg.Region,
+		BucketLookup: minio.BucketLookupPath,
+		Secure:       secure,
+		Transport:    tr,
+	})
 }
 
 func random(n int) string {
