@@ -179,6 +179,14 @@ func (b *bench) phaseS3() error {
 			}
 			t.add(s, map[bool]string{true: "vmshelf", false: "peer"}[s == s3VmshelfGet], "mbps", float64(b.size)/secs/mb)
 		}
+		// What the repetition stored goes before the next one: kept, 5
+		// repetitions held 10 copies of the file in the bucket (20 GiB of
+		// a 2 GiB file), and the concurrent uploads after them ran out of
+		// disk on a machine with 45 GiB free.
+		if err := b.s3Forget(vm, srv, last, r); err != nil {
+			return err
+		}
+		last = ""
 	}
 	t.ratio("mbps", s3Vmshelf, s3Direct, "mbps")
 	t.ratio("mbps", s3VmshelfGet, s3DirectGet, "mbps")
@@ -217,24 +225,38 @@ func (b *bench) s3ConcurrentRSS(vm *vmshelf) error {
 		}
 		settle()
 		m := startMeter(vm.pids)
-		errs := make(chan error, len(tks))
+		type answer struct {
+			id  string
+			err error
+		}
+		answers := make(chan answer, len(tks))
 		for _, tk := range tks {
 			go func() {
 				res, err := curlPut(b.file, tk.UploadURL)
 				if err == nil && (res.Code != 201 || !strings.Contains(res.Body, b.sha)) {
 					err = fmt.Errorf("upload answered %d %s", res.Code, res.Body)
 				}
-				errs <- err
+				answers <- answer{tk.UploadID, err}
 			}()
 		}
 		failed := false
+		var stored []string
 		for range tks {
-			if err := <-errs; err != nil {
-				b.fail("s3 %s rep %d: %v", s3Concurrent, r+1, err)
+			a := <-answers
+			if a.err != nil {
+				b.fail("s3 %s rep %d: %v", s3Concurrent, r+1, a.err)
 				failed = true
+				continue
 			}
+			stored = append(stored, a.id)
 		}
 		use := m.end()
+		// The stored images go whatever the outcome (see s3Forget).
+		for _, id := range stored {
+			if err := vm.remove(id); err != nil {
+				return err
+			}
+		}
 		if failed {
 			t.add(s3Concurrent, "vmshelf", "rss", nan)
 			t.add(s3Concurrent, "vmshelf", "mbps", nan)
@@ -242,11 +264,22 @@ func (b *bench) s3ConcurrentRSS(vm *vmshelf) error {
 		}
 		t.add(s3Concurrent, "vmshelf", "rss", float64(use.PeakRSS)/mib)
 		t.add(s3Concurrent, "vmshelf", "mbps", 4*float64(b.size)/use.Wall/mb)
-		for _, tk := range tks {
-			if err := vm.remove(tk.UploadID); err != nil {
-				return err
-			}
+	}
+	return nil
+}
+
+// s3Forget removes what repetition r stored: vmshelf's image id (if any)
+// and the direct client's object.
+func (b *bench) s3Forget(vm *vmshelf, srv *s3Server, id string, r int) error {
+	if id != "" {
+		if err := vm.remove(id); err != nil {
+			return err
 		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := srv.client.RemoveObject(ctx, s3Bucket, fmt.Sprintf("direct/%d", r), minio.RemoveObjectOptions{}); err != nil {
+		return fmt.Errorf("remove direct/%d: %w", r, err)
 	}
 	return nil
 }
