@@ -200,3 +200,31 @@ func TestMutateChoice(t *testing.T) {
 		t.Fatalf("a patch that no longer applies, not chosen: exit %d:\n%s", r.code, r.out)
 	}
 }
+
+// TestMutateRunSelectsNoTest: a patch whose run line selects no test (the
+// test renamed, or its subtests moved one level down) would pass with any
+// bug in place; mutate must call it broken, not let it pass as a mutant
+// that survived, nor as one that was killed.
+func TestMutateRunSelectsNoTest(t *testing.T) {
+	needTool(t, "go")
+	dir := toyRepo(t)
+	for name, run := range map[string]string{
+		"gone":   "./b -run '^TestGone$'",
+		"deeper": "./b -run '^TestSubs$/^check$'", // check is TestSubs/http/check
+	} {
+		p := filepath.Join(dir, ".ci", "mutations", name+".patch")
+		if err := os.WriteFile(p, []byte(plant(run, "b/b.go", "b")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subs := "package b\n\nimport \"testing\"\n\nfunc TestSubs(t *testing.T) {\n\tt.Run(\"http\", func(t *testing.T) {\n\t\tt.Run(\"check\", func(t *testing.T) {\n\t\t\tif B() != 1 {\n\t\t\t\tt.Fatal(B())\n\t\t\t}\n\t\t})\n\t})\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "b", "subs_test.go"), []byte(subs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := mutate(t, dir, nil, "gone", "deeper")
+	if r.code == 0 || !strings.Contains(r.out, "0 killed, 0 survived, 2 broken") ||
+		!strings.Contains(r.out, "broken: gone (its run line selects no test") ||
+		!strings.Contains(r.out, "broken: deeper (its run line selects no test") {
+		t.Fatalf("run lines that select no test: exit %d:\n%s", r.code, r.out)
+	}
+}
