@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"syscall"
@@ -39,6 +40,8 @@ func TestAnswerClasses(t *testing.T) {
 		{"noSpace of a write", writeFailure(syscall.ENOSPC), outcomeRejected, slog.LevelWarn, false},
 		{"noSpace of the ledger", answerNoSpace.WithMsg("no room").WithCause(errors.New("1 byte free")), outcomeRejected, slog.LevelWarn, false},
 		{"blobStoreUnreachable", storageFailure(imagestore.ErrBlobsUnavailable, "x"), outcomeFailed, slog.LevelWarn, false},
+		{"noSpace of the read-back", imageError(fmt.Errorf("read: %w", imagestore.ErrNoSpace)), outcomeRejected, slog.LevelWarn, false},
+		{"blobStoreUnreachable of the read-back", imageError(imagestore.ErrBlobsUnavailable), outcomeFailed, slog.LevelWarn, false},
 		{"internal", storageFailure(io.EOF, "x"), outcomeFailed, slog.LevelWarn, false},
 		{"badContentType", answerBadContentType, outcomeRejected, slog.LevelInfo, false},
 		{"notQcow2", imageError(&qcow2.Reject{Reason: qcow2.ReasonNotQcow2, Msg: "bad magic"}), outcomeRejected, slog.LevelInfo, true},

@@ -3,9 +3,12 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/qcow2"
 )
 
 // TestStorageFailure: a blob call the image storage did not answer is the
@@ -28,6 +31,34 @@ func TestStorageFailure(t *testing.T) {
 		}
 		if !errors.Is(e, tc.err) {
 			t.Errorf("storageFailure(%v) lost its cause", tc.err)
+		}
+	}
+}
+
+// TestReadBackFailure: the structure check reads the upload back from
+// storage; a read that fails there is no verdict on the image. A full
+// disk (an S3 server's 507 included, which the S3 store wraps as
+// ErrNoSpace) is 507 noSpace, an image storage that did not answer 503,
+// anything else 500 naming the read-back; only a Reject is the image's
+// fault.
+func TestReadBackFailure(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		reason string
+	}{
+		{fmt.Errorf("s3: read x at 0: %w", imagestore.ErrNoSpace), 507, "noSpace"},
+		{fmt.Errorf("re-read: %w", syscall.ENOSPC), 507, "noSpace"},
+		{fmt.Errorf("s3: read x at 0: %w", imagestore.ErrBlobsUnavailable), 503, "blobStoreUnreachable"},
+		{errors.New("input/output error"), 500, "internal"},
+		{&qcow2.Reject{Reason: qcow2.ReasonBackingFile, Msg: "has one"}, 422, qcow2.ReasonBackingFile},
+	} {
+		e := imageError(tc.err)
+		if e.Status != tc.status || e.Reason != tc.reason {
+			t.Errorf("imageError(%v) = %d %s, want %d %s", tc.err, e.Status, e.Reason, tc.status, tc.reason)
+		}
+		if tc.status == 500 && !strings.Contains(e.Msg, "read the image back") {
+			t.Errorf("imageError(%v) says %q; want it to name the read-back", tc.err, e.Msg)
 		}
 	}
 }

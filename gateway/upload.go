@@ -310,7 +310,10 @@ func incomplete(err error) *apierr.Error {
 func imageError(err error) *apierr.Error {
 	var rej *qcow2.Reject
 	if !errors.As(err, &rej) {
-		return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not check the image")
+		// No verdict on the bytes: reading them back from the storage
+		// failed (the structure check reads the blob). A full disk or
+		// an image storage that did not answer is told as for a write.
+		return blobFailure(err, "could not read the image back to check it")
 	}
 	if rej.Reason == qcow2.ReasonNotQcow2 {
 		return apierr.New(fasthttp.StatusUnsupportedMediaType, rej.Reason, rej.Msg)
@@ -318,13 +321,18 @@ func imageError(err error) *apierr.Error {
 	return apierr.New(fasthttp.StatusUnprocessableEntity, rej.Reason, rej.Msg)
 }
 
-// writeFailure tells a full disk (507, the client may retry later) from
-// other storage errors (500).
+// writeFailure is the answer to a write of image bytes that failed.
 func writeFailure(err error) *apierr.Error {
+	return blobFailure(err, "could not store the image")
+}
+
+// blobFailure tells a full disk (507, the client may retry later) from
+// other storage errors (storageFailure, with msg).
+func blobFailure(err error, msg string) *apierr.Error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, imagestore.ErrNoSpace) {
 		return answerNoSpace.WithCause(err)
 	}
-	return storageFailure(err, "could not store the image")
+	return storageFailure(err, msg)
 }
 
 // storageFailure is the answer to a blob call that failed for another

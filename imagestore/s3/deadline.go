@@ -85,9 +85,15 @@ func (s *Store) copyCall(ctx context.Context, n int64) (context.Context, context
 	return context.WithTimeoutCause(ctx, d, fmt.Errorf("%w within %v", ErrNoAnswer, d))
 }
 
-// noAnswer says that err is ctx's deadline (or stall) if it is: minio-go
-// reports a cancelled request as "context canceled", which names nothing.
-func noAnswer(ctx context.Context, err error) error {
+// classify makes an error of a call to the server tell what it was, for
+// callers that ask with errors.Is: the server's disk full
+// (imagestore.ErrNoSpace: the gateway answers 507, as for a full local
+// disk), or ctx's deadline or stall (ErrNoAnswer: minio-go reports a
+// cancelled request as "context canceled", which names nothing).
+func classify(ctx context.Context, err error) error {
+	if isFull(err) && !errors.Is(err, imagestore.ErrNoSpace) {
+		return fmt.Errorf("%w: %w", imagestore.ErrNoSpace, err)
+	}
 	if err == nil || ctx.Err() == nil || errors.Is(err, ErrNoAnswer) {
 		return err
 	}
@@ -128,8 +134,8 @@ func (w *watchdog) stop() {
 	w.cancel(nil)
 }
 
-// err is noAnswer for the watchdog's context.
-func (w *watchdog) err(err error) error { return noAnswer(w.ctx, err) }
+// err is classify for the watchdog's context.
+func (w *watchdog) err(err error) error { return classify(w.ctx, err) }
 
 // sendReader is a request body that tells its watchdog of every byte the
 // transport takes: a server that stops reading stalls it. It keeps
@@ -160,4 +166,19 @@ func (r recvReader) Read(p []byte) (int, error) {
 		r.w.progress()
 	}
 	return n, err
+}
+
+// isFull is the server refusing a write because its storage is full:
+// 507 Insufficient Storage, which versitygw answers with the code
+// InsufficientStorage and MinIO with XMinioStorageFull.
+func isFull(err error) bool {
+	if err == nil {
+		return false
+	}
+	r := minio.ToErrorResponse(err)
+	switch r.Code {
+	case "InsufficientStorage", "XMinioStorageFull":
+		return true
+	}
+	return r.StatusCode == http.StatusInsufficientStorage
 }

@@ -234,7 +234,7 @@ func (s *Store) resumeStaged(ctx context.Context, id string, staged minio.Object
 	for k := 1; k <= full; k++ {
 		cctx, cancel := s.copyCall(ctx, P)
 		p, err := s.core.CopyObjectPart(cctx, s.bucket, key, s.bucket, key, uploadID, k, int64(k-1)*P, P, nil)
-		err = noAnswer(cctx, err)
+		err = classify(cctx, err)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("copy part %d of the staged blob: %w", k, err)

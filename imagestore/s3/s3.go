@@ -227,7 +227,7 @@ func (s *Store) bucketExists(ctx context.Context) error {
 	defer cancel()
 	ok, err := s.core.BucketExists(cctx, s.bucket)
 	if err != nil {
-		return s.errorf(noAnswer(cctx, err), "bucket %s", s.bucket)
+		return s.errorf(classify(cctx, err), "bucket %s", s.bucket)
 	}
 	if !ok {
 		return fmt.Errorf("s3: bucket %q does not exist", s.bucket)
@@ -331,7 +331,7 @@ func (s *Store) stat(ctx context.Context, key string) (info minio.ObjectInfo, fo
 		return minio.ObjectInfo{}, false, nil
 	}
 	if err != nil {
-		return minio.ObjectInfo{}, false, noAnswer(cctx, err)
+		return minio.ObjectInfo{}, false, classify(cctx, err)
 	}
 	return info, true, nil
 }
@@ -342,7 +342,7 @@ func (s *Store) remove(ctx context.Context, key string) error {
 	defer cancel()
 	err := s.core.RemoveObject(cctx, s.bucket, key, minio.RemoveObjectOptions{})
 	if err != nil && !isNotFound(err) {
-		return noAnswer(cctx, err)
+		return classify(cctx, err)
 	}
 	return nil
 }
@@ -364,7 +364,7 @@ func (s *Store) putSmall(ctx context.Context, key string, data []byte, ifAbsent 
 		cctx, cancel := s.call(ctx)
 		defer cancel()
 		info, err := s.core.PutObject(cctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), "", "", opts)
-		return info, noAnswer(cctx, err)
+		return info, classify(cctx, err)
 	}
 	w := s.watch(ctx)
 	defer w.stop()
@@ -384,7 +384,7 @@ func (s *Store) listObjects(ctx context.Context, prefix string) ([]minio.ObjectI
 	var out []minio.ObjectInfo
 	for o := range s.core.Client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if o.Err != nil {
-			return nil, noAnswer(ctx, o.Err)
+			return nil, classify(ctx, o.Err)
 		}
 		page.Reset(s.callTimeout)
 		out = append(out, o)
@@ -400,7 +400,7 @@ func (s *Store) uploads(ctx context.Context, prefix string) ([]minio.ObjectMulti
 	for range 100000 { // bounded: 100 000 pages of 1 000
 		cctx, cancel := s.call(ctx)
 		res, err := s.core.ListMultipartUploads(cctx, s.bucket, prefix, keyMarker, idMarker, "", 1000)
-		err = noAnswer(cctx, err)
+		err = classify(cctx, err)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -447,7 +447,7 @@ func (s *Store) listParts(ctx context.Context, key, uploadID string) ([]minio.Ob
 	for range maxParts + 1 {
 		cctx, cancel := s.call(ctx)
 		res, err := s.core.ListObjectParts(cctx, s.bucket, key, uploadID, marker, 1000)
-		err = noAnswer(cctx, err)
+		err = classify(cctx, err)
 		cancel()
 		if err != nil {
 			return nil, "", err
@@ -572,7 +572,7 @@ func (s *Store) Quarantine(ctx context.Context, id string) error {
 		minio.CopyDestOptions{Bucket: s.bucket, Object: s.quarantineKey(id)},
 		minio.CopySrcOptions{Bucket: s.bucket, Object: s.imageKey(id)})
 	if err != nil {
-		return s.errorf(noAnswer(cctx, err), "quarantine %s: copy", id)
+		return s.errorf(classify(cctx, err), "quarantine %s: copy", id)
 	}
 	if err := s.remove(ctx, s.markerKey(id)); err != nil {
 		return s.errorf(err, "quarantine %s: marker", id)

@@ -187,7 +187,7 @@ func (s *Store) newUpload(ctx context.Context, key string, crc bool) (string, er
 		opts.UserMetadata = map[string]string{"X-Amz-Checksum-Algorithm": minio.ChecksumCRC32C.String()}
 	}
 	id, err := s.core.NewMultipartUpload(cctx, s.bucket, key, opts)
-	return id, noAnswer(cctx, err)
+	return id, classify(cctx, err)
 }
 
 // abortUpload ends multipart upload uploadID of key; a missing one is not
@@ -197,7 +197,7 @@ func (s *Store) abortUpload(ctx context.Context, key, uploadID string) error {
 	defer cancel()
 	err := s.core.AbortMultipartUpload(cctx, s.bucket, key, uploadID)
 	if err != nil && !isNotFound(err) {
-		return noAnswer(cctx, err)
+		return classify(cctx, err)
 	}
 	return nil
 }
@@ -544,7 +544,7 @@ func (s *Store) getDurable(ctx context.Context, id string) (off int64, found boo
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, noAnswer(ctx, err)
+		return 0, false, classify(ctx, err)
 	}
 	defer body.Close()
 	b, err := io.ReadAll(io.LimitReader(body, 32))
@@ -552,7 +552,7 @@ func (s *Store) getDurable(ctx context.Context, id string) (off int64, found boo
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, noAnswer(ctx, err)
+		return 0, false, classify(ctx, err)
 	}
 	off, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil || off < 0 {
@@ -641,7 +641,7 @@ func (w *writer) finish(ctx context.Context) error {
 		w.tried = true
 		cctx, cancel := w.s.copyCall(ctx, size)
 		info, err = w.s.core.CompleteMultipartUpload(cctx, w.s.bucket, w.key, w.uploadID, w.parts, opts)
-		err = noAnswer(cctx, err)
+		err = classify(cctx, err)
 		cancel()
 		if isPreconditionFailed(err) {
 			w.tried = false
@@ -729,7 +729,7 @@ func (s *Store) rangeGet(ctx context.Context, key, etag string, off, n int64) (i
 	}
 	body, _, _, err := s.core.GetObject(ctx, s.bucket, key, opts)
 	if err != nil {
-		return nil, s.errorf(noAnswer(ctx, err), "read %s at %d", key, off)
+		return nil, s.errorf(classify(ctx, err), "read %s at %d", key, off)
 	}
 	return body, nil
 }
