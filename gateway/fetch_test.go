@@ -364,6 +364,51 @@ func TestFetchStalledReader(t *testing.T) {
 	e.assertNothingLeft(id)
 }
 
+// TestFetchStalledSmallAnswers: a client that asks for small ranges and
+// stops reading is cut off after the idle timeout too. A small answer
+// leaves in one write of the server's buffer, and its only write deadline
+// is the one the server sets as each answer starts (Server.WriteTimeout):
+// without it the connection and its goroutine would wait forever. The
+// requests come pipelined, so that answers of exactly smallRange pile up
+// beyond what the sockets hold.
+func TestFetchStalledSmallAnswers(t *testing.T) {
+	needQemu(t)
+	big := makeBigImage(t)
+	e := newEnv(t, func(c *Config) { c.IdleTimeout = 2 * time.Second })
+	id, _ := e.stored(big)
+	testClient.CloseIdleConnections() // the upload's connection: only the fetch's stays
+	path := strings.TrimPrefix(e.fetchURL(id, time.Hour), e.base)
+	small := func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
+		})
+		return errors.Join(err, serr)
+	}
+	c, err := (&net.Dialer{Timeout: waitBound, Control: small}).Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// 128 answers of 128 KiB: 16 MiB, more than loopback's sockets hold.
+	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: x\r\nRange: bytes=0-%d\r\n\r\n", path, smallRange-1)
+	if err := c.SetWriteDeadline(time.Now().Add(waitBound)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(bytes.Repeat([]byte(req), 128)); err != nil {
+		t.Fatal(err)
+	}
+	start := make([]byte, 64)
+	if err := c.SetReadDeadline(time.Now().Add(waitBound)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, start); err != nil || !bytes.HasPrefix(start, []byte("HTTP/1.1 206 ")) {
+		t.Fatalf("start of the first answer %q: %v", start, err)
+	}
+	// The client reads no more.
+	waitFor(t, "the server to close the stalled connection", func() bool { return e.g.srv.GetOpenConnectionsCount() == 0 })
+}
+
 // TestFetchSlowSteadyReader: a client that reads steadily but slowly is
 // never cut, even though its first chunks vanish into the sockets' buffers
 // and look infinitely fast. Sizing the next chunk by that rate alone gave
