@@ -122,6 +122,24 @@ func writeAll(w imagestore.BlobWriter, data []byte) error {
 	return nil
 }
 
+// commitAll creates blob id, writes data to it in writeAll's pieces and
+// commits it; the test fails at the first error.
+func commitAll(t *testing.T, st *s3.Store, id string, data []byte) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := st.Create(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	if err := writeAll(w, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPartsOverlap: part 1 is held by the server until part 2 has been
 // answered, so part 2 lands first; the writer must have sent it while
 // part 1 was in flight, and the completion must still list the parts in
@@ -156,20 +174,9 @@ func TestPartsOverlap(t *testing.T) {
 	cfg := gatedConfig(srv, g)
 	cfg.PartsInFlight, cfg.SpareParts = 2, 2
 	st := open(t, cfg)
-	ctx := context.Background()
 	id := imagestore.NewUploadID()
 	data := blobtest.Pattern(7, 4*partSize+12345)
-	w, err := st.Create(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Abort()
-	if err := writeAll(w, data); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	commitAll(t, st, id, data)
 	if !overlapped.Load() {
 		t.Error("part 2 was not sent while part 1 was in flight")
 	}

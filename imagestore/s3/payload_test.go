@@ -123,20 +123,9 @@ func TestPayloadSigning(t *testing.T) {
 			wr := newWire(cfg)
 			cfg.Transport = wr
 			st := open(t, cfg)
-			ctx := context.Background()
 			id := imagestore.NewUploadID()
 			data := blobtest.Pattern(3, 2*partSize+4321)
-			w, err := st.Create(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Abort()
-			if err := writeAll(w, data); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
+			commitAll(t, st, id, data)
 			sent := wr.sent()
 			if len(sent) != 3 {
 				t.Fatalf("%d part PUTs went out, want 3", len(sent))
