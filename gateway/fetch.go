@@ -141,7 +141,7 @@ func (g *Gateway) sendPart(ctx *fasthttp.RequestCtx, token string, img imagestor
 	}
 	// The shared blob must not be seeked: sendfile(2) reads from the
 	// file offset, so a large transfer opens the file for itself.
-	octx, cancel := op()
+	octx, cancel := g.op()
 	own, err := g.blobs.Open(octx, img.UploadID)
 	cancel()
 	blob.Close()
@@ -185,7 +185,7 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability, now
 	if !isSecretShape(fc.token) {
 		return imagestore.Image{}, nil, unknown()
 	}
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	img, _, err := g.store.ImageForToken(octx, imagestore.HashSecret(fc.token), now)
 	if errors.Is(err, imagestore.ErrNotFound) {

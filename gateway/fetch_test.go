@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -362,6 +363,63 @@ func TestFetchStalledReader(t *testing.T) {
 		t.Errorf("fetch bytes metric %v, want some but not all of %d", got, len(data))
 	}
 	e.assertNothingLeft(id)
+}
+
+// hangingTokens is a store whose token lookups hang, while hang is set,
+// until their context ends; it records how that context ended.
+type hangingTokens struct {
+	imagestore.Store
+	hang  atomic.Bool
+	ended chan error
+}
+
+func (h *hangingTokens) ImageForToken(ctx context.Context, token imagestore.Hash, now time.Time) (imagestore.Image, time.Time, error) {
+	if !h.hang.Load() {
+		return h.Store.ImageForToken(ctx, token, now)
+	}
+	select {
+	case <-ctx.Done():
+		h.ended <- ctx.Err()
+		return imagestore.Image{}, time.Time{}, ctx.Err()
+	case <-time.After(waitBound):
+		h.ended <- errors.New("the lookup's context never ended")
+		return imagestore.Image{}, time.Time{}, errors.New("hung for the test's bound")
+	}
+}
+
+// TestFetchStoreHangs: a fetch whose token lookup hangs in the store gets
+// its answer once Config.StoreTimeout has passed (the lazily armed
+// deadline fires when the lookup waits on it): 500, not a 404 (could not
+// ask is not absent), no slot taken; once the store answers again the
+// same token is served.
+func TestFetchStoreHangs(t *testing.T) {
+	needQemu(t)
+	img := makeImage(t, "64M")
+	h := &hangingTokens{ended: make(chan error, 1)}
+	e := startEnv(t, t.TempDir(), filepath.Join(t.TempDir(), "db"), func(c *Config) { c.StoreTimeout = 300 * time.Millisecond },
+		func(st imagestore.Store) imagestore.Store { h.Store = st; return h })
+	id, data := e.stored(img)
+	url := e.fetchURL(id, time.Hour)
+	h.hang.Store(true)
+	start := time.Now()
+	resp, b := get(t, "GET", url, "Range", "bytes=0-4095")
+	took := time.Since(start)
+	if resp.StatusCode != 500 || errorOf(t, bytes.NewReader(b)).Reason != "internal" {
+		t.Fatalf("GET while the store hangs: %d %s, want 500 internal", resp.StatusCode, b)
+	}
+	if err := within(t, h.ended, "the hung lookup to end"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the hung lookup ended with %v, want its deadline", err)
+	}
+	if took < 300*time.Millisecond {
+		t.Errorf("answered after %v, before the store timeout", took)
+	}
+	if got := testutil.ToFloat64(e.g.metrics.fetch.inFlight); got != 0 {
+		t.Errorf("%v fetches in flight after the failed lookup", got)
+	}
+	h.hang.Store(false)
+	if resp, b := get(t, "GET", url, "Range", "bytes=0-4095"); resp.StatusCode != 206 || !bytes.Equal(b, data[:4096]) {
+		t.Fatalf("GET once the store answers: %d, %d bytes", resp.StatusCode, len(b))
+	}
 }
 
 // TestFetchStalledSmallAnswers: a client that asks for small ranges and

@@ -48,6 +48,10 @@ type Config struct {
 	MaxTransfers    int           // uploads + fetches running at once (503 above)
 	ImagesPerTenant int           // quota re-checked at commit (409 above)
 	Headroom        int64         // free bytes an upload must leave; DefaultHeadroom if 0
+	// StoreTimeout bounds one store or blob call made for a request
+	// (default 30 s): a store that hangs costs a request that long, then
+	// the request is answered with an error.
+	StoreTimeout time.Duration
 	// Unknown tickets and tokens an address may present: MissBurst at once,
 	// then one per MissEvery. Defaults: 20 and 1s.
 	MissBurst int
@@ -119,17 +123,18 @@ type Gateway struct {
 	onSlotFreed func(direction string)
 }
 
-// storeTimeout bounds one store or blob call made for a request.
-const storeTimeout = 30 * time.Second
+// defaultStoreTimeout bounds one store or blob call made for a request,
+// unless Config.StoreTimeout says otherwise.
+const defaultStoreTimeout = 30 * time.Second
 
-// op returns the context for one store or blob call. A *fasthttp.RequestCtx
-// is never used as a context.Context: fasthttp reuses it once the handler
-// returns, while database/sql may still hold it. Its timer starts only if
-// the call waits on it (lazyctx): a fetch's lookups are mostly answered
-// from memory, and a timer per request was a measurable part of a small
-// range read's CPU.
-func op() (context.Context, context.CancelFunc) {
-	return lazyctx.WithTimeout(storeTimeout, nil)
+// op returns the context for one store or blob call, bounded by
+// Config.StoreTimeout. A *fasthttp.RequestCtx is never used as a
+// context.Context: fasthttp reuses it once the handler returns, while
+// database/sql may still hold it. Its timer starts only if the call waits
+// on it (lazyctx): a fetch's lookups are mostly answered from memory, and
+// a timer per request was a measurable part of a small range read's CPU.
+func (g *Gateway) op() (context.Context, context.CancelFunc) {
+	return lazyctx.WithTimeout(g.cfg.StoreTimeout, nil)
 }
 
 // releaseSlot gives a transfer slot back.
@@ -189,6 +194,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CheckpointInterval <= 0 {
 		c.CheckpointInterval = 15 * time.Second
+	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = defaultStoreTimeout
 	}
 	if c.SessionAhead <= 0 {
 		c.SessionAhead = DefaultSessionAhead

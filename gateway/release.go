@@ -38,7 +38,7 @@ const ticketEnded = "; this upload ticket has ended with the refusal: ask for a 
 // is left to that request; if the store cannot be told, the ticket stays
 // unused and counted until it expires (the log says so).
 func (g *Gateway) releaseTicket(tk imagestore.Ticket, refusal *apierr.Error) *apierr.Error {
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	err := g.store.CancelTicket(octx, tk.TenantID, tk.UploadID, g.cfg.Now())
 	switch {

@@ -117,7 +117,7 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 
 	now := g.cfg.Now()
 	id := imagestore.NewSecret()
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	sess, err := g.store.StartSession(octx, imagestore.HashSecret(ticket), imagestore.HashSecret(id), imagestore.UploadSession{
 		Length: length, HashState: emptyHashState(), CreatedAt: now.UTC(), ExpiresAt: now.Add(sessionTTL).UTC(),
@@ -268,7 +268,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 		return
 	}
 	defer claim.release()
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	w, err := g.blobs.Resume(octx, sess.UploadID, sess.Offset)
 	if err != nil {
@@ -350,7 +350,7 @@ func (p *sessionProgress) save() error {
 	if err := p.w.Sync(); err != nil {
 		return err
 	}
-	octx, cancel := op()
+	octx, cancel := p.lease.g.op()
 	defer cancel()
 	if err := p.lease.fence(octx); err != nil {
 		return err
@@ -401,7 +401,7 @@ func (g *Gateway) keepSession(p *sessionProgress, allIn bool) int64 {
 // shutdown begins, and the work after the last byte must finish all the
 // same, or the client's bytes are lost for nothing.
 func fenceCommit(lease *uploadLease) *apierr.Error {
-	octx, cancel := op()
+	octx, cancel := lease.g.op()
 	defer cancel()
 	if err := lease.fence(octx); err != nil {
 		return writeFailure(err)
@@ -418,7 +418,7 @@ func (g *Gateway) finishSession(sess imagestore.UploadSession, w imagestore.Blob
 	}
 	// The session stays, finished, until it expires: a client whose
 	// last answer was lost learns from HEAD that all bytes arrived.
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	if err := g.store.SaveProgress(octx, sess.UploadID, in.n, in.hashState(), g.cfg.Now().Add(sessionTTL).UTC()); err != nil {
 		g.log.Error("mark upload session finished", "upload_id", sess.UploadID, "err", err)
@@ -432,7 +432,7 @@ func (g *Gateway) finishSession(sess imagestore.UploadSession, w imagestore.Blob
 // has a context of its own: a shutdown must not turn the end into a Close
 // that leaves a refused image's bytes and session behind.
 func (g *Gateway) endRefused(w imagestore.BlobWriter, uploadID string, lease *uploadLease) {
-	octx, cancel := op()
+	octx, cancel := g.op()
 	err := lease.fence(octx)
 	cancel()
 	if err != nil {
@@ -449,7 +449,7 @@ func (g *Gateway) endRefused(w imagestore.BlobWriter, uploadID string, lease *up
 // not make it durable (a full disk, above all): those bytes would hold
 // space for nothing, since the next PATCH starts at the durable offset.
 func (g *Gateway) cutBack(uploadID string, offset int64) {
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	w, err := g.blobs.Resume(octx, uploadID, offset) // Resume cuts past offset
 	if err == nil {
@@ -520,7 +520,7 @@ func (g *Gateway) handleTerminate(ctx *fasthttp.RequestCtx, id string) {
 	defer lease.release()
 	g.endSession(sess.UploadID)
 	if sess.Offset < sess.Length {
-		octx, cancel := op()
+		octx, cancel := g.op()
 		defer cancel()
 		if err := g.blobs.RemovePartial(octx, sess.UploadID); err != nil {
 			g.log.Error("remove terminated upload", "upload_id", sess.UploadID, "err", err)
@@ -541,7 +541,7 @@ func (g *Gateway) lookupSession(ctx *fasthttp.RequestCtx, id string) (imagestore
 	if !isSecretShape(id) {
 		return imagestore.UploadSession{}, unknown()
 	}
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	sess, err := g.store.Session(octx, imagestore.HashSecret(id))
 	switch {
@@ -556,7 +556,7 @@ func (g *Gateway) lookupSession(ctx *fasthttp.RequestCtx, id string) (imagestore
 }
 
 func (g *Gateway) endSession(uploadID string) {
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	if err := g.store.EndSession(octx, uploadID); err != nil {
 		g.log.Error("end upload session", "upload_id", uploadID, "err", err)
@@ -675,7 +675,7 @@ func (g *Gateway) RunSweeper(ctx context.Context, every time.Duration) {
 }
 
 func (g *Gateway) sweepSessions() {
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	ids, err := g.store.ExpireSessions(octx, g.cfg.Now())
 	if err != nil {

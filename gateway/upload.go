@@ -62,7 +62,7 @@ func (g *Gateway) lookupTicket(ticket string) (imagestore.Ticket, error) {
 	if !isSecretShape(ticket) {
 		return imagestore.Ticket{}, imagestore.ErrNotFound
 	}
-	ctx, cancel := op()
+	ctx, cancel := g.op()
 	defer cancel()
 	return g.store.Ticket(ctx, imagestore.HashSecret(ticket))
 }
@@ -115,7 +115,7 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	inFlight.Inc()
 	defer inFlight.Dec()
 
-	octx, cancel := op()
+	octx, cancel := g.op()
 	tk, err := g.store.ConsumeTicket(octx, imagestore.HashSecret(ticket), g.cfg.Now())
 	cancel()
 	if err != nil {
@@ -146,7 +146,7 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 // says so): a tenant refused a ticket for a while is better than one over
 // its quota.
 func (g *Gateway) endUpload(uploadID string) {
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	if err := g.store.EndUpload(octx, uploadID); err != nil {
 		g.log.Error("ended upload still counts against its tenant's quota until restart", "upload_id", uploadID, "err", err)
@@ -265,7 +265,7 @@ func outcomeOf(e *apierr.Error) string {
 // receive streams the body through the checks into a new blob and, after
 // the last byte, commits and records it. On any error nothing is left.
 func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim *spaceClaim) (imagestore.Image, int64, *apierr.Error) {
-	octx, cancel := op()
+	octx, cancel := g.op()
 	w, err := g.blobs.Create(octx, tk.UploadID)
 	cancel()
 	if err != nil {

@@ -58,7 +58,7 @@ func (g *Gateway) takeUploadLease(ctx *fasthttp.RequestCtx, uploadID string, onL
 	if g.cfg.Replica == "" {
 		return nil, nil
 	}
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	now := g.cfg.Now()
 	l, err := g.store.AcquireLease(octx, uploadLeaseName(uploadID), g.cfg.Replica, uploadLeaseTTL, now)
@@ -89,7 +89,7 @@ func (l *uploadLease) renew() {
 		case <-every.C:
 		}
 		now := l.g.cfg.Now()
-		octx, cancel := op()
+		octx, cancel := l.g.op()
 		nl, err := l.g.store.RenewLease(octx, l.lease.Name, l.lease.Holder, l.lease.Token, uploadLeaseTTL, now)
 		cancel()
 		switch {
@@ -164,7 +164,7 @@ func (l *uploadLease) release() {
 	}
 	close(l.stop)
 	<-l.done
-	octx, cancel := op()
+	octx, cancel := l.g.op()
 	defer cancel()
 	if err := l.g.store.ReleaseLease(octx, l.lease.Name, l.lease.Holder, l.lease.Token); err != nil {
 		// It lapses by itself within uploadLeaseTTL.
@@ -191,7 +191,7 @@ func (g *Gateway) sweepLeases() {
 	if g.cfg.Replica == "" {
 		return
 	}
-	octx, cancel := op()
+	octx, cancel := g.op()
 	defer cancel()
 	now := g.cfg.Now()
 	n, err := g.store.EndUnleasedUploads(octx, uploadLeaseName(""), now, now.Add(-leaseStartGrace))
