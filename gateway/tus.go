@@ -303,7 +303,7 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 		// The tests' hook: a shutdown begun here (fasthttp's Done says
 		// it has) must not cost the client its bytes.
 		crashpoint.Until(crashpoint.PatchAfterLastByte, ctx.Done())
-		aerr = fenceCommit(lease)
+		aerr = g.fenceCommit(lease)
 	}
 	if aerr == nil && allIn {
 		img, ferr := g.finishSession(sess, w, in)
@@ -350,7 +350,7 @@ func (p *sessionProgress) save() error {
 	if err := p.w.Sync(); err != nil {
 		return err
 	}
-	octx, cancel := p.lease.g.op()
+	octx, cancel := p.g.op()
 	defer cancel()
 	if err := p.lease.fence(octx); err != nil {
 		return err
@@ -400,8 +400,8 @@ func (g *Gateway) keepSession(p *sessionProgress, allIn bool) int64 {
 // own: the request's (a *fasthttp.RequestCtx) is cancelled when the
 // shutdown begins, and the work after the last byte must finish all the
 // same, or the client's bytes are lost for nothing.
-func fenceCommit(lease *uploadLease) *apierr.Error {
-	octx, cancel := lease.g.op()
+func (g *Gateway) fenceCommit(lease *uploadLease) *apierr.Error {
+	octx, cancel := g.op()
 	defer cancel()
 	if err := lease.fence(octx); err != nil {
 		return writeFailure(err)
