@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	msqlite "modernc.org/sqlite"
@@ -40,13 +41,44 @@ type Store struct {
 	*sqlstore.Store // the records, the same SQL as PostgreSQL's
 
 	db      *sql.DB         // reads: a pool, deferred BEGIN
+	cdb     *sql.DB         // checkpoints: one connection of their own
 	wdb     *sql.DB         // writes: one connection, BEGIN IMMEDIATE
 	wstmts  *sqlstore.Stmts // the writes' statements, prepared on wdb
 	rstmts  *sqlstore.Stmts // the reads' statements, prepared on db
 	path    string
 	reserve *reserve // nil without WithReserve
 	health  sqlstore.Health
+	// The background checkpoint (see checkpointEvery): closing stop ends
+	// it, stopped is closed once it has.
+	stop, stopped   chan struct{}
+	checkpointEvery time.Duration
+	checkpoints     atomic.Int64 // rounds run, for tests
 }
+
+// Checkpoints. In WAL mode a commit that leaves the WAL longer than
+// wal_autocheckpoint pages (1 000 by default) copies the WAL into the
+// database file and fsyncs it before the commit returns, with the write
+// lock held. A ticket's commit writes about 6 pages, so at 500 tickets a
+// second that was a stall every third of a second, and every request
+// queued behind it waited for the copy and a second fsync. Instead a
+// goroutine checkpoints every checkpointEvery on a connection of its
+// own: first PASSIVE, which copies the WAL beside the writer and takes
+// no lock a commit waits for; then RESTART, which holds the writers back
+// only while it copies what was committed meanwhile (a few commits'
+// pages) and waits for the readers, so that the next commit writes the
+// WAL from its start again (without it, commits arriving during the copy
+// kept the WAL from ever being restarted, and it grew to the writer's own
+// bound). RESTART waits for a running commit and for readers of the WAL
+// at most checkpointWait, not busy_timeout: it holds the writers back
+// while it waits, and a long read must not stall the writes; a round that
+// gives up has still copied what it could. The writer checkpoints itself
+// past walLimitPages (64 MiB): the bound, should the rounds fall behind
+// or fail.
+const (
+	checkpointEvery = time.Second
+	checkpointWait  = 10 * time.Millisecond
+	walLimitPages   = 16384
+)
 
 var _ imagestore.Store = (*Store)(nil)
 
@@ -101,10 +133,18 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	// (CDI's importers send thousands of small range reads), and opening a
 	// SQLite connection per lookup showed in the benchmark's profile.
 	db.SetMaxIdleConns(16)
+	cdb, err := sql.Open("sqlite", dsn(abs, false))
+	if err != nil {
+		_ = wdb.Close()
+		_ = db.Close()
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	cdb.SetMaxOpenConns(1)
 	// Reads are prepared too: a tenant's every request authenticates
 	// (TenantByToken) and a status runs half a dozen selects, and each
 	// was parsed anew, some twice (see sqlstore.Stmts).
-	s := &Store{db: db, wdb: wdb, wstmts: sqlstore.NewStmts(wdb), rstmts: sqlstore.NewStmts(db), path: abs}
+	s := &Store{db: db, cdb: cdb, wdb: wdb, wstmts: sqlstore.NewStmts(wdb), rstmts: sqlstore.NewStmts(db), path: abs,
+		stop: make(chan struct{}), stopped: make(chan struct{}), checkpointEvery: checkpointEvery}
 	// One writer: concurrent tickets share a commit (see
 	// sqlstore.GroupCommit).
 	s.Store = sqlstore.New(engine{s}, sqlstore.GroupCommit())
@@ -113,11 +153,48 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	}
 	// A disk already full at start leaves the store without its reserve
 	// for now; RefillReserve takes it once there is room.
+	go s.checkpoint()
 	if err := s.RefillReserve(); err != nil && !errors.Is(err, imagestore.ErrNoSpace) {
 		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkpoint checkpoints the WAL every s.checkpointEvery until Close (see
+// checkpointEvery). Its errors are not the store's: a checkpoint that
+// failed (a full disk) leaves the WAL longer, and the next one, or the
+// writer's own past walLimitPages, does the work.
+func (s *Store) checkpoint() {
+	defer close(s.stopped)
+	t := time.NewTicker(s.checkpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.checkpointRound()
+		s.checkpoints.Add(1)
+	}
+}
+
+// checkpointRound is one round of checkpoint: PASSIVE, then RESTART.
+func (s *Store) checkpointRound() {
+	ctx, cancel := context.WithTimeout(context.Background(), busyTimeout)
+	defer cancel()
+	// The pool reopens its connection after an error: the wait is set
+	// every round. PRAGMA takes no bound parameters; this is a constant.
+	for _, q := range []string{
+		fmt.Sprintf("PRAGMA busy_timeout(%d)", checkpointWait.Milliseconds()),
+		"PRAGMA wal_checkpoint(PASSIVE)",
+		"PRAGMA wal_checkpoint(RESTART)",
+	} {
+		if _, err := s.cdb.ExecContext(ctx, q); err != nil {
+			return
+		}
+	}
 }
 
 // dsn builds the driver name for the file at abs. The pragmas are per
@@ -145,6 +222,8 @@ func dsn(abs string, writer bool) string {
 	// larger than on an empty one with the default, 1 MiB with this.
 	q.Add("_pragma", "cache_size(-512)")
 	if writer {
+		// The writer checkpoints only past the bound: see checkpointEvery.
+		q.Add("_pragma", fmt.Sprintf("wal_autocheckpoint(%d)", walLimitPages))
 		// BEGIN IMMEDIATE: take the write lock at the start, never
 		// upgrade a read lock later (which can fail with SQLITE_BUSY
 		// without waiting).
@@ -158,7 +237,9 @@ func dsn(abs string, writer bool) string {
 // Close closes the database.
 func (s *Store) Close() error {
 	s.Store.Close() // the last grouped commit, before the database goes
-	if err := errors.Join(s.wstmts.Close(), s.rstmts.Close(), s.db.Close(), s.wdb.Close()); err != nil {
+	close(s.stop)
+	<-s.stopped
+	if err := errors.Join(s.wstmts.Close(), s.rstmts.Close(), s.cdb.Close(), s.db.Close(), s.wdb.Close()); err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)
 	}
 	return nil

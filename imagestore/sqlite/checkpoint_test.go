@@ -1,0 +1,155 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// TestBackgroundCheckpoint: the writer checkpoints only past
+// walLimitPages; the store's own rounds do it otherwise, and each
+// restarts the WAL, so that after a round the next commit writes the WAL
+// from its start: the WAL holds about one round's commits, never the
+// writer's bound. (Without the RESTART, commits arriving during the copy
+// keep the WAL from restarting and it grows.)
+func TestBackgroundCheckpoint(t *testing.T) {
+	ctx := t.Context()
+	// No round on its own: the test runs them.
+	s, err := Open(ctx, tempPath(t), func(s *Store) { s.checkpointEvery = time.Hour })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var auto int
+	if err := s.wdb.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&auto); err != nil {
+		t.Fatal(err)
+	}
+	if auto != walLimitPages {
+		t.Errorf("the writer's wal_autocheckpoint = %d, want %d", auto, walLimitPages)
+	}
+	tenant, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "box"}, imagestore.HashSecret(imagestore.NewSecret()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket := func() {
+		t.Helper()
+		now := time.Now()
+		tk := imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: tenant.ID, Name: "x", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if err := s.CreateTicket(ctx, tk, imagestore.HashSecret(imagestore.NewSecret()), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// walFrames is the WAL's length in frames, which a PASSIVE checkpoint
+	// answers; it is busy (-1) while a round of the store's runs, and
+	// asked again a millisecond later.
+	walFrames := func() int {
+		t.Helper()
+		for range 10000 {
+			var busy, log, done int
+			if err := s.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done); err != nil {
+				t.Fatal(err)
+			}
+			if busy == 0 {
+				return log
+			}
+			time.Sleep(time.Millisecond) // bounded by the loop: a round takes milliseconds
+		}
+		t.Fatal("every checkpoint was busy")
+		return 0
+	}
+	// A ticket's commit writes several pages: 400 of them take the WAL
+	// past SQLite's default autocheckpoint (1 000 pages), which the writer
+	// must not run.
+	const many = 400
+	for range many {
+		ticket()
+	}
+	if n := walFrames(); n <= 1000 {
+		t.Fatalf("the WAL holds %d frames after %d commits; want more than 1 000 (the writer checkpointed at SQLite's default)", n, many)
+	}
+	s.checkpointRound()
+	ticket()
+	if n := walFrames(); n >= many {
+		t.Errorf("the WAL holds %d frames after a checkpoint round and one commit; want it restarted (about one commit's frames)", n)
+	}
+}
+
+// TestCheckpointRounds: the store runs the rounds on its own, every
+// checkpointEvery, and Close ends them.
+func TestCheckpointRounds(t *testing.T) {
+	s, err := Open(t.Context(), tempPath(t), func(s *Store) { s.checkpointEvery = 10 * time.Millisecond })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRounds(t, s, 2)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.stopped:
+	default:
+		t.Fatal("Close returned with the checkpoint rounds still running")
+	}
+}
+
+// waitRounds waits, bounded, until n more checkpoint rounds have run.
+func waitRounds(t *testing.T, s *Store, n int64) {
+	t.Helper()
+	want := s.checkpoints.Load() + n
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for s.checkpoints.Load() < want {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waited 30s for %d checkpoint rounds; %d ran", n, s.checkpoints.Load()-(want-n))
+		case <-tick.C:
+		}
+	}
+}
+
+// TestCheckpointLeavesLongReaders: RESTART waits for the readers of the
+// WAL with the writers held back, so a round waits for them only
+// checkpointWait, never busy_timeout: with a read transaction open on an
+// old snapshot, the round ends (well within busy_timeout) while the
+// reader still reads, and a write goes through after it.
+func TestCheckpointLeavesLongReaders(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(ctx, tempPath(t), func(s *Store) { s.checkpointEvery = time.Hour })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tenant := func(name string) {
+		t.Helper()
+		if _, err := s.CreateTenant(ctx, imagestore.Tenant{Name: name}, imagestore.HashSecret(imagestore.NewSecret())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenant("before")
+	reader, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback()
+	var n int
+	if err := reader.QueryRowContext(ctx, "SELECT count(*) FROM tenants").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	tenant("after") // past the reader's snapshot
+	done := make(chan struct{})
+	go func() { s.checkpointRound(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(busyTimeout / 2):
+		t.Fatalf("the checkpoint round still waits for the reader after %v", busyTimeout/2)
+	}
+	tenant("later")
+	if err := reader.QueryRowContext(ctx, "SELECT count(*) FROM tenants").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the reader's snapshot: %d tenants, %v; want the 1 it began with", n, err)
+	}
+}
