@@ -92,10 +92,15 @@ func (b *bench) fetchOnce(subject string, cold bool) (float64, usage, error) {
 		if subject == fNginx {
 			url, pids = b.fetch.ngxURL, b.ngx.pids
 		}
+		var pr *perfRec
+		if !cold {
+			pr = b.startPerf("fetch-warm-"+subject, pids())
+		}
 		m := startMeter(pids)
 		// The same request to both: nginx ignores the header.
 		res, err := curlGet(url, []string{b.fetch.vm.auth()})
 		use := m.end()
+		pr.stop()
 		if err != nil {
 			return 0, use, err
 		}
