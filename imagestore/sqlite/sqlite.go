@@ -53,6 +53,7 @@ type Store struct {
 	stop, stopped   chan struct{}
 	checkpointEvery time.Duration
 	checkpoints     atomic.Int64 // rounds run, for tests
+	afterPassive    func()       // tests: runs between a round's two checkpoints
 }
 
 // Checkpoints. In WAL mode a commit that leaves the WAL longer than
@@ -186,15 +187,16 @@ func (s *Store) checkpointRound() {
 	defer cancel()
 	// The pool reopens its connection after an error: the wait is set
 	// every round. PRAGMA takes no bound parameters; this is a constant.
-	for _, q := range []string{
-		fmt.Sprintf("PRAGMA busy_timeout(%d)", checkpointWait.Milliseconds()),
-		"PRAGMA wal_checkpoint(PASSIVE)",
-		"PRAGMA wal_checkpoint(RESTART)",
-	} {
-		if _, err := s.cdb.ExecContext(ctx, q); err != nil {
-			return
-		}
+	if _, err := s.cdb.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout(%d)", checkpointWait.Milliseconds())); err != nil {
+		return
 	}
+	if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+		return
+	}
+	if s.afterPassive != nil {
+		s.afterPassive()
+	}
+	_, _ = s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
 }
 
 // dsn builds the driver name for the file at abs. The pragmas are per
