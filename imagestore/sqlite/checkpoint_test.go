@@ -87,11 +87,12 @@ func TestBackgroundCheckpoint(t *testing.T) {
 	for range 10 {
 		ticket()
 	}
+	before := walFrames() // copies nothing while the reader reads
 	s.afterPassive = func() { _ = reader.Rollback() }
 	s.checkpointRound()
 	ticket()
-	if n := walFrames(); n >= many {
-		t.Errorf("the WAL holds %d frames after a checkpoint round and one commit; want it restarted (about one commit's frames)", n)
+	if n := walFrames(); n >= before {
+		t.Errorf("the WAL holds %d frames after a checkpoint round and one commit, %d before; want it restarted (one commit's frames)", n, before)
 	}
 }
 
