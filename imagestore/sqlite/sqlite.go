@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,7 @@ type Store struct {
 	// The background checkpoint (see checkpointEvery): closing stop ends
 	// it, stopped is closed once it has.
 	stop, stopped   chan struct{}
+	stopOnce        sync.Once
 	checkpointEvery time.Duration
 	checkpoints     atomic.Int64 // rounds run, for tests
 	afterPassive    func()       // tests: runs between a round's two checkpoints
@@ -239,7 +241,8 @@ func dsn(abs string, writer bool) string {
 // Close closes the database.
 func (s *Store) Close() error {
 	s.Store.Close() // the last grouped commit, before the database goes
-	close(s.stop)
+	// Close may be called again: the rounds are stopped once.
+	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.stopped
 	if err := errors.Join(s.wstmts.Close(), s.rstmts.Close(), s.cdb.Close(), s.db.Close(), s.wdb.Close()); err != nil {
 		return fmt.Errorf("sqlite: close: %w", err)
