@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/sqlstore"
 )
 
 // Run runs the suite. open is called once per subtest and must return an
@@ -48,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"RemoveImage", testRemoveImage},
 		{"FetchTokens", testFetchTokens},
 		{"SweepTickets", testSweepTickets},
+		{"SweepTicketsBatches", testSweepTicketsBatches},
 		{"TimeRoundTrip", testTimeRoundTrip},
 		{"Stats", testStats},
 		{"StartSession", testStartSession},
@@ -1082,6 +1084,40 @@ func testSweepTickets(t *testing.T, s imagestore.Store) {
 	must(t, "SweepTickets again", err)
 	if n != 0 {
 		t.Errorf("SweepTickets again: %d newly expired, want 0", n)
+	}
+}
+
+// testSweepTicketsBatches: a sweep counts and forgets in writes of
+// sqlstore.SweepBatch tickets each (so that the tickets being issued wait
+// one batch at most); one more than two whole batches is counted whole,
+// once, and forgotten whole.
+func testSweepTicketsBatches(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	a := newTenant(t, s, "alpha")
+	const retain = time.Hour
+	expires := t0.Add(time.Minute)
+	n := 2*sqlstore.SweepBatch + 1
+	for i := range n {
+		newTicket(t, s, a.ID, fmt.Sprintf("s%d", i), uploadID(1000+i), expires)
+	}
+	for _, step := range []struct {
+		name string
+		now  time.Time
+		want int
+	}{
+		{"all expire", expires, n},
+		{"none counted twice", expires, 0},
+		{"all past retain", expires.Add(retain + time.Nanosecond), 0},
+	} {
+		got, err := s.SweepTickets(ctx, step.now, retain)
+		must(t, "SweepTickets "+step.name, err)
+		if got != step.want {
+			t.Errorf("SweepTickets %s: %d newly expired, want %d", step.name, got, step.want)
+		}
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		_, err := s.Ticket(ctx, hash(fmt.Sprintf("s%d", i)))
+		wantErr(t, fmt.Sprintf("Ticket s%d after the sweep past retain", i), err, imagestore.ErrNotFound)
 	}
 }
 
