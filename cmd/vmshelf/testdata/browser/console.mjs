@@ -72,7 +72,11 @@ b.main(async (track) => {
   // Full screen, and back.
   await page.click('#console-full');
   await page.waitForFunction(() => document.fullscreenElement?.id === 'console', null, { timeout: 10000 });
-  report.fullScreen = await page.evaluate(() => document.querySelector('#console').dataset.full === 'true');
+  // The page marks its panel on the fullscreenchange event, which comes
+  // after fullscreenElement is set: wait for the mark (bounded), or report
+  // that it never came.
+  report.fullScreen = await page.waitForFunction(() => document.querySelector('#console').dataset.full === 'true', null, { timeout: 10000 })
+    .then(() => true, () => false);
   await page.click('#console-full');
   await page.waitForFunction(() => !document.fullscreenElement, null, { timeout: 10000 });
 
