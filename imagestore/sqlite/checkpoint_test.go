@@ -17,12 +17,7 @@ import (
 // keep the WAL from restarting and it grows.)
 func TestBackgroundCheckpoint(t *testing.T) {
 	ctx := t.Context()
-	// No round on its own: the test runs them.
-	s, err := Open(ctx, tempPath(t), func(s *Store) { s.checkpointEvery = time.Hour })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openRounds(t, time.Hour) // no round on its own: the test runs them
 	var auto int
 	if err := s.wdb.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&auto); err != nil {
 		t.Fatal(err)
@@ -43,22 +38,14 @@ func TestBackgroundCheckpoint(t *testing.T) {
 		}
 	}
 	// walFrames is the WAL's length in frames, which a PASSIVE checkpoint
-	// answers; it is busy (-1) while a round of the store's runs, and
-	// asked again a millisecond later.
+	// answers (no round of the store's runs beside it here).
 	walFrames := func() int {
 		t.Helper()
-		for range 10000 {
-			var busy, log, done int
-			if err := s.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done); err != nil {
-				t.Fatal(err)
-			}
-			if busy == 0 {
-				return log
-			}
-			time.Sleep(time.Millisecond) // bounded by the loop: a round takes milliseconds
+		var busy, log, done int
+		if err := s.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done); err != nil || busy != 0 {
+			t.Fatalf("PRAGMA wal_checkpoint(PASSIVE) = busy %d, %v", busy, err)
 		}
-		t.Fatal("every checkpoint was busy")
-		return 0
+		return log
 	}
 	// A ticket's commit writes several pages: 400 of them take the WAL
 	// past SQLite's default autocheckpoint (1 000 pages), which the writer
@@ -99,10 +86,7 @@ func TestBackgroundCheckpoint(t *testing.T) {
 // TestCheckpointRounds: the store runs the rounds on its own, every
 // checkpointEvery, and Close ends them.
 func TestCheckpointRounds(t *testing.T) {
-	s, err := Open(t.Context(), tempPath(t), func(s *Store) { s.checkpointEvery = 10 * time.Millisecond })
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openRounds(t, 10*time.Millisecond)
 	waitRounds(t, s, 2)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -112,6 +96,18 @@ func TestCheckpointRounds(t *testing.T) {
 	default:
 		t.Fatal("Close returned with the checkpoint rounds still running")
 	}
+}
+
+// openRounds opens a store on a new file whose checkpoint rounds come
+// every every; the test's end closes it (again, if the test did).
+func openRounds(t *testing.T, every time.Duration) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), tempPath(t), func(s *Store) { s.checkpointEvery = every })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // waitRounds waits, bounded, until n more checkpoint rounds have run.
@@ -138,11 +134,7 @@ func waitRounds(t *testing.T, s *Store, n int64) {
 // reader still reads, and a write goes through after it.
 func TestCheckpointLeavesLongReaders(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, tempPath(t), func(s *Store) { s.checkpointEvery = time.Hour })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openRounds(t, time.Hour)
 	tenant := func(name string) {
 		t.Helper()
 		if _, err := s.CreateTenant(ctx, imagestore.Tenant{Name: name}, imagestore.HashSecret(imagestore.NewSecret())); err != nil {

@@ -154,9 +154,9 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	for _, o := range opts {
 		o(s)
 	}
+	go s.checkpoint()
 	// A disk already full at start leaves the store without its reserve
 	// for now; RefillReserve takes it once there is room.
-	go s.checkpoint()
 	if err := s.RefillReserve(); err != nil && !errors.Is(err, imagestore.ErrNoSpace) {
 		_ = s.Close()
 		return nil, err
