@@ -81,19 +81,21 @@ func TestWriteBehindKeepsOrder(t *testing.T) {
 // would record bytes that are not on the disk yet.
 func TestWriteBehindFlushWaits(t *testing.T) {
 	w := &gatedWriter{gate: make(chan struct{})}
-	wb := newWriteBehind(w, nil, make([]byte, 4*4096))
+	wb := newWriteBehind(w, nil, make([]byte, ringBuffers*4096))
 	// Open the gate before stopping: a failure below leaves the writer
 	// waiting on it, and stop would wait on the writer until the
 	// package's timeout.
 	defer func() { close(w.gate); wb.stop() }()
-	data := bytes.Repeat([]byte("x"), 3*4096+100) // three full buffers and a part
+	// Every buffer but one full and the last holding a part: as many
+	// writes as buffers.
+	data := bytes.Repeat([]byte("x"), (ringBuffers-1)*4096+100)
 	feed(t, wb, data, 4096)
 	flushed := make(chan error)
 	go func() { flushed <- wb.flush() }()
-	for i := range 4 {
+	for i := range ringBuffers {
 		select {
 		case <-flushed:
-			t.Fatalf("flush returned with %d of 4 writes done", i)
+			t.Fatalf("flush returned with %d of %d writes done", i, ringBuffers)
 		case w.gate <- struct{}{}:
 		}
 	}
@@ -110,7 +112,7 @@ func TestWriteBehindFlushWaits(t *testing.T) {
 // full disk is still a 507.
 func TestWriteBehindWriteFails(t *testing.T) {
 	w := &gatedWriter{failAt: 10000}
-	wb := newWriteBehind(w, nil, make([]byte, 4*4096))
+	wb := newWriteBehind(w, nil, make([]byte, ringBuffers*4096))
 	defer wb.stop()
 	fed := 0
 	for range 100 { // bounded: far more than the buffers the failure needs
