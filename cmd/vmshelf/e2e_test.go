@@ -492,13 +492,20 @@ func (s *server) stop() {
 			s.t.Errorf("serve exited with %v after SIGTERM; stderr:\n%s", s.waitErr, s.stderr)
 		}
 	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
+		// SIGQUIT first: the Go runtime prints every goroutine's stack
+		// to stderr, so the failure shows where the shutdown hangs.
+		_ = s.cmd.Process.Signal(syscall.SIGQUIT)
 		select {
 		case <-s.done:
-		case <-time.After(10 * time.Second):
-			s.t.Errorf("serve did not die within 10s of SIGKILL")
+		case <-time.After(5 * time.Second):
+			_ = s.cmd.Process.Kill()
+			select {
+			case <-s.done:
+			case <-time.After(10 * time.Second):
+				s.t.Errorf("serve did not die within 10s of SIGKILL")
+			}
 		}
-		s.t.Errorf("serve did not stop within 15s of SIGTERM; stderr:\n%s", s.stderr)
+		s.t.Errorf("serve did not stop within 15s of SIGTERM; stderr (with the goroutines' stacks):\n%s", s.stderr)
 	}
 }
 
