@@ -3,6 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -162,5 +164,33 @@ func TestCheckpointLeavesLongReaders(t *testing.T) {
 	tenant("later")
 	if err := reader.QueryRowContext(ctx, "SELECT count(*) FROM tenants").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("the reader's snapshot: %d tenants, %v; want the 1 it began with", n, err)
+	}
+}
+
+// TestCheckpointOnEmptiedFile: the db file emptied under the running
+// store (truncated to 0) and the checkpointer's connection opened then
+// (its first round, or a reopen after an error): opening runs the DSN's
+// journal_mode(WAL), which on an empty file must write and waits for the
+// other connections' locks. The round waits checkpointWait for them,
+// never busy_timeout, so that Close, which waits for the round, returns
+// (serve outlived its SIGTERM when a round waited 10 s per statement).
+func TestCheckpointOnEmptiedFile(t *testing.T) {
+	ctx := t.Context()
+	s := openRounds(t, time.Hour)
+	if _, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "box"}, imagestore.HashSecret(imagestore.NewSecret())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TenantByToken(ctx, imagestore.HashSecret("no such token")); !errors.Is(err, imagestore.ErrNotFound) {
+		t.Fatalf("a read before the truncation: %v", err) // a reader's connection is open
+	}
+	if err := os.Truncate(s.path, 0); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { s.checkpointRound(); _ = s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(busyTimeout / 2):
+		t.Fatalf("a checkpoint round and Close on the emptied file still wait after %v", busyTimeout/2)
 	}
 }

@@ -114,7 +114,7 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	// backoff sleeps (up to 100 ms each) made the ticket route's p99 jump
 	// under load. Reads use a pool and never wait for the writer (WAL).
 	// Other processes (the tenant CLI) still meet busy_timeout.
-	wdb, err := sql.Open("sqlite", dsn(abs, true))
+	wdb, err := sql.Open("sqlite", dsn(abs, true, busyTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
@@ -127,7 +127,7 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 		// damage, as Verify would say of a damaged page.
 		return nil, fmt.Errorf("sqlite: open: %w", withFault(err))
 	}
-	db, err := sql.Open("sqlite", dsn(abs, false))
+	db, err := sql.Open("sqlite", dsn(abs, false, busyTimeout))
 	if err != nil {
 		_ = wdb.Close()
 		return nil, fmt.Errorf("sqlite: open: %w", err)
@@ -136,7 +136,14 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	// (CDI's importers send thousands of small range reads), and opening a
 	// SQLite connection per lookup showed in the benchmark's profile.
 	db.SetMaxIdleConns(16)
-	cdb, err := sql.Open("sqlite", dsn(abs, false))
+	// The checkpointer's connection waits checkpointWait, from its first
+	// statement on: the pool reopens it after an error, and a reopen runs
+	// the DSN's pragmas, journal_mode(WAL) among them, which on a file
+	// emptied under the running store must write and so waits for the
+	// other connections' locks. With busy_timeout it waited 10 s per
+	// statement of the round, and Close waits for the round (serve then
+	// outlived its SIGTERM in the e2e test of a db truncated under it).
+	cdb, err := sql.Open("sqlite", dsn(abs, false, checkpointWait))
 	if err != nil {
 		_ = wdb.Close()
 		_ = db.Close()
@@ -187,11 +194,8 @@ func (s *Store) checkpoint() {
 func (s *Store) checkpointRound() {
 	ctx, cancel := context.WithTimeout(context.Background(), busyTimeout)
 	defer cancel()
-	// The pool reopens its connection after an error: the wait is set
-	// every round. PRAGMA takes no bound parameters; this is a constant.
-	if _, err := s.cdb.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout(%d)", checkpointWait.Milliseconds())); err != nil {
-		return
-	}
+	// cdb's connections wait checkpointWait for a lock (its DSN), also
+	// when the pool has just reopened one.
 	if _, err := s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
 		return
 	}
@@ -201,15 +205,17 @@ func (s *Store) checkpointRound() {
 	_, _ = s.cdb.ExecContext(ctx, "PRAGMA wal_checkpoint(RESTART)")
 }
 
-// dsn builds the driver name for the file at abs. The pragmas are per
+// dsn builds the driver name for the file at abs, whose connections wait
+// up to busy for another connection's lock. The pragmas are per
 // connection, so they go in the DSN rather than being run once: the
 // database/sql pool opens connections whenever it likes.
-func dsn(abs string, writer bool) string {
+func dsn(abs string, writer bool, busy time.Duration) string {
 	q := url.Values{}
 	// mode=rw: the file was created above with the right mode; if it has
 	// vanished since, fail rather than let SQLite recreate it with umask.
 	q.Set("mode", "rw")
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()))
+	// First: the pragmas after it may already wait for a lock.
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	// FULL, not WAL's usual NORMAL: NORMAL may lose the last commits on power
