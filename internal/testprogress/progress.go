@@ -5,7 +5,8 @@
 // skipped test as it is skipped, a line after each minute without one
 // (what is still running, or that the test binaries are still being
 // compiled: a cold race build is minutes of go test's silence), and at the
-// end the output of every failure and the counts. It exits as go test did.
+// end the slowest tests (where a run's time budget goes), the output of
+// every failure and the counts. It exits as go test did.
 //
 //	go run ./internal/testprogress go test -json -race ./...
 package main
@@ -72,6 +73,15 @@ type event struct {
 	FailedBuild string
 }
 
+// timedTest is a finished top-level test and how long it ran.
+type timedTest struct {
+	name    string // "package Test"
+	elapsed float64
+}
+
+// slowest is how many of the slowest tests the summary names.
+const slowest = 10
+
 // heartbeatEvery is the longest the report stays silent while go test runs.
 const heartbeatEvery = time.Minute
 
@@ -89,6 +99,7 @@ type report struct {
 	builds   map[string]*strings.Builder // build output by import path
 	failures []string                    // what to print again at the end
 	skips    []string
+	timed    []timedTest // top-level tests that passed or failed
 	nTests   int
 	nFailed  int // top-level tests
 	nPkgFail int
@@ -224,6 +235,9 @@ func (r *report) testDone(e event, p *pkgState) {
 	if top {
 		p.tests++
 		r.nTests++
+		if e.Action != "skip" {
+			r.timed = append(r.timed, timedTest{e.Package + " " + e.Test, e.Elapsed})
+		}
 	}
 	switch e.Action {
 	case "skip":
@@ -319,6 +333,14 @@ func reason(b *strings.Builder) string {
 func (r *report) failed() bool { return len(r.failures) > 0 || r.nPkgFail > 0 || r.nFailed > 0 }
 
 func (r *report) summary() {
+	if len(r.timed) > 0 {
+		sort.SliceStable(r.timed, func(i, j int) bool { return r.timed[i].elapsed > r.timed[j].elapsed })
+		n := min(slowest, len(r.timed))
+		fmt.Fprintf(r.out, "\n=== Slowest %d of %d tests (a test's own time; parallel tests overlap)\n", n, len(r.timed))
+		for _, tt := range r.timed[:n] {
+			fmt.Fprintf(r.out, "%7.1fs %s\n", tt.elapsed, tt.name)
+		}
+	}
 	if len(r.skips) > 0 {
 		sort.Strings(r.skips)
 		fmt.Fprintf(r.out, "\n=== Skipped (%d)\n", len(r.skips))

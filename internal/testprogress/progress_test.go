@@ -62,6 +62,8 @@ func TestReport(t *testing.T) {
 		"--- FAIL: x/c TestBad/sub\n    c_test.go:3: wrong answer 42",
 		"build of x/d [x/d.test] failed:\nd_test.go:3:31: declared and not used: x",
 		"DONE 4 tests, 1 skipped, 1 failed; 2 packages failed",
+		// The slowest first; a skipped test took no time worth naming.
+		"=== Slowest 3 of 3 tests (a test's own time; parallel tests overlap)\n    6.0s x/a TestSlow\n    0.0s x/b TestOther\n    0.0s x/c TestBad\n",
 	} {
 		if !strings.Contains(got, w) {
 			t.Errorf("the report lacks %q:\n%s", w, got)
