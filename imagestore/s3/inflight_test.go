@@ -140,6 +140,24 @@ func commitAll(t *testing.T, st *s3.Store, id string, data []byte) {
 	}
 }
 
+// resumeCommit resumes blob id of st at offset at, writes rest after it
+// and commits: the second life of an upload the tests cut off.
+func resumeCommit(t *testing.T, st *s3.Store, id string, at int64, rest []byte) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := st.Resume(ctx, id, at)
+	if err != nil {
+		t.Fatalf("Resume at %d: %v", at, err)
+	}
+	defer w.Abort()
+	if err := writeAll(w, rest); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPartsOverlap: part 1 is held by the server until part 2 has been
 // answered, so part 2 lands first; the writer must have sent it while
 // part 1 was in flight, and the completion must still list the parts in
@@ -245,17 +263,7 @@ func TestSyncWaitsForPartsInFlight(t *testing.T) {
 	if !answered.Load() {
 		t.Fatal("Sync returned before part 1 was answered")
 	}
-	w2, err := open(t, ungated(cfg)).Resume(ctx, id, int64(at)) // no Close: the process died
-	if err != nil {
-		t.Fatalf("Resume at the synced offset %d: %v", at, err)
-	}
-	defer w2.Abort()
-	if err := writeAll(w2, data[at:]); err != nil {
-		t.Fatal(err)
-	}
-	if err := w2.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resumeCommit(t, open(t, ungated(cfg)), id, int64(at), data[at:]) // no Close: the process died
 	if got := blobtest.Committed(t, open(t, ungated(cfg)), id); !bytes.Equal(got, data) {
 		t.Fatalf("resumed blob of %d bytes differs from the %d written", len(got), len(data))
 	}

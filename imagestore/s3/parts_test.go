@@ -139,17 +139,7 @@ func TestResumeOnAnotherReplica(t *testing.T) {
 			}
 			w = nil // killed: never closed
 
-			second := open(t, cfg)
-			w2, err := second.Resume(ctx, id, tc.at)
-			if err != nil {
-				t.Fatalf("Resume at %d on a fresh Store: %v", tc.at, err)
-			}
-			if _, err := w2.Write(data[tc.at:]); err != nil {
-				t.Fatal(err)
-			}
-			if err := w2.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
+			resumeCommit(t, open(t, cfg), id, tc.at, data[tc.at:]) // on a fresh Store
 			if got := blobtest.Committed(t, open(t, cfg), id); sha256.Sum256(got) != sha256.Sum256(data) {
 				t.Fatalf("resumed blob of %d bytes differs from the %d sent", len(got), len(data))
 			}
@@ -204,17 +194,8 @@ func TestResumeNeverKeepsAPartPastOffset(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	w2, err := open(t, cfg).Resume(ctx, id, int64(len(good)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	rest := blobtest.Pattern(3, 100)
-	if _, err := w2.Write(rest); err != nil {
-		t.Fatal(err)
-	}
-	if err := w2.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	resumeCommit(t, open(t, cfg), id, int64(len(good)), rest)
 	want := slices.Concat(good, rest)
 	if got := blobtest.Committed(t, st, id); !bytes.Equal(got, want) {
 		t.Fatalf("committed %d bytes, want the %d below the offset and after it", len(got), len(want))
@@ -248,18 +229,7 @@ func TestStagedResume(t *testing.T) {
 			if _, err := st.Open(ctx, id); !errors.Is(err, imagestore.ErrNotFound) {
 				t.Fatalf("staged blob visible: %v", err)
 			}
-			w2, err := open(t, cfg).Resume(ctx, id, at)
-			if err != nil {
-				t.Fatalf("Resume of a staged blob at %d: %v", at, err)
-			}
-			if at < int64(len(data)) {
-				if _, err := w2.Write(data[at:]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := w2.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
+			resumeCommit(t, open(t, cfg), id, at, data[at:]) // a staged blob
 			if got := blobtest.Committed(t, st, id); !bytes.Equal(got, data) {
 				t.Fatalf("committed %d bytes that differ", len(got))
 			}

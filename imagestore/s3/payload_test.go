@@ -280,17 +280,7 @@ func TestResumeAcrossSettings(t *testing.T) {
 			cfg2.PayloadSigning = tc.second
 			wr := newWire(cfg2)
 			cfg2.Transport = wr
-			w2, err := open(t, cfg2).Resume(ctx, id, at)
-			if err != nil {
-				t.Fatalf("Resume at %d: %v", at, err)
-			}
-			defer w2.Abort()
-			if err := writeAll(w2, data[at:]); err != nil {
-				t.Fatal(err)
-			}
-			if err := w2.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
+			resumeCommit(t, open(t, cfg2), id, at, data[at:])
 			sent := wr.sent()
 			if len(sent) != 3 { // parts 2, 3 and 4
 				t.Fatalf("%d part PUTs after the resume, want 3", len(sent))
