@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/coder/websocket"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -302,10 +304,17 @@ func (u unreachable) Console(context.Context, string, string, imagestore.Console
 	return nil, u.err
 }
 
-// Console dials KubeVirt's subresource through the API server (kubevirt
-// client-go's own WebSocket helper, the plain.kubevirt.io protocol). The
-// helper takes no context: a dial that outlives ctx is closed when it
-// ends.
+// Console dials KubeVirt's subresource through the API server: the
+// plain.kubevirt.io WebSocket protocol (binary messages carrying the
+// console's own bytes) at the path KubeVirt's client builds
+// (kvcorev1.RequestFromConfig), with the REST config's TLS and
+// credentials. It is dialed here rather than with client-go's
+// AsyncSubresourceHelper because that helper takes no context and sets no
+// handshake timeout: against an API server that accepts the connection and
+// never answers the upgrade it waits for ever, and each of its streams
+// keeps a goroutine until the stream's Stream method, which a net.Conn
+// never calls, ends it. Here ctx bounds the whole handshake: cancelled or
+// past its deadline, the connection is closed and the dial returns.
 func (c *cluster) Console(ctx context.Context, ns, vmi string, kind imagestore.ConsoleKind) (net.Conn, error) {
 	if c.rc == nil {
 		return nil, errors.New("provisioner: this cluster client has no console")
@@ -314,27 +323,53 @@ func (c *cluster) Console(ctx context.Context, ns, vmi string, kind imagestore.C
 	if sub == "" {
 		return nil, fmt.Errorf("provisioner: console kind %q", kind)
 	}
-	type dialed struct {
-		s   kvcorev1.StreamInterface
-		err error
+	req, err := kvcorev1.RequestFromConfig(c.rc, "virtualmachineinstances", vmi, ns, sub, url.Values{})
+	if err != nil {
+		return nil, fmt.Errorf("provisioner: %s of %s/%s: %w", sub, ns, vmi, err)
 	}
-	done := make(chan dialed, 1)
-	go func() {
-		s, err := kvcorev1.AsyncSubresourceHelper(c.rc, "virtualmachineinstances", ns, vmi, sub, url.Values{})
-		done <- dialed{s, err}
-	}()
-	select {
-	case d := <-done:
-		if d.err != nil {
-			return nil, fmt.Errorf("provisioner: %s of %s/%s: %w", sub, ns, vmi, d.err)
+	client, done, err := c.consoleClient()
+	if err != nil {
+		return nil, fmt.Errorf("provisioner: %s of %s/%s: %w", sub, ns, vmi, err)
+	}
+	defer done()
+	ws, resp, err := websocket.Dial(ctx, req.URL.String(), &websocket.DialOptions{
+		HTTPClient:   client,
+		Subprotocols: []string{consoleProtocol},
+	})
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			err = fmt.Errorf("no such VirtualMachineInstance (%s): %w", resp.Status, err)
 		}
-		return d.s.AsConn(), nil
-	case <-ctx.Done():
-		go func() {
-			if d := <-done; d.err == nil {
-				_ = d.s.AsConn().Close()
-			}
-		}()
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("provisioner: %s of %s/%s: %w", sub, ns, vmi, err)
 	}
+	// The connection outlives ctx, which bounds only the dial: the caller
+	// closes it.
+	return websocket.NetConn(context.WithoutCancel(ctx), ws, websocket.MessageBinary), nil
+}
+
+// consoleProtocol is the WebSocket subprotocol of KubeVirt's console
+// subresources: raw bytes in binary messages.
+const consoleProtocol = "plain.kubevirt.io"
+
+// consoleClient is an HTTP/1.1 client (a WebSocket upgrade is HTTP/1.1
+// only) with the REST config's TLS, proxy and credentials; done releases
+// its idle connections.
+func (c *cluster) consoleClient() (client *http.Client, done func(), err error) {
+	tlsConfig, err := rest.TLSConfigFor(c.rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tlsConfig != nil {
+		tlsConfig.NextProtos = []string{"http/1.1"}
+	}
+	proxy := http.ProxyFromEnvironment
+	if c.rc.Proxy != nil {
+		proxy = c.rc.Proxy
+	}
+	tr := &http.Transport{Proxy: proxy, TLSClientConfig: tlsConfig, ForceAttemptHTTP2: false}
+	rt, err := rest.HTTPWrappersForConfig(c.rc, tr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &http.Client{Transport: rt}, tr.CloseIdleConnections, nil
 }
