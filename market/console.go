@@ -34,6 +34,11 @@ const (
 	DefaultConsolesPerTenant = 2
 	DefaultConsolesPerEdge   = 32
 	consoleTicketTTL         = time.Minute
+	// DefaultConsoleTimeout is Config.ConsoleTimeout's default: long
+	// enough for the API server, virt-api and virt-handler to open a
+	// console on a busy cluster, short enough that a wedged one gives
+	// the slot back soon.
+	DefaultConsoleTimeout = 15 * time.Second
 	// consoleRecheck is how often an open console asks whether its order
 	// still runs: a console outlives no order.
 	consoleRecheck = 10 * time.Second
@@ -48,6 +53,7 @@ const (
 	closeIdle       websocket.StatusCode = 4408 // nothing passed for the idle time
 	closeEnded      websocket.StatusCode = 4410 // the order ended
 	closeNoConsole  websocket.StatusCode = 4502 // the cluster gave no console
+	closeStalled    websocket.StatusCode = 4504 // a side stopped taking bytes
 )
 
 var (
@@ -209,15 +215,22 @@ func (s *Server) consoleURL(secret string) string {
 // carries a query).
 const consolePath = "/market/vms/console"
 
-// console is GET /market/vms/console?ticket=…: the WebSocket. It is
-// accepted first, so that every refusal reaches the browser as a close
-// code with its reason in words; the ticket is used at once, before any
-// byte of the console passes.
+// console is GET /market/vms/console?ticket=…: the WebSocket. Its Origin
+// is checked first, so that a page of another origin neither opens a
+// console nor uses up the ticket. It is accepted next, so that every other
+// refusal reaches the browser as a close code with its reason in words;
+// the ticket is used at once, before any byte of the console passes.
 func (s *Server) console(w http.ResponseWriter, r *http.Request) {
+	if err := s.checkConsoleOrigin(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	secret := r.URL.Query().Get("ticket")
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.consoleOrigins()})
+	// The origin was checked above, exactly (scheme, host and port);
+	// the library's own check compares the host only.
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
-		return // Accept answered the request itself (a bad handshake or origin)
+		return // Accept answered the request itself (a bad handshake)
 	}
 	ctx := context.WithoutCancel(r.Context())
 	ct, err := s.st.ConsumeConsoleTicket(ctx, imagestore.HashSecret(secret), s.cfg.Now().UTC())
@@ -239,102 +252,301 @@ func (s *Server) console(w http.ResponseWriter, r *http.Request) {
 		_ = c.Close(closeBusy, "too many consoles are open "+why+"; close one and try again")
 		return
 	}
-	defer release()
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	vm, err := s.cfg.Consoles.OpenConsole(cctx, o, ct.Replica, ct.Kind)
-	if err != nil {
-		s.log.Warn("console not opened: the cluster gave none", "order_id", o.ID, "replica", ct.Replica, "kind", kind, "err", err.Error())
-		s.metrics.consoleRefused(kind, "cluster")
-		_ = c.Close(closeNoConsole, "the cluster did not open the machine's console; try again")
-		return
-	}
-	s.bridge(cctx, cancel, c, vm, o, ct)
+	sess := &consoleSession{s: s, c: c, o: o, ct: ct, start: time.Now()}
+	sess.last.Store(sess.start.UnixNano())
+	// The slot is the session's from here: counted as open at once, and
+	// given back with one log line however the session ends.
+	s.metrics.consoleOpened(kind)
+	defer func() {
+		release()
+		s.metrics.consoleClosed(kind)
+	}()
+	sess.run(ctx)
 }
 
-// bridge passes bytes both ways between the browser's WebSocket and the
-// machine's console until either side ends, nothing passes for the idle
-// time, or the order stops running; then it logs one line.
-func (s *Server) bridge(ctx context.Context, cancel context.CancelFunc, c *websocket.Conn, vm net.Conn, o imagestore.Order, ct imagestore.ConsoleTicket) {
-	kind := string(ct.Kind)
-	start := time.Now()
-	s.metrics.consoleOpened(kind)
-	defer s.metrics.consoleClosed(kind)
-	browser := websocket.NetConn(ctx, c, websocket.MessageBinary)
-	var in, out atomic.Int64 // bytes to the machine, bytes to the browser
-	var last atomic.Int64
-	last.Store(time.Now().UnixNano())
-	end := make(chan string, 3)
-	pipe := func(dst, src net.Conn, n *atomic.Int64, why string) {
-		buf := make([]byte, 32<<10)
-		for {
-			k, err := src.Read(buf)
-			if k > 0 {
-				last.Store(time.Now().UnixNano())
-				n.Add(int64(k))
-				if _, werr := dst.Write(buf[:k]); werr != nil {
-					end <- why
-					return
-				}
-			}
-			if err != nil {
-				end <- why
-				return
-			}
+// consoleSession is one console holding a slot: the browser's WebSocket,
+// the order and ticket it was opened with, and what passed.
+type consoleSession struct {
+	s     *Server
+	c     *websocket.Conn
+	o     imagestore.Order
+	ct    imagestore.ConsoleTicket
+	start time.Time
+	// in and out are the bytes to the machine and to the browser; last is
+	// when a byte last passed either way (Unix nanoseconds).
+	in, out, last atomic.Int64
+	// opened is set once the machine's console is open.
+	opened atomic.Bool
+}
+
+// The ways a console session ends: the end label of
+// vmshelf_console_sessions_total and the end of its log line.
+const (
+	endBrowserLeft   = "browser_left"   // the browser left while the cluster opened the console
+	endCluster       = "cluster"        // the cluster did not open the console, or not within the timeout
+	endBrowserClosed = "browser_closed" // the browser closed an open console
+	endConsoleClosed = "console_closed" // the machine's side closed
+	endIdle          = "idle"           // nothing passed for the idle time
+	endOrderEnded    = "order_ended"    // the replica stopped running or the order ended
+	endStalled       = "stalled"        // a write to either side did not complete within the timeout
+)
+
+// run opens the machine's console and passes bytes both ways until
+// either side ends, a write stalls, nothing passes for the idle time, or
+// the order stops running; then it closes the browser's WebSocket with the
+// end's code and words and logs one line. From the first moment it reads
+// the browser, so a browser that leaves while the cluster is still
+// opening the console ends the session at once, whatever the cluster does.
+func (sess *consoleSession) run(ctx context.Context) {
+	s, kind := sess.s, string(sess.ct.Kind)
+	// The browser's side lives until finish has closed it with the end's
+	// code and words; ending its context first would drop the
+	// connection without them.
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	browser := websocket.NetConn(bctx, sess.c, websocket.MessageBinary)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// end keeps the first reason a part of the session stops for; the
+	// other parts then see ctx end and stop too.
+	end := make(chan string, 1)
+	stop := func(why string) {
+		select {
+		case end <- why:
+		default:
 		}
+		cancel()
 	}
-	go pipe(vm, browser, &in, "browser closed")
-	go pipe(browser, vm, &out, "console closed")
+	pending := newConsoleBuffer(consolePending)
+	go sess.readBrowser(ctx, browser, pending, stop)
+	// dialed gets the machine's console, or nil, once the dial ends: the
+	// dial is bounded by ctx, which ends with the session.
+	dialed := make(chan net.Conn, 1)
 	go func() {
-		idle := s.consoleIdle()
-		t := time.NewTicker(min(consoleRecheck, idle/4))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if time.Since(time.Unix(0, last.Load())) >= idle {
-				end <- "idle"
-				return
-			}
-			if _, err := s.consoleOrder(ctx, ct.TenantID, ct.OrderID, ct.Replica); errors.Is(err, errNotRunning) || errors.Is(err, errConsoleOrder) {
-				end <- "order ended"
-				return
-			}
+		dctx, dcancel := context.WithTimeout(ctx, s.consoleTimeout())
+		defer dcancel()
+		vm, err := s.cfg.Consoles.OpenConsole(dctx, sess.o, sess.ct.Replica, sess.ct.Kind)
+		dialed <- vm
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return // the browser left first: its reason is in end
+		case err != nil:
+			s.log.Warn("console not opened: the cluster gave none", "order_id", sess.o.ID, "replica", sess.ct.Replica,
+				"kind", kind, "seconds", seconds(time.Since(sess.start)), "err", err.Error())
+			s.metrics.consoleRefused(kind, "cluster")
+			stop(endCluster)
+			return
 		}
+		sess.opened.Store(true)
+		go sess.writeMachine(ctx, vm, pending, stop)
+		go sess.copyToBrowser(vm, browser, stop)
+		go sess.watch(ctx, stop)
 	}()
 	why := <-end
-	switch why {
-	case "idle":
-		_ = c.Close(closeIdle, "nothing passed for "+s.consoleIdle().String()+"; open the console again")
-	case "order ended":
-		_ = c.Close(closeEnded, "the machine stopped running or its order ended")
-	case "console closed":
-		_ = c.Close(websocket.StatusNormalClosure, "the machine's console closed")
-	default:
-		_ = c.CloseNow()
-	}
-	_ = vm.Close()
 	cancel()
-	s.metrics.consoleBytes(in.Load(), out.Load())
-	s.metrics.consoleEnded(kind, strings.ReplaceAll(why, " ", "_"))
-	s.log.Info("console session", "tenant_id", ct.TenantID, "order_id", o.ID, "replica", ct.Replica, "kind", kind,
-		"seconds", strconv.FormatFloat(time.Since(start).Seconds(), 'f', 1, 64), "bytes_in", in.Load(), "bytes_out", out.Load(), "end", why)
+	vm := <-dialed
+	sess.finish(why, vm)
 }
 
-// consoleOrigins are the origins a console's WebSocket may come from: the
-// page's (Config.ConsoleBase's host).
-func (s *Server) consoleOrigins() []string {
+// consoleRead is the most read of either side at once; consolePending
+// the most of the browser's bytes held for the machine's side (at least
+// consoleRead).
+const (
+	consoleRead    = 32 << 10
+	consolePending = 64 << 10
+)
+
+// readBrowser reads the browser's bytes into pending for writeMachine. It
+// reads while the console is still being opened and while the machine's
+// side is slow, up to consolePending bytes ahead, so that a browser that
+// leaves is seen at once.
+func (sess *consoleSession) readBrowser(ctx context.Context, browser net.Conn, pending *consoleBuffer, stop func(string)) {
+	buf := make([]byte, consoleRead)
+	for {
+		k, err := browser.Read(buf)
+		if k > 0 {
+			sess.last.Store(time.Now().UnixNano())
+			if !pending.put(ctx, buf[:k]) {
+				return
+			}
+		}
+		if err != nil {
+			stop(sess.browserEnd())
+			return
+		}
+	}
+}
+
+// browserEnd is how a browser that closed ended the session: while the
+// console was still opening, or once it was open.
+func (sess *consoleSession) browserEnd() string {
+	if sess.opened.Load() {
+		return endBrowserClosed
+	}
+	return endBrowserLeft
+}
+
+// writeMachine writes what readBrowser read to the machine's console,
+// each write bounded by the console timeout.
+func (sess *consoleSession) writeMachine(ctx context.Context, vm net.Conn, pending *consoleBuffer, stop func(string)) {
+	timeout := sess.s.consoleTimeout()
+	var spare []byte
+	for {
+		b := pending.take(ctx, spare)
+		if b == nil {
+			return
+		}
+		deadline := time.Now().Add(timeout)
+		if err := vm.SetWriteDeadline(deadline); err != nil {
+			stop(endConsoleClosed)
+			return
+		}
+		if _, err := vm.Write(b); err != nil {
+			stop(writeEnd(deadline, endConsoleClosed))
+			return
+		}
+		sess.in.Add(int64(len(b)))
+		spare = b
+	}
+}
+
+// copyToBrowser passes the machine's bytes to the browser, each write
+// bounded by the console timeout; a read of the machine's side has the
+// idle time as its bound (watch).
+func (sess *consoleSession) copyToBrowser(vm, browser net.Conn, stop func(string)) {
+	timeout := sess.s.consoleTimeout()
+	buf := make([]byte, consoleRead)
+	for {
+		k, err := vm.Read(buf)
+		if k > 0 {
+			sess.last.Store(time.Now().UnixNano())
+			deadline := time.Now().Add(timeout)
+			if derr := browser.SetWriteDeadline(deadline); derr != nil {
+				stop(endBrowserClosed)
+				return
+			}
+			if _, werr := browser.Write(buf[:k]); werr != nil {
+				stop(writeEnd(deadline, endBrowserClosed))
+				return
+			}
+			sess.out.Add(int64(k))
+		}
+		if err != nil {
+			stop(endConsoleClosed)
+			return
+		}
+	}
+}
+
+// writeEnd is the end of a session whose write failed: stalled when the
+// write's deadline passed (the error itself may not say so: a WebSocket
+// whose deadline passes mid-write is closed, and the write fails as
+// closed), otherwise the side written to closed.
+func writeEnd(deadline time.Time, closed string) string {
+	if !time.Now().Before(deadline) {
+		return endStalled
+	}
+	return closed
+}
+
+// watch ends an open session when nothing passed for the idle time or its
+// order no longer runs: a console outlives no order.
+func (sess *consoleSession) watch(ctx context.Context, stop func(string)) {
+	idle := sess.s.consoleIdle()
+	t := time.NewTicker(min(consoleRecheck, idle/4))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, sess.last.Load())) >= idle {
+			stop(endIdle)
+			return
+		}
+		if _, err := sess.s.consoleOrder(ctx, sess.ct.TenantID, sess.ct.OrderID, sess.ct.Replica); errors.Is(err, errNotRunning) || errors.Is(err, errConsoleOrder) {
+			stop(endOrderEnded)
+			return
+		}
+	}
+}
+
+// finish closes both sides with the end's code and words, counts the
+// session and logs its one line.
+func (sess *consoleSession) finish(why string, vm net.Conn) {
+	s, kind := sess.s, string(sess.ct.Kind)
+	switch why {
+	case endIdle:
+		_ = sess.c.Close(closeIdle, "nothing passed for "+s.consoleIdle().String()+"; open the console again")
+	case endOrderEnded:
+		_ = sess.c.Close(closeEnded, "the machine stopped running or its order ended")
+	case endConsoleClosed:
+		_ = sess.c.Close(websocket.StatusNormalClosure, "the machine's console closed")
+	case endCluster:
+		_ = sess.c.Close(closeNoConsole, "the cluster did not open the machine's console; try again")
+	case endStalled:
+		_ = sess.c.Close(closeStalled, "the console stopped taking bytes for "+s.consoleTimeout().String()+"; open the console again")
+	default:
+		_ = sess.c.CloseNow()
+	}
+	if vm != nil {
+		_ = vm.Close()
+	}
+	s.metrics.consoleBytes(sess.in.Load(), sess.out.Load())
+	s.metrics.consoleEnded(kind, why)
+	s.log.Info("console session", "tenant_id", sess.ct.TenantID, "order_id", sess.o.ID, "replica", sess.ct.Replica, "kind", kind,
+		"seconds", seconds(time.Since(sess.start)), "bytes_in", sess.in.Load(), "bytes_out", sess.out.Load(), "end", why)
+}
+
+func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) }
+
+// checkConsoleOrigin refuses a console WebSocket whose Origin is not the
+// page's own, compared exactly: scheme, host and port. A client that
+// sends no Origin (not a browser, so no page of another site can make it
+// send the request) passes; the ticket is its capability.
+func (s *Server) checkConsoleOrigin(r *http.Request) error {
+	origins := r.Header.Values("Origin")
+	if len(origins) == 0 {
+		return nil
+	}
+	if len(origins) == 1 && origins[0] == s.pageOrigin() {
+		return nil
+	}
+	return errConsoleOrigin
+}
+
+var errConsoleOrigin = apierr.New(http.StatusForbidden, "badOrigin",
+	"a machine's console opens only from the Machines page of this edge")
+
+// pageOrigin is the Machines page's origin, the one a console's
+// WebSocket may come from: Config.ConsoleBase's scheme (http for ws:,
+// https for wss:) and host, with no path.
+func (s *Server) pageOrigin() string {
 	base := s.cfg.ConsoleBase
-	for _, p := range []string{"wss://", "ws://"} {
-		base = strings.TrimPrefix(base, p)
+	scheme, rest, ok := strings.Cut(base, "://")
+	if !ok {
+		return ""
 	}
-	if i := strings.IndexByte(base, '/'); i >= 0 {
-		base = base[:i]
+	switch scheme {
+	case "wss":
+		scheme = "https"
+	case "ws":
+		scheme = "http"
+	default:
+		return ""
 	}
-	return []string{base}
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		rest = rest[:i]
+	}
+	return scheme + "://" + rest
+}
+
+func (s *Server) consoleTimeout() time.Duration {
+	if s.cfg.ConsoleTimeout > 0 {
+		return s.cfg.ConsoleTimeout
+	}
+	return DefaultConsoleTimeout
 }
 
 func (s *Server) consoleIdle() time.Duration {

@@ -128,7 +128,11 @@ type Config struct {
 	// ConsoleIdle ends a console nothing passed through for so long;
 	// ConsolesPerTenant and ConsolesPerEdge cap the consoles open on
 	// this replica. 0 means the Default values.
-	ConsoleIdle                        time.Duration
+	ConsoleIdle time.Duration
+	// ConsoleTimeout bounds the opening of a console by the cluster and
+	// every write to either side of an open one; 0 means
+	// DefaultConsoleTimeout.
+	ConsoleTimeout                     time.Duration
 	ConsolesPerTenant, ConsolesPerEdge int
 }
 

@@ -315,6 +315,7 @@ func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs image
 		ConsoleAvailable:  consoles != nil,
 		ConsoleBase:       f.consoleBase(),
 		ConsoleIdle:       f.consoleIdle,
+		ConsoleTimeout:    f.consoleTimeout,
 		ConsolesPerTenant: f.consolesPerTenant,
 		ConsolesPerEdge:   f.consolesPerEdge,
 		Log:               log.With("plane", "control"),

@@ -70,9 +70,10 @@ type serveFlags struct {
 	// often refunds are decided and retried, and how long one Stripe
 	// call may take (a refund attempt is claimed for twice that).
 	refundDeadline, refundEvery, stripeTimeout time.Duration
-	// The consoles: how long one stays open with nothing passing, and how
-	// many may be open per box and on this replica.
-	consoleIdle                        time.Duration
+	// The consoles: how long one stays open with nothing passing, how long
+	// the cluster may take to open one and either side to take a write,
+	// and how many may be open per box and on this replica.
+	consoleIdle, consoleTimeout        time.Duration
 	consolesPerTenant, consolesPerEdge int
 }
 
@@ -134,6 +135,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.refundEvery, "refund-every", time.Minute, "how often refunds are decided and failed ones retried")
 	fs.DurationVar(&f.stripeTimeout, "stripe-timeout", billing.DefaultTimeout, "the longest one call to Stripe may take")
 	fs.DurationVar(&f.consoleIdle, "console-idle", market.DefaultConsoleIdle, "a machine's console through which nothing passed this long is closed")
+	fs.DurationVar(&f.consoleTimeout, "console-timeout", market.DefaultConsoleTimeout, "the longest the cluster may take to open a machine's console, and either side of an open one to take a write")
 	fs.IntVar(&f.consolesPerTenant, "consoles-per-tenant", market.DefaultConsolesPerTenant, "consoles one box may have open at once")
 	fs.IntVar(&f.consolesPerEdge, "consoles-per-edge", market.DefaultConsolesPerEdge, "consoles open at once on this replica, over all boxes")
 	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser (default: the Machines page's own origin, that of --checkout-return-url)")
@@ -255,8 +257,8 @@ func (f *serveFlags) validateLimits() error {
 		return usagef("--fetch-queue-wait must be positive (a fetch beyond the cap waits at most this long)")
 	case f.refundDeadline <= 0 || f.refundEvery <= 0 || f.stripeTimeout <= 0:
 		return usagef("--refund-deadline, --refund-every and --stripe-timeout must be positive")
-	case f.consoleIdle <= 0 || f.consolesPerTenant < 1 || f.consolesPerEdge < f.consolesPerTenant:
-		return usagef("--console-idle must be positive, --consoles-per-tenant at least 1 and --consoles-per-edge at least that")
+	case f.consoleIdle <= 0 || f.consoleTimeout <= 0 || f.consolesPerTenant < 1 || f.consolesPerEdge < f.consolesPerTenant:
+		return usagef("--console-idle and --console-timeout must be positive, --consoles-per-tenant at least 1 and --consoles-per-edge at least that")
 	case f.corsOrigin != "" && f.corsOrigin != "*" && !baseurl.IsOrigin(f.corsOrigin):
 		return usagef("--cors-origin %q is not an origin (scheme://host[:port]) or *", f.corsOrigin)
 	}

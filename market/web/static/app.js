@@ -48,6 +48,7 @@
     replicaUnknown: 'The order has no such machine.',
     replicaNotRunning: 'The machine is not running; its console opens once it runs.',
     consoleBusy: 'Too many consoles are open; close one and try again.',
+    badOrigin: 'A machine\'s console opens only from this edge\'s own Machines page.',
     consoleUnavailable: 'This edge reaches no cluster, so it cannot open a machine\'s console.',
     payoutsNotEnabled: 'This box\'s Stripe account cannot receive payouts yet: finish setting up payouts with Stripe on the Machines page ("Set up payouts with Stripe" under "Your listings").',
     accountManagedElsewhere: 'This box\'s Stripe account was set by the edge\'s operator, not made here: its payouts are set up with Stripe directly, or by the operator.',

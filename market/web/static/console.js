@@ -25,7 +25,8 @@ const CLOSE_WORDS = {
   4409: 'The machine is not running; its console opens once it runs.',
   4410: 'The machine stopped running or its order ended, so its console closed.',
   4429: 'Too many consoles are open; close one and try again.',
-  4502: 'The cluster did not open the machine\'s console. Reconnect to try again.'
+  4502: 'The cluster did not open the machine\'s console. Reconnect to try again.',
+  4504: 'The console stopped taking what was typed or shown, so it closed. Reconnect to open it again.'
 }
 const LOST = 'The connection to the edge was lost. Reconnect to open the console again.'
 
