@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -64,17 +65,47 @@ func (m *kubeMarket) runningOrder(t *testing.T, listingID, image, name, eventID 
 	return o, vm
 }
 
-// dialConsole opens the WebSocket of a console URL as a browser would.
+// dialConsole opens the WebSocket of a console URL as a client that is
+// no browser would (with no Origin).
 func dialConsole(t *testing.T, u string) *websocket.Conn {
+	t.Helper()
+	return openConsoleFrom(t, u, "")
+}
+
+// openConsoleFrom opens the WebSocket of a console URL as a page of
+// origin would ("" sends none).
+func openConsoleFrom(t *testing.T, u, origin string) *websocket.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(ctx, u, nil)
+	var opts websocket.DialOptions
+	if origin != "" {
+		opts.HTTPHeader = http.Header{"Origin": {origin}}
+	}
+	c, _, err := websocket.Dial(ctx, u, &opts)
 	if err != nil {
 		t.Fatalf("dialing the console: %v", err)
 	}
 	t.Cleanup(func() { _ = c.CloseNow() })
 	return c
+}
+
+// refusedConsoleFrom tries the WebSocket of a console URL as a page of
+// origin would, expecting a refusal: the status and body of the answer.
+func refusedConsoleFrom(t *testing.T, u, origin string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {origin}}})
+	if err == nil {
+		_ = c.CloseNow()
+		t.Fatalf("a console from Origin %s was let in", origin)
+	}
+	if resp == nil {
+		t.Fatalf("a console from Origin %s: %v", origin, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // closeOf reads from c until it closes and returns the close status and
@@ -178,7 +209,14 @@ func TestE2EConsoleSerial(t *testing.T) {
 		a.ExpiresAt.Sub(time.Now()) > time.Minute+5*time.Second {
 		t.Fatalf("console ticket: %d %s; want 201, a ws:// URL of the control plane, valid a minute", code, body)
 	}
-	c := dialConsole(t, a.URL)
+	// A page of another origin is refused before the ticket is used:
+	// scheme, host and port must all be the page's own.
+	for _, origin := range []string{"https://" + s.ctlAddr, "http://evil.example", "http://" + s.ctlAddr + "0", "null"} {
+		if code, body := refusedConsoleFrom(t, a.URL, origin); code != http.StatusForbidden || !strings.Contains(body, `"badOrigin"`) {
+			t.Errorf("a console from Origin %s: %d %s, want 403 badOrigin", origin, code, body)
+		}
+	}
+	c := openConsoleFrom(t, a.URL, "http://"+s.ctlAddr)
 	conn := websocket.NetConn(t.Context(), c, websocket.MessageBinary)
 	readUntil(t, conn, "guest ready")
 	if _, err := conn.Write([]byte("hello vmshelf\r")); err != nil {
@@ -204,11 +242,18 @@ func TestE2EConsoleSerial(t *testing.T) {
 	}
 	_ = c.Close(websocket.StatusNormalClosure, "")
 	_ = second.Close()
-	poll(t, 400, 25*time.Millisecond, "both console sessions logged", func() bool {
-		return strings.Count(s.logs(), `msg="console session"`) == 2
+	// Every session that held a slot logs its line: the two that passed
+	// bytes, and the one the cluster gave no console.
+	poll(t, 400, 25*time.Millisecond, "every console session logged", func() bool {
+		ends := consoleSessionEnds(s.logs())
+		return ends["browser_closed"] == 2 && ends["cluster"] == 1
 	}, func() string { return grepLines(s.logs(), "console") })
 	for _, l := range strings.Split(s.logs(), "\n") {
-		if strings.Contains(l, `msg="console session"`) && (!strings.Contains(l, "order_id="+o.OrderID) || !strings.Contains(l, "kind=serial") ||
+		order := o.OrderID
+		if strings.Contains(l, "end=cluster") {
+			order = dark.OrderID
+		}
+		if strings.Contains(l, `msg="console session"`) && (!strings.Contains(l, "order_id="+order) || !strings.Contains(l, "kind=serial") ||
 			!strings.Contains(l, "bytes_in=")) {
 			t.Errorf("console log line %q lacks the order, kind or bytes", l)
 		}

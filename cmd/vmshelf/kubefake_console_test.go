@@ -29,6 +29,65 @@ type consoleBackends struct {
 	dial map[string]func(ctx context.Context) (net.Conn, error)
 	// opened counts the WebSockets the fake accepted, by key.
 	opened map[string]int
+	// hang is how a console of a key hangs instead (consoleHang), and
+	// hanging counts the requests hanging now.
+	hang    map[string]consoleHang
+	hanging int
+}
+
+// consoleHang is how a stalled virt-api (or an API server in front of it)
+// hangs a console request.
+type consoleHang int
+
+const (
+	// hangBeforeUpgrade takes the request and never answers it: no 101,
+	// no error, until the client goes away.
+	hangBeforeUpgrade consoleHang = iota + 1
+	// hangAfterUpgrade answers 101 and then neither reads nor writes a
+	// byte until the test ends.
+	hangAfterUpgrade
+)
+
+// setConsoleHang makes the fake hang every request of sub ("vnc" or
+// "console") of VMI vmi (in any namespace) as h says.
+func (f *kubeFake) setConsoleHang(vmi, sub string, h consoleHang) {
+	f.consoles.mu.Lock()
+	defer f.consoles.mu.Unlock()
+	if f.consoles.hang == nil {
+		f.consoles.hang = map[string]consoleHang{}
+	}
+	f.consoles.hang["/"+vmi+"/"+sub] = h
+}
+
+// consolesHanging is how many console requests the fake holds hanging
+// now: a request is let go when its client closes the connection.
+func (f *kubeFake) consolesHanging() int {
+	f.consoles.mu.Lock()
+	defer f.consoles.mu.Unlock()
+	return f.consoles.hanging
+}
+
+// serveHang holds a console request as h says until its client goes away
+// (hangBeforeUpgrade) or the fake closes (hangAfterUpgrade).
+func (f *kubeFake) serveHang(w http.ResponseWriter, r *http.Request, h consoleHang) {
+	f.consoles.mu.Lock()
+	f.consoles.hanging++
+	f.consoles.mu.Unlock()
+	defer func() {
+		f.consoles.mu.Lock()
+		f.consoles.hanging--
+		f.consoles.mu.Unlock()
+	}()
+	if h == hangBeforeUpgrade {
+		<-r.Context().Done() // net/http ends it when the client's connection closes
+		return
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"plain.kubevirt.io"}})
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	<-f.closing
 }
 
 // setConsole makes the fake serve sub ("vnc" or "console") of VMI vmi in
@@ -70,6 +129,13 @@ func (f *kubeFake) serveConsole(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	ns, vmi, sub := parts[0], parts[2], parts[3]
+	f.consoles.mu.Lock()
+	hang := f.consoles.hang["/"+vmi+"/"+sub]
+	f.consoles.mu.Unlock()
+	if hang != 0 {
+		f.serveHang(w, r, hang)
+		return true
+	}
 	f.consoles.mu.Lock()
 	dial := f.consoles.dial[ns+"/"+vmi+"/"+sub]
 	if dial == nil {

@@ -145,6 +145,9 @@ type kubeFake struct {
 	pendingVM []pendingVM
 	pendingDV []pendingDV
 	consoles  consoleBackends // the console subresources (kubefake_console_test.go)
+	// closing is closed when the test ends, before the server closes:
+	// it lets go of what the fake holds (a hung console).
+	closing chan struct{}
 }
 
 // newKubeFake starts the fake on 127.0.0.1 over TLS (client-go sends a
@@ -156,9 +159,12 @@ type kubeFake struct {
 // 404 or 405, all marked unexpected.
 func newKubeFake(t *testing.T) *kubeFake {
 	t.Helper()
-	f := &kubeFake{objs: map[kubeKey]map[string]any{}}
+	f := &kubeFake{objs: map[kubeKey]map[string]any{}, closing: make(chan struct{})}
 	f.Server = httptest.NewTLSServer(http.HandlerFunc(f.serveHTTP))
-	t.Cleanup(f.Close)
+	t.Cleanup(func() {
+		close(f.closing)
+		f.Close()
+	})
 	return f
 }
 
