@@ -162,3 +162,37 @@ func TestConsoleEdgeCap(t *testing.T) {
 		t.Errorf("a console beyond the edge's cap: %d %s, want 429 consoleBusy on this edge", r.status, r.body)
 	}
 }
+
+// TestConsoleOriginExact: a console's WebSocket is let in from the page's
+// own origin, scheme, host and port alike, or with no Origin; any other
+// is 403 badOrigin, and the ticket stays usable.
+func TestConsoleOriginExact(t *testing.T) {
+	m, o, pc := consoleMarket(t, nil)
+	r := m.e.do(http.MethodPost, "/market/vms/console/ticket", m.buyer,
+		strings.NewReader(`{"order_id":"`+o.ID+`","replica":0,"kind":"serial"}`))
+	var a consoleAnswer
+	decode(t, r, &a)
+	u := strings.Replace(a.URL, "ws://edge.example", "ws"+strings.TrimPrefix(m.e.ts.URL, "http"), 1)
+	for _, origin := range []string{"https://edge.example", "http://edge.example:8481", "http://evil.example", "http://edge.example.evil", "null"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		c, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {origin}}})
+		cancel()
+		if err == nil {
+			_ = c.CloseNow()
+			t.Errorf("a console from Origin %s was let in", origin)
+			continue
+		}
+		if resp == nil || resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a console from Origin %s: %v, want 403", origin, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"http://edge.example"}}})
+	if err != nil {
+		t.Fatalf("the page's own origin, after the refusals: %v", err)
+	}
+	defer c.CloseNow()
+	machine := <-pc.machines
+	_ = machine.Close()
+}
