@@ -16,11 +16,14 @@ import (
 
 // The layout of --data-dir.
 const (
-	dbFile      = "vmshelf.db"
-	imagesDir   = "vm-images"
-	devToken    = "dev-token"
-	serveLock   = "serve.lock"
-	defaultData = "./vmshelf-data"
+	dbFile    = "vmshelf.db"
+	imagesDir = "vm-images"
+	devToken  = "dev-token"
+	serveLock = "serve.lock"
+	// publicURLFile holds the base of the URLs the edge serving the data
+	// dir hands out, for fetch-url run beside it.
+	publicURLFile = "public-url"
+	defaultData   = "./vmshelf-data"
 )
 
 // prepareDataDir is datadir.Prepare of dir and its image directory; what

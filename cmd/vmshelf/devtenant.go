@@ -26,7 +26,7 @@ func ensureDevTenant(ctx context.Context, st devTenants, dataDir string, stdout 
 		if _, err := st.CreateTenant(ctx, t, imagestore.HashSecret(token)); err != nil {
 			return fmt.Errorf("create dev tenant: %w", err)
 		}
-		if err := writeSecretFile(path, token); err != nil {
+		if err := writePrivateFile(path, token); err != nil {
 			return err
 		}
 	case err == nil: // the file is lost or stale (rotated by 'tenant token dev'): rotate and write it
@@ -34,7 +34,7 @@ func ensureDevTenant(ctx context.Context, st devTenants, dataDir string, stdout 
 		if err := st.SetTenantToken(ctx, "dev", imagestore.HashSecret(token)); err != nil {
 			return fmt.Errorf("rotate dev token: %w", err)
 		}
-		if err := writeSecretFile(path, token); err != nil {
+		if err := writePrivateFile(path, token); err != nil {
 			return err
 		}
 	default:
@@ -54,9 +54,11 @@ func devTokenValid(ctx context.Context, st devTenants, path string) bool {
 	return err == nil && t.Name == "dev"
 }
 
-func writeSecretFile(path, secret string) error {
+// writePrivateFile writes line to path, readable by its owner only, whole
+// or not at all (a file beside it, then renamed over it).
+func writePrivateFile(path, line string) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(line+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

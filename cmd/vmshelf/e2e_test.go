@@ -738,7 +738,9 @@ func (s *server) upload(t *testing.T, tk ticketAnswer, file string, data []byte,
 func (s *server) fetchURL(t *testing.T, uploadID string) string {
 	t.Helper()
 	before := time.Now()
-	r := runCmd(t, s.env, binPath, "fetch-url", uploadID, "--ttl", "744h", "--data-dir", s.dataDir, "--data-addr", s.dataAddr)
+	// No --data-addr: fetch-url takes the base the edge records in its data
+	// dir, as README runs it beside serve.
+	r := runCmd(t, s.env, binPath, "fetch-url", uploadID, "--ttl", "744h", "--data-dir", s.dataDir)
 	if r.code != 0 {
 		t.Fatalf("fetch-url: exit %d: %s", r.code, r.stderr)
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,8 +30,9 @@ var fetchURLHelp = cli.Doc{
 	About: `Mints a fetch capability for the image UPLOAD_ID in the store of --data-dir and ` +
 		`prints its URL on stdout, once: the operator's way to hand an image to an importer ` +
 		`(CDI, curl, qemu-img) by hand. The URL works for --ttl, at most 744h (31 days, an ` +
-		`order's month); its base is --public-url, or ` +
-		`http://<data-addr>. Works while serve runs.`,
+		`order's month); its base is --public-url, or http://<data-addr>, or, with ` +
+		`neither set, the base the edge serving --data-dir hands out (it records it there ` +
+		`when it starts). Works while serve runs.`,
 	Env: []cli.EnvVar{storeURLVar},
 	Exits: []string{"0  minted; the URL is on stdout", "1  no image UPLOAD_ID, or the store failed",
 		"2  a usage error (a bad flag, value or UPLOAD_ID, or a data dir that is not one)"},
@@ -63,7 +67,7 @@ func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *ttl > maxFetchURLTTL {
 		return usagef("--ttl %v is longer than 744h (31 days), the longest a fetch URL may work: an order's month", *ttl)
 	}
-	base, err := publicBase(*publicURL, *dataAddr)
+	base, err := fetchURLBase(fs, *dataDir, *publicURL, *dataAddr, stderr)
 	if err != nil {
 		return err
 	}
@@ -87,4 +91,25 @@ func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stderr, "fetch URL for %s, valid until %s (shown only this once):\n", id, ft.ExpiresAt.Format(time.RFC3339))
 	fmt.Fprintln(stdout, base+"/market/vm-images/fetch/"+token)
 	return nil
+}
+
+// fetchURLBase is the base of the URL fetch-url prints: --public-url or
+// --data-addr when either is set (as a flag or a variable); otherwise the
+// one the edge serving dataDir recorded there, since that edge's flags are
+// not fetch-url's; otherwise the default address, said on stderr.
+func fetchURLBase(fs *flag.FlagSet, dataDir, publicURL, dataAddr string, stderr io.Writer) (string, error) {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "public-url" || f.Name == "data-addr" })
+	if set {
+		return publicBase(publicURL, dataAddr)
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, publicURLFile))
+	switch {
+	case err == nil:
+		return publicBase(strings.TrimSpace(string(b)), dataAddr)
+	case !errors.Is(err, iofs.ErrNotExist):
+		return "", fmt.Errorf("reading the edge's public URL: %w", err)
+	}
+	fmt.Fprintf(stderr, "no edge has served %s yet, so the URL's base is http://%s; --public-url sets it\n", dataDir, dataAddr)
+	return publicBase(publicURL, dataAddr)
 }

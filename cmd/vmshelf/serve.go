@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -144,6 +145,11 @@ func openShelf(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.W
 		sh.blobs.Blobs = sqlite.RefillAfterDelete(sh.blobs.Blobs, st.local, log)
 	}
 	if err := sh.check(ctx, f, log); err != nil {
+		return nil, err
+	}
+	// fetch-url, run beside this serve without flags of its own, mints
+	// URLs on the base this serve hands out, not on the default address.
+	if err := writePrivateFile(filepath.Join(f.dataDir, publicURLFile), f.base); err != nil {
 		return nil, err
 	}
 	if f.dev {
