@@ -44,9 +44,16 @@ type options struct {
 	s3HTTP     bool // the S3 phase over plain http instead of https
 }
 
-var allPhases = []string{"control", "refusal", "upload", "fetch", "range", "importer", "concurrency", "s3"}
+var allPhases = []string{"control", "slowbody", "refusal", "upload", "fetch", "range", "importer", "concurrency", "s3"}
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "slowbody" {
+		addr, n, err := slowBodyArgs(os.Args[2:])
+		if err == nil {
+			err = runSlowBody(addr, n)
+		}
+		log.Fatal(err)
+	}
 	if len(os.Args) == 3 && os.Args[1] == "discard" {
 		if err := runDiscard(os.Args[2]); err != nil {
 			log.Fatal(err)
@@ -178,6 +185,8 @@ func run(o options) (err error) {
 		switch p {
 		case "control":
 			perr = b.phaseControl()
+		case "slowbody":
+			perr = b.phaseSlowBody()
 		case "refusal":
 			perr = b.phaseRefusal()
 		case "upload":

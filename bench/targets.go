@@ -86,6 +86,9 @@ func (b *bench) targets() {
 	add("415 after body bytes read (worst repetition)", "bytes", "<=", 64<<10, maxOf("refusal", ref415, "read"), "refusal: body bytes read")
 	add("413 (Expect: 100-continue) with body bytes read (worst repetition)", "bytes", "<=", 0, maxOf("refusal", ref413, "read"), "refusal: body bytes read")
 	add(fmt.Sprintf("ticket issue p99 at %d req/s", b.opt.controlQPS), "ms", "<=", 10, maxOf("control", fmt.Sprintf("ticket issue, %d req/s constant", b.opt.controlQPS), "p99"), "control: p99 ms, max over repetitions")
+	slow := slowBodyClients(b.opt.quick)
+	add(fmt.Sprintf("/healthz p99 under %d slow webhook bodies, generator at nice 19 (worst repetition)", slow), "ms", "<=", 100,
+		maxOf("slowbody", slowBodyRow(slow, true), "p99"), "slowbody: p99 ms, max over repetitions")
 	add("upload through S3 ÷ the S3 server's own PUT of the same bytes (minio-go)", "×", ">=", 0.8, ratio("s3", "mbps", s3Vmshelf, s3Direct), "s3: MB/s")
 	add("fetch through S3 ÷ the S3 server's own GET (minio-go)", "×", ">=", 0.8, ratio("s3", "mbps", s3VmshelfGet, s3DirectGet), "s3: MB/s")
 	add("peak RSS with 4 concurrent uploads through S3, fresh process (worst repetition)", "MiB", "<=", 96, maxOf("s3_rss", s3Concurrent, "rss"), "s3_rss: peak RSS MiB, max over repetitions")
