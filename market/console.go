@@ -277,6 +277,11 @@ type consoleSession struct {
 	in, out, last atomic.Int64
 	// opened is set once the machine's console is open.
 	opened atomic.Bool
+	// toMachineBy and toBrowserBy are the deadlines of the write to each
+	// side under way (Unix nanoseconds; 0 for none). A deadline that
+	// passes closes that side, so its reader fails too, maybe first: the
+	// end is told by the deadline, not by which part saw it.
+	toMachineBy, toBrowserBy atomic.Int64
 }
 
 // The ways a console session ends: the end label of
@@ -371,7 +376,7 @@ func (sess *consoleSession) readBrowser(ctx context.Context, browser net.Conn, p
 			}
 		}
 		if err != nil {
-			stop(sess.browserEnd())
+			stop(sess.stalledOr(sess.browserEnd()))
 			return
 		}
 	}
@@ -389,20 +394,14 @@ func (sess *consoleSession) browserEnd() string {
 // writeMachine writes what readBrowser read to the machine's console,
 // each write bounded by the console timeout.
 func (sess *consoleSession) writeMachine(ctx context.Context, vm net.Conn, pending *consoleBuffer, stop func(string)) {
-	timeout := sess.s.consoleTimeout()
 	var spare []byte
 	for {
 		b := pending.take(ctx, spare)
 		if b == nil {
 			return
 		}
-		deadline := time.Now().Add(timeout)
-		if err := vm.SetWriteDeadline(deadline); err != nil {
-			stop(endConsoleClosed)
-			return
-		}
-		if _, err := vm.Write(b); err != nil {
-			stop(writeEnd(deadline, endConsoleClosed))
+		if err := sess.write(vm, b, &sess.toMachineBy); err != nil {
+			stop(sess.stalledOr(endConsoleClosed))
 			return
 		}
 		sess.in.Add(int64(len(b)))
@@ -414,39 +413,49 @@ func (sess *consoleSession) writeMachine(ctx context.Context, vm net.Conn, pendi
 // bounded by the console timeout; a read of the machine's side has the
 // idle time as its bound (watch).
 func (sess *consoleSession) copyToBrowser(vm, browser net.Conn, stop func(string)) {
-	timeout := sess.s.consoleTimeout()
 	buf := make([]byte, consoleRead)
 	for {
 		k, err := vm.Read(buf)
 		if k > 0 {
 			sess.last.Store(time.Now().UnixNano())
-			deadline := time.Now().Add(timeout)
-			if derr := browser.SetWriteDeadline(deadline); derr != nil {
-				stop(endBrowserClosed)
-				return
-			}
-			if _, werr := browser.Write(buf[:k]); werr != nil {
-				stop(writeEnd(deadline, endBrowserClosed))
+			if werr := sess.write(browser, buf[:k], &sess.toBrowserBy); werr != nil {
+				stop(sess.stalledOr(endBrowserClosed))
 				return
 			}
 			sess.out.Add(int64(k))
 		}
 		if err != nil {
-			stop(endConsoleClosed)
+			stop(sess.stalledOr(endConsoleClosed))
 			return
 		}
 	}
 }
 
-// writeEnd is the end of a session whose write failed: stalled when the
-// write's deadline passed (the error itself may not say so: a WebSocket
-// whose deadline passes mid-write is closed, and the write fails as
-// closed), otherwise the side written to closed.
-func writeEnd(deadline time.Time, closed string) string {
-	if !time.Now().Before(deadline) {
-		return endStalled
+// write writes b to c within the console timeout, its deadline kept in
+// by while it runs, and after it if it failed.
+func (sess *consoleSession) write(c net.Conn, b []byte, by *atomic.Int64) error {
+	deadline := time.Now().Add(sess.s.consoleTimeout())
+	by.Store(deadline.UnixNano())
+	if err := c.SetWriteDeadline(deadline); err != nil {
+		return err
 	}
-	return closed
+	if _, err := c.Write(b); err != nil {
+		return err // the deadline stays for stalledOr: the session ends
+	}
+	by.Store(0)
+	return nil
+}
+
+// stalledOr is endStalled when a write to either side is past its
+// deadline, else end.
+func (sess *consoleSession) stalledOr(end string) string {
+	now := time.Now().UnixNano()
+	for _, by := range []*atomic.Int64{&sess.toMachineBy, &sess.toBrowserBy} {
+		if d := by.Load(); d != 0 && now >= d {
+			return endStalled
+		}
+	}
+	return end
 }
 
 // watch ends an open session when nothing passed for the idle time or its
