@@ -90,7 +90,7 @@ type fetchPart struct {
 // closes blob and returns false.
 func (g *Gateway) choosePart(ctx *fasthttp.RequestCtx, blob imagestore.Blob, img imagestore.Image) (fetchPart, bool) {
 	size := blob.Size()
-	if inm := string(ctx.Request.Header.Peek("If-None-Match")); inm != "" && etagMatches(inm, etagOf(img)) {
+	if noneMatch(ctx, etagOf(img)) {
 		blob.Close()
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
 		return fetchPart{}, false
@@ -222,6 +222,21 @@ func (g *Gateway) ifRange(ctx *fasthttp.RequestCtx, img imagestore.Image) bool {
 	modified := img.CreatedAt
 	t, err := http.ParseTime(ir)
 	return err == nil && t.Equal(modified.UTC().Truncate(time.Second)) && modified.Equal(modified.Truncate(time.Second))
+}
+
+// noneMatch reports whether the request's If-None-Match names etag. The
+// header is a list, which may come in several lines (RFC 9110 5.3): every
+// line is read, as a proxy that joined them would.
+func noneMatch(ctx *fasthttp.RequestCtx, etag string) bool {
+	if len(ctx.Request.Header.Peek("If-None-Match")) == 0 {
+		return false
+	}
+	for _, line := range ctx.Request.Header.PeekAll("If-None-Match") {
+		if etagMatches(string(line), etag) {
+			return true
+		}
+	}
+	return false
 }
 
 // etagMatches checks an If-None-Match list (weak comparison, RFC 9110 13.1.2).

@@ -24,6 +24,7 @@ import (
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
+	"github.com/vmshelf/vmshelf/internal/headerrule"
 	"github.com/vmshelf/vmshelf/internal/lazyctx"
 	"github.com/vmshelf/vmshelf/internal/logsample"
 )
@@ -250,6 +251,8 @@ func (g *Gateway) newServer() *fasthttp.Server {
 			aerr := apierr.Wrap(err, fasthttp.StatusBadRequest, "badRequest", "the request could not be read as HTTP/1.1")
 			if isTimeout(err) {
 				aerr = apierr.Wrap(err, fasthttp.StatusRequestTimeout, "requestTimeout", "the request head did not arrive in time")
+			} else if refusal := parseRefusal(err); refusal != nil {
+				aerr = refusal.WithCause(err)
 			}
 			writeError(ctx, aerr)
 			g.logRefusal(ctx, aerr)
@@ -309,7 +312,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // route's header form, the upload id its token must name) is the last path
 // segment and nothing else is accepted.
 func (g *Gateway) route(ctx *fasthttp.RequestCtx) {
-	if aerr := badFraming(ctx); aerr != nil {
+	if aerr := headRefusal(ctx); aerr != nil {
 		writeError(ctx, aerr)
 		return
 	}
@@ -380,7 +383,7 @@ func classify(path string) (routeKind, string) {
 // expect answers "Expect: 100-continue" with the early refusals, so that a
 // client that asked first sends no body byte to be refused.
 func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
-	if aerr := badFraming(ctx); aerr != nil {
+	if aerr := headRefusal(ctx); aerr != nil {
 		writeError(ctx, aerr)
 		return aerr.Status
 	}
@@ -419,20 +422,68 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 	return aerr.Status
 }
 
-// badFraming refuses a Transfer-Encoding other than chunked (RFC 9112
-// 6.1: 400 and close). fasthttp refuses most itself but takes "identity"
-// as no body at all, so whatever follows the head would run as a second
-// request: a smuggling channel past a proxy that framed it otherwise.
-func badFraming(ctx *fasthttp.RequestCtx) *apierr.Error {
+// headRefusal refuses a head that reads two ways (headerrule: a header of
+// one value given twice, a body framed both by Content-Length and by
+// Transfer-Encoding; fasthttp keeps the first line of a repeated header
+// but the last Content-Type, and reads a body with both lengths as
+// chunked) and a Transfer-Encoding other than chunked (RFC 9112 6.1):
+// fasthttp refuses most itself but takes "identity" as no body at all, so
+// whatever follows the head would run as a second request, a smuggling
+// channel past a proxy that framed it otherwise. It reads the head's
+// lines as they came, once, and allocates nothing for a head it lets
+// pass. The connection closes after a refusal: the bytes before a head a
+// proxy framed otherwise are not what it sent either.
+func headRefusal(ctx *fasthttp.RequestCtx) *apierr.Error {
+	var head headerrule.Head
+	otherCoding := false
 	raw := ctx.Request.Header.RawHeaders()
 	for len(raw) > 0 {
 		var line []byte
 		line, raw, _ = bytes.Cut(raw, []byte("\n"))
+		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			continue // more of the line before (obs-fold), no header of its own
+		}
 		k, v, ok := bytes.Cut(line, []byte(":"))
-		if ok && bytes.EqualFold(bytes.TrimSpace(k), []byte("Transfer-Encoding")) &&
+		if !ok {
+			continue
+		}
+		k = bytes.TrimSpace(k)
+		head.Line(k)
+		if len(k) == len("Transfer-Encoding") && bytes.EqualFold(k, []byte("Transfer-Encoding")) &&
 			!bytes.EqualFold(bytes.TrimSpace(v), []byte("chunked")) {
-			ctx.SetConnectionClose()
-			return apierr.New(fasthttp.StatusBadRequest, "badRequest", "Transfer-Encoding other than chunked is not accepted")
+			otherCoding = true
+		}
+	}
+	aerr := head.Refusal(ctx.Request.Header.IsHTTP11())
+	if aerr == nil && otherCoding {
+		aerr = apierr.New(fasthttp.StatusBadRequest, "badRequest", "Transfer-Encoding other than chunked is not accepted")
+	}
+	if aerr != nil {
+		ctx.SetConnectionClose()
+	}
+	return aerr
+}
+
+// parseRefusal is the answer to a head fasthttp refused while parsing it
+// for a reason of headerrule's, or nil. fasthttp tells a repeated
+// Content-Length by a sentinel, a Transfer-Encoding on a request older
+// than HTTP/1.1 by ErrUnsupportedTransferEncoding (its only use in a
+// request head while SecureErrorLogMessage is off, as here), and a
+// repeated Transfer-Encoding or Host only by the text of the error it
+// wraps.
+func parseRefusal(err error) *apierr.Error {
+	switch {
+	case errors.Is(err, fasthttp.ErrDuplicateContentLength):
+		return headerrule.Repeated("Content-Length")
+	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
+		return headerrule.TransferEncodingBeforeHTTP11
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		switch e.Error() {
+		case "too many transfer-encoding headers":
+			return headerrule.Repeated("Transfer-Encoding")
+		case "too many host headers":
+			return headerrule.Repeated("Host")
 		}
 	}
 	return nil

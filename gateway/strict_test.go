@@ -143,3 +143,100 @@ func TestTusRefusedCreationNoLocation(t *testing.T) {
 		}
 	}
 }
+
+// headRefused sends head (and body, if any) on a fresh connection and
+// wants 400 with reason, a sentence naming what, and the connection
+// closed with nothing else answered.
+func headRefused(t *testing.T, base, name, head, body, reason, what string) {
+	t.Helper()
+	rc := openRaw(t, base, head)
+	if body != "" {
+		rc.send([]byte(body), name+": the body")
+	}
+	resp, got := rc.answer(name)
+	if resp.StatusCode != 400 || errorOf(t, bytes.NewReader(got)).Reason != reason || !strings.Contains(string(got), what) || !resp.Close {
+		t.Errorf("%s: %d %.200s close=%v, want 400 %s naming %s, and close", name, resp.StatusCode, got, resp.Close, reason, what)
+	}
+	if r2, b2, err := rc.readAnswer(); err == nil {
+		t.Errorf("%s: a second answer after the refusal: %d %.200s", name, r2.StatusCode, b2)
+	}
+}
+
+// TestRepeatedHeaderRefused: a header of one value in two lines is 400
+// repeatedHeader before the body is read, on every route: the ticket
+// stays unused and the session where it was. fasthttp alone would read
+// the first Upload-Offset (or Range) and the last Content-Type.
+func TestRepeatedHeaderRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	up, _ := e.ticket()
+	sess, _ := e.create(1 << 20)
+	put := "PUT " + strings.TrimPrefix(up, e.base) + " HTTP/1.1\r\nHost: x\r\n"
+	post := "POST " + strings.TrimPrefix(up, e.base) + " HTTP/1.1\r\nHost: x\r\nTus-Resumable: 1.0.0\r\n"
+	patch := "PATCH " + strings.TrimPrefix(sess, e.base) + " HTTP/1.1\r\nHost: x\r\nTus-Resumable: 1.0.0\r\n" +
+		"Content-Type: application/offset+octet-stream\r\n"
+	junk := strings.Repeat("x", 100)
+	for _, c := range []struct{ name, head, body, what string }{
+		{"PUT, two Content-Type", put + "Content-Type: application/octet-stream\r\nContent-Type: text/plain\r\nContent-Length: 100", junk, "Content-Type"},
+		{"PUT, 100-continue, two Content-Type", put + "Content-Type: a/b\r\nContent-Type: c/d\r\nContent-Length: 100\r\nExpect: 100-continue", "", "Content-Type"},
+		{"POST, Upload-Length 0 then 100", post + "Upload-Length: 0\r\nUpload-Length: 100", "", "Upload-Length"},
+		{"POST, two Tus-Resumable", post + "Tus-Resumable: 1.0.0\r\nUpload-Length: 100", "", "Tus-Resumable"},
+		{"PATCH, Upload-Offset 0 then 100", patch + "Upload-Offset: 0\r\nupload-offset: 100\r\nContent-Length: 100", junk, "Upload-Offset"},
+		{"fetch, two Range", "GET /market/vm-images/fetch/" + strings.Repeat("a", 64) + " HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\nRange: bytes=2-3", "", "Range"},
+		{"preflight, two Origin", "OPTIONS " + strings.TrimPrefix(up, e.base) + " HTTP/1.1\r\nHost: x\r\nOrigin: http://a\r\nOrigin: http://b\r\n" +
+			"Access-Control-Request-Method: PUT", "", "Origin"},
+	} {
+		headRefused(t, e.base, c.name, c.head, c.body, "repeatedHeader", c.what)
+	}
+	// fasthttp's own refusals of a repeat get the same answer.
+	for h, lines := range map[string]string{
+		"Content-Length":    "Content-Length: 100\r\nContent-Length: 100",
+		"Host":              "Host: y",
+		"Transfer-Encoding": "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked",
+	} {
+		headRefused(t, e.base, "PUT, two "+h, put+lines, "", "repeatedHeader", h)
+	}
+	e.assertTicket(up, false)
+	wantOffset(t, sess, 0, "after the refused PATCH")
+	// Lists may repeat: not refused.
+	resp, b := rawRequest(t, e.base, put+"Accept: */*\r\nAccept: text/plain\r\nX-Forwarded-For: 192.0.2.1\r\nX-Forwarded-For: 192.0.2.2\r\n"+
+		"Content-Length: 100", strings.NewReader(junk))
+	if resp.StatusCode != 415 {
+		t.Errorf("PUT with repeated lists: %d %s, want 415 notQcow2 (read as usual)", resp.StatusCode, b)
+	}
+}
+
+// TestBothLengthsRefused: a body framed both by Content-Length and by
+// Transfer-Encoding (and a Transfer-Encoding on HTTP/1.0) is 400
+// ambiguousLength and the connection closes; fasthttp alone would read
+// it as chunked, the way a proxy that took the length does not.
+func TestBothLengthsRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	up, _ := e.ticket()
+	sess, _ := e.create(1 << 20)
+	chunks := "64\r\n" + strings.Repeat("x", 100) + "\r\n0\r\n\r\n"
+	for _, c := range []struct{ name, head string }{
+		{"PUT", "PUT " + strings.TrimPrefix(up, e.base) + " HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nTransfer-Encoding: chunked"},
+		{"PUT, length after coding", "PUT " + strings.TrimPrefix(up, e.base) + " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 100"},
+		{"PATCH", "PATCH " + strings.TrimPrefix(sess, e.base) + " HTTP/1.1\r\nHost: x\r\nTus-Resumable: 1.0.0\r\nUpload-Offset: 0\r\n" +
+			"Content-Type: application/offset+octet-stream\r\nContent-Length: 100\r\nTransfer-Encoding: chunked"},
+		{"PUT over HTTP/1.0", "PUT " + strings.TrimPrefix(up, e.base) + " HTTP/1.0\r\nHost: x\r\nContent-Length: 100\r\nTransfer-Encoding: chunked"},
+	} {
+		headRefused(t, e.base, c.name, c.head, chunks, "ambiguousLength", "Transfer-Encoding")
+	}
+	e.assertTicket(up, false)
+	wantOffset(t, sess, 0, "after the refused PATCH")
+}
+
+// TestIfNoneMatchLines: If-None-Match is a list; in two lines it is one
+// list, and the image named by the second line is not sent again.
+func TestIfNoneMatchLines(t *testing.T) {
+	needQemu(t)
+	e := newEnv(t, nil)
+	id, data := e.stored(makeImage(t, "64M"))
+	url := e.fetchURL(id, time.Hour)
+	resp, b := rawRequest(t, e.base, "GET "+strings.TrimPrefix(url, e.base)+" HTTP/1.1\r\nHost: x\r\n"+
+		"If-None-Match: \"other\"\r\nIf-None-Match: W/\"other\", \""+sha(data)+"\"", nil)
+	if resp.StatusCode != 304 {
+		t.Errorf("If-None-Match naming the image in its second line: %d with %d bytes, want 304", resp.StatusCode, len(b))
+	}
+}

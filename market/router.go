@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/headwatch"
 )
 
 // router maps an exact path to its methods. It is deliberately smaller than
@@ -79,13 +80,24 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// "//healthz" or "/%68ealthz". EscapedPath is the wire form whenever
 	// it differs from the default encoding.
 	ro := rt.routes[r.URL.EscapedPath()]
+	if ro != nil {
+		label = ro.pattern
+		r.Pattern = ro.pattern // for logs, as http.ServeMux would set it
+	}
+	// Before anything else, on any path: a head that reads two ways (a
+	// header of one value given twice, a body framed by both lengths).
+	// The connection closes after it: the bytes before a head a proxy
+	// framed otherwise are not what the proxy sent either.
+	if aerr := headwatch.Judge(r); aerr != nil {
+		sw.Header().Set("Connection", "close")
+		rt.fail(sw, r, aerr)
+		return
+	}
 	if ro == nil {
 		rt.fail(sw, r, apierr.New(http.StatusNotFound, "notFound",
 			"there is no such route; see docs/api.md in vmshelf's repository for the routes"))
 		return
 	}
-	label = ro.pattern
-	r.Pattern = ro.pattern // for logs, as http.ServeMux would set it
 	h := ro.methods[r.Method]
 	if h == nil {
 		sw.Header().Set("Allow", ro.allow)

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/headwatch"
 )
 
 // Limits of the control plane's HTTP server. Its requests are small (JSON
@@ -36,8 +38,10 @@ const (
 )
 
 // controlServer is the control plane's http.Server with the limits above.
+// It serves a headwatch listener (serve wraps it), so that its handler
+// reads each request's head as it came (headwatch.Judge).
 func controlServer(h http.Handler, f *serveFlags, log *slog.Logger) *http.Server {
-	return &http.Server{
+	srv := &http.Server{
 		Handler:           closeAfterTransferEncoding(h),
 		ReadHeaderTimeout: f.controlHeaderTimeout,
 		ReadTimeout:       controlReadTimeout,
@@ -46,16 +50,20 @@ func controlServer(h http.Handler, f *serveFlags, log *slog.Logger) *http.Server
 		MaxHeaderBytes:    controlMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	headwatch.Configure(srv)
+	return srv
 }
 
 // closeAfterTransferEncoding closes the connection after any request that
 // came with a Transfer-Encoding. One that also has a Content-Length is
-// the shape of request smuggling: a proxy in front that framed it by the
-// length sees the rest as the next request's, we by the chunks, so nothing
-// after it on that connection can be trusted to be what the proxy sent.
-// net/http drops the Content-Length of a chunked request before a handler
-// sees it, so every request with a Transfer-Encoding is treated alike;
-// the data plane (fasthttp) closes after such a request too.
+// the shape of request smuggling (the handler refuses it: headwatch sees
+// the Content-Length net/http drops): a proxy in front that framed it by
+// the length sees the rest as the next request's, we by the chunks, so
+// nothing after it on that connection can be trusted to be what the proxy
+// sent. A chunked body alone is framed one way, but headwatch, which
+// follows each connection's framing to judge every head, does not follow
+// chunks: after one, nothing more is read. The data plane (fasthttp)
+// closes after such a request too.
 func closeAfterTransferEncoding(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(r.TransferEncoding) > 0 {

@@ -24,6 +24,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
+	"github.com/vmshelf/vmshelf/internal/headwatch"
 	"github.com/vmshelf/vmshelf/internal/leader"
 	"github.com/vmshelf/vmshelf/internal/memtrim"
 	"github.com/vmshelf/vmshelf/market"
@@ -358,7 +359,7 @@ func (p *planes) run(ctx context.Context, f *serveFlags, sh *shelf, log *slog.Lo
 		return fmt.Errorf("control plane: %w", err)
 	}
 	ctl := controlServer(p.mk.Handler(), f, log)
-	dataLim, ctlLim := connLimits(dataLn, ctlLn, f, p.evictions, log)
+	dataLim, ctlLim := connLimits(dataLn, headwatch.Listen(ctlLn), f, p.evictions, log)
 	// Start-up is over: what only it needed (most of the binary's code and
 	// constants it touched, the heap it left free) need not stay resident.
 	if _, err := memtrim.AfterStartup(); err != nil {

@@ -11,8 +11,9 @@ import (
 // Every reason code the edge can answer has a sentence in app.js's REASONS
 // table: a refusal is shown in words, never as a bare code. The codes are
 // read from the sources that answer them (the data plane, the control
-// plane, the QCOW2 gate's reasons, the order cancellations), so a new
-// code without words fails here.
+// plane, the QCOW2 gate's reasons, the order cancellations, the rule of
+// one reading of a head both planes answer), so a new code without words
+// fails here.
 func TestEveryReasonHasWords(t *testing.T) {
 	app, err := os.ReadFile(filepath.Join("static", "app.js"))
 	if err != nil {
@@ -35,7 +36,7 @@ func TestEveryReasonHasWords(t *testing.T) {
 		regexp.MustCompile(`ans\.Machines = "(\w+)"`),   // readiness of the market
 	}
 	codes := map[string]string{}
-	for _, dir := range []string{"../../gateway", "..", "../../imagestore/qcow2", "../../internal/apierr"} {
+	for _, dir := range []string{"../../gateway", "..", "../../imagestore/qcow2", "../../internal/apierr", "../../internal/headerrule"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

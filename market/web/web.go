@@ -197,5 +197,18 @@ func (p *Page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", a.etag)
 	// ServeContent does If-None-Match (304), HEAD and Content-Length; no
 	// modification time, so the ETag alone decides.
-	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(a.body))
+	http.ServeContent(w, oneLineLists(r), "", time.Time{}, bytes.NewReader(a.body))
+}
+
+// oneLineLists is r with each of If-None-Match and If-Match in one line:
+// they are lists, which may come in several lines (RFC 9110 5.3), and
+// ServeContent reads the first line alone. r itself is left as it is.
+func oneLineLists(r *http.Request) *http.Request {
+	for _, name := range []string{"If-None-Match", "If-Match"} {
+		if lines := r.Header.Values(name); len(lines) > 1 {
+			r = r.Clone(r.Context())
+			r.Header.Set(name, strings.Join(lines, ", "))
+		}
+	}
+	return r
 }

@@ -132,6 +132,7 @@ func TestETagRevalidation(t *testing.T) {
 		}{
 			{"same tag", []string{etag}, http.StatusNotModified},
 			{"in a list", []string{`"other", ` + etag}, http.StatusNotModified},
+			{"in the second line of the list", []string{`"other"`, `W/"another", ` + etag}, http.StatusNotModified},
 			{"weak form", []string{"W/" + etag}, http.StatusNotModified},
 			{"star", []string{"*"}, http.StatusNotModified},
 			{"stale tag", []string{`"0123"`}, http.StatusOK},

@@ -102,6 +102,8 @@
     // generic answers
     badRequest: 'The edge refused the request as malformed.',
     requestTimeout: 'The request took too long to arrive.',
+    repeatedHeader: 'The edge refused the request: it gave a header twice that carries one value (a proxy between the browser and the edge may have added it).',
+    ambiguousLength: 'The edge refused the request: its length was given two ways (a proxy between the browser and the edge may have changed it).',
     notFound: 'The edge does not know this address.',
     methodNotAllowed: 'The edge does not accept this request here.',
     unsupportedMediaType: 'The edge wants JSON for this request.',
