@@ -141,7 +141,8 @@ func TestFakeRefundOfDisputedCharge(t *testing.T) {
 		t.Helper()
 		_, err := s.Refund(ctx, RefundRequest{OrderID: "ord_42", Cause: cause, PaymentIntent: paid.PaymentIntent})
 		se := checkKind(t, err, ErrRefused)
-		if se == nil || se.Status != http.StatusBadRequest || se.Type != "invalid_request_error" || se.Code != "charge_disputed" {
+		if se == nil || se.Status != http.StatusBadRequest || se.Type != "invalid_request_error" || se.Code != "charge_disputed" ||
+			!errors.Is(err, ErrChargeDisputed) || errors.Is(err, ErrAlreadyRefunded) {
 			t.Errorf("refund of a disputed charge: %v, want 400 invalid_request_error charge_disputed", err)
 		}
 	}
@@ -206,7 +207,13 @@ func TestFakeRefundOutcomes(t *testing.T) {
 			return fake.DisputeEvent("evt_1", paid.PaymentIntent, "fraudulent", secret, testNow)
 		}, func(e *Event) {
 			e.DisputeID = "dp_stripetest_" + strings.TrimPrefix(paid.ID, "cs_test_")
-			e.PaymentIntent, e.DisputeReason, e.Amount = paid.PaymentIntent, "fraudulent", 1800
+			e.PaymentIntent, e.DisputeReason, e.Amount, e.DisputeStatus = paid.PaymentIntent, "fraudulent", 1800, "needs_response"
+		}},
+		{"charge.dispute.closed", func() ([]byte, string, error) {
+			return fake.DisputeClosedEvent("evt_1", paid.PaymentIntent, DisputeWon, secret, testNow)
+		}, func(e *Event) {
+			e.DisputeID = "dp_stripetest_" + strings.TrimPrefix(paid.ID, "cs_test_")
+			e.PaymentIntent, e.DisputeReason, e.Amount, e.DisputeStatus = paid.PaymentIntent, "fraudulent", 1800, DisputeWon
 		}},
 		{"account.updated", func() ([]byte, string, error) {
 			return fake.AccountUpdatedEvent("evt_1", testHost, secret, testNow)
