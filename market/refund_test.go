@@ -436,7 +436,7 @@ func TestRefundWebhookEvents(t *testing.T) {
 			`vmshelf_webhook_events_total{result="disputed",type="charge.dispute.created"} 1`)
 		var line string
 		for l := range strings.SplitSeq(e.logs.String(), "\n") {
-			if strings.Contains(l, "disputed") && strings.Contains(l, "order_id="+o.ID) {
+			if strings.Contains(l, "payment disputed") && strings.Contains(l, "order_id="+o.ID) {
 				line = l
 			}
 		}
