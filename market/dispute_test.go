@@ -2,6 +2,7 @@ package market
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,14 +82,21 @@ func (e *env) refundRequestsOf(id string) int {
 	return n
 }
 
-// stripeEventLine is the "stripe event" log line of event id.
-func (e *env) stripeEventLine(id string) string {
+// logLine is the last log line that contains every one of parts, "" if
+// none does.
+func (e *env) logLine(parts ...string) string {
+	line := ""
 	for l := range strings.SplitSeq(e.logs.String(), "\n") {
-		if strings.Contains(l, `msg="stripe event"`) && strings.Contains(l, "event="+id+" ") {
-			return l
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) }) {
+			line = l
 		}
 	}
-	return ""
+	return line
+}
+
+// stripeEventLine is the "stripe event" log line of event id.
+func (e *env) stripeEventLine(id string) string {
+	return e.logLine(`msg="stripe event"`, "event="+id+" ")
 }
 
 // TestRefundCause: a disputed order is never refunded automatically,
@@ -331,13 +339,7 @@ func TestDisputeClosed(t *testing.T) {
 		`vmshelf_disputes_closed_total{outcome="lost"} 1`, `vmshelf_disputes_closed_total{outcome="won"} 1`,
 		`vmshelf_disputes_closed_total{outcome="warning_closed"} 0`,
 		`vmshelf_webhook_events_total{result="disputeClosed",type="charge.dispute.closed"} 2`)
-	var line string
-	for l := range strings.SplitSeq(e.logs.String(), "\n") {
-		if strings.Contains(l, "dispute closed") && strings.Contains(l, "order_id="+lost.ID) {
-			line = l
-		}
-	}
-	if !strings.Contains(line, "outcome=lost") {
+	if line := e.logLine("dispute closed", "order_id="+lost.ID); !strings.Contains(line, "outcome=lost") {
 		t.Errorf("no log line says the dispute of %s was lost:\n%s", lost.ID, e.logs.String())
 	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -29,23 +27,9 @@ type disputeStatus struct {
 
 func disputeStatusOf(t *testing.T, s *server, orderID string) disputeStatus {
 	t.Helper()
-	code, body := s.ctl(t, "/market/vms/status", s.token, "")
-	if code != http.StatusOK {
-		t.Fatalf("status: %d %s", code, body)
-	}
-	var st struct {
-		Orders []disputeStatus `json:"orders"`
-	}
-	if err := json.Unmarshal(body, &st); err != nil {
-		t.Fatalf("status %s: %v", body, err)
-	}
-	for _, o := range st.Orders {
-		if o.OrderID == orderID {
-			return o
-		}
-	}
-	t.Fatalf("status does not list order %s: %s", orderID, body)
-	return disputeStatus{}
+	var o disputeStatus
+	statusOrder(t, s, s.token, orderID, &o)
+	return o
 }
 
 // paymentIntentOf is the PaymentIntent the stand-in Stripe paid orderID's

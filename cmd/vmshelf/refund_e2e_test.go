@@ -36,23 +36,40 @@ type refundOrderStatus struct {
 
 func refundStatusOf(t *testing.T, s *server, token, orderID string) refundOrderStatus {
 	t.Helper()
+	var o refundOrderStatus
+	statusOrder(t, s, token, orderID, &o)
+	return o
+}
+
+// statusOrder reads order orderID as the status of token's tenant shows it
+// into v.
+func statusOrder(t *testing.T, s *server, token, orderID string, v any) {
+	t.Helper()
 	code, body := s.ctl(t, "/market/vms/status", token, "")
 	if code != http.StatusOK {
 		t.Fatalf("status: %d %s", code, body)
 	}
 	var st struct {
-		Orders []refundOrderStatus `json:"orders"`
+		Orders []json.RawMessage `json:"orders"`
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatalf("status %s: %v", body, err)
 	}
-	for _, o := range st.Orders {
-		if o.OrderID == orderID {
-			return o
+	for _, raw := range st.Orders {
+		var id struct {
+			OrderID string `json:"order_id"`
+		}
+		if err := json.Unmarshal(raw, &id); err != nil {
+			t.Fatalf("status order %s: %v", raw, err)
+		}
+		if id.OrderID == orderID {
+			if err := json.Unmarshal(raw, v); err != nil {
+				t.Fatalf("status order %s: %v", raw, err)
+			}
+			return
 		}
 	}
 	t.Fatalf("status does not list order %s: %s", orderID, body)
-	return refundOrderStatus{}
 }
 
 // listing has host list replicas on s (body: unit_price and capacity).

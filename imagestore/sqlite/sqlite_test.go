@@ -690,6 +690,41 @@ func TestMarketErrorsCarryNoUserData(t *testing.T) {
 	}
 }
 
+// oldMarket opens the database at path with the schema's first before
+// steps, as a binary of that time wrote it, with a host (Stripe account
+// acct_host) whose listing l1 has 3 replicas at 6.00 EUR, and a buyer.
+func oldMarket(t *testing.T, path string, before int, now time.Time) (old *Store, host, buyer imagestore.Tenant) {
+	t.Helper()
+	ctx := t.Context()
+	old, err := open(ctx, path, schema()[:before])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, err = old.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_host"}, imagestore.HashSecret("h")); err != nil {
+		t.Fatal(err)
+	}
+	if buyer, err = old.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 3, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	return old, host, buyer
+}
+
+// oldOrder places order id of quantity debian-13 replicas of oldMarket's
+// listing with userData.
+func oldOrder(t *testing.T, old *Store, host, buyer imagestore.Tenant, id string, quantity int, userData string, now time.Time) {
+	t.Helper()
+	total := 600 * int64(quantity)
+	o := imagestore.Order{ID: id, ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: quantity,
+		ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: total, Fee: total / 2,
+		Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
+	if err := old.CreateOrder(t.Context(), o, userData, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMigrateOrdersToNotes opens a database written before the
 // provisioner's step (orders, no note, no replica states) and checks that
 // its orders come through with an empty note and take notes, replica
@@ -700,27 +735,8 @@ func TestMigrateOrdersToNotes(t *testing.T) {
 	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	const before = 5 // the market's step; the provisioner's came after it
 
-	old, err := open(ctx, path, schema()[:before])
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_host"}, imagestore.HashSecret("h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	buyer, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 3, CreatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
-	o := imagestore.Order{ID: "o1", ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: 2,
-		ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: 1200, Fee: 600,
-		Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-	if err := old.CreateOrder(ctx, o, "", 0); err != nil {
-		t.Fatal(err)
-	}
+	old, host, buyer := oldMarket(t, path, before, now)
+	oldOrder(t, old, host, buyer, "o1", 2, "", now)
 	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -765,28 +781,9 @@ func TestMigrateOrdersToRefunds(t *testing.T) {
 	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	const before = 9 // the step before the refunds'
 
-	old, err := open(ctx, path, schema()[:before])
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_host"}, imagestore.HashSecret("h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	buyer, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 3, CreatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	old, host, buyer := oldMarket(t, path, before, now)
 	for _, id := range []string{"o1", "o2"} {
-		o := imagestore.Order{ID: id, ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: 1,
-			ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: 600, Fee: 300,
-			Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-		if err := old.CreateOrder(ctx, o, "#cloud-config\n", 0); err != nil {
-			t.Fatal(err)
-		}
+		oldOrder(t, old, host, buyer, id, 1, "#cloud-config\n", now)
 	}
 	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -861,28 +858,9 @@ func TestMigrateOrdersToDisputeOutcome(t *testing.T) {
 	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	const before = 12 // the step before the decisions'
 
-	old, err := open(ctx, path, schema()[:before])
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_host"}, imagestore.HashSecret("h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	buyer, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 3, CreatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	old, host, buyer := oldMarket(t, path, before, now)
 	for _, id := range []string{"o1", "o2"} {
-		o := imagestore.Order{ID: id, ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: 1,
-			ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: 600, Fee: 300,
-			Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-		if err := old.CreateOrder(ctx, o, "", 0); err != nil {
-			t.Fatal(err)
-		}
+		oldOrder(t, old, host, buyer, id, 1, "", now)
 		if err := old.MarkOrderPaid(ctx, id, now, now.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
