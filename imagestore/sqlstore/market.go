@@ -646,35 +646,27 @@ func (s *Store) StartRefund(ctx context.Context, id, cause string, now time.Time
 		return false, fmt.Errorf("start refund: %w", err)
 	}
 	var moved bool
-	err = s.write(ctx, "start refund", func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `
+	err = s.write(ctx, "start refund", func(tx *Tx) (err error) {
+		moved, err = disputeTransition(ctx, tx, id, func(met stateDisputed) error {
+			switch {
+			case met.state.Refunded():
+				return nil
+			case met.disputed:
+				return fmt.Errorf("order is %s: %w", met.state, imagestore.ErrDisputed)
+			}
+			return fmt.Errorf("order is %s: %w", met.state, imagestore.ErrOrderState)
+		}, `
 UPDATE orders SET refund_from = state, state = 'refunding', refund_cause = ?1, refund_next_at = ?2,
 	refund_attempts = 0, refund_generation = 0, refund_id = '', refund_error = ''
 WHERE id = ?3 AND payment_intent <> '' AND disputed_at IS NULL AND (state IN ('paid', 'cancelled')
 	OR (state = 'active' AND ran_at IS NULL AND ?1 = 'importFailed'))`, cause, at, id)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 1 {
-			moved = err == nil
-			return err
-		}
-		met, err := queryOne(ctx, tx, "order", scanStateDisputed, `SELECT state, disputed_at IS NOT NULL FROM orders WHERE id = ?`, id)
-		switch {
-		case err != nil:
-			return err
-		case met.state.Refunded():
-			return nil
-		case met.disputed:
-			return fmt.Errorf("order is %s: %w", met.state, imagestore.ErrDisputed)
-		}
-		return fmt.Errorf("order is %s: %w", met.state, imagestore.ErrOrderState)
+		return err
 	})
 	return moved && err == nil, err
 }
 
-// stateDisputed is what a refund that changed nothing met: the order's
-// state and whether its charge is disputed.
+// stateDisputed is what a change of an order that changed nothing met:
+// the order's state and whether its charge is disputed.
 type stateDisputed struct {
 	state    imagestore.OrderState
 	disputed bool
@@ -688,6 +680,25 @@ func scanStateDisputed(r scanner) (stateDisputed, error) {
 	err := r.Scan(&st, &m.disputed)
 	m.state = imagestore.OrderState(st)
 	return m, err
+}
+
+// disputeTransition is transitionMoved for a change that also depends on
+// the order's dispute: when update changed no row, met says what of what
+// it met is an error (nil: the order is left as it is). ErrNotFound for
+// no order.
+func disputeTransition(ctx context.Context, tx *Tx, id string, met func(stateDisputed) error, update string, args ...any) (bool, error) {
+	res, err := tx.ExecContext(ctx, update, args...)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err == nil, err
+	}
+	found, err := queryOne(ctx, tx, "order", scanStateDisputed, `SELECT state, disputed_at IS NOT NULL FROM orders WHERE id = ?`, id)
+	if err != nil {
+		return false, err
+	}
+	return false, met(found)
 }
 
 // DueRefunds lists the refunds whose next attempt is due at now.
@@ -849,25 +860,16 @@ func (s *Store) CloseOrderDispute(ctx context.Context, id, outcome string, now t
 		return false, fmt.Errorf("close order dispute: %w", err)
 	}
 	var moved bool
-	err = s.write(ctx, "close order dispute", func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `
+	err = s.write(ctx, "close order dispute", func(tx *Tx) (err error) {
+		moved, err = disputeTransition(ctx, tx, id, func(met stateDisputed) error {
+			if !met.disputed {
+				return fmt.Errorf("order (%s) has no dispute recorded: %w", met.state, imagestore.ErrOrderState)
+			}
+			return nil // closed before: the first decision stays
+		}, `
 UPDATE orders SET dispute_status = ?, dispute_closed_at = ?
 WHERE id = ? AND disputed_at IS NOT NULL AND dispute_closed_at IS NULL`, outcome, at, id)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 1 {
-			moved = err == nil
-			return err
-		}
-		met, err := queryOne(ctx, tx, "order", scanStateDisputed, `SELECT state, disputed_at IS NOT NULL FROM orders WHERE id = ?`, id)
-		switch {
-		case err != nil:
-			return err
-		case !met.disputed:
-			return fmt.Errorf("order (%s) has no dispute recorded: %w", met.state, imagestore.ErrOrderState)
-		}
-		return nil // closed before: the first decision stays
+		return err
 	})
 	return moved && err == nil, err
 }
