@@ -725,6 +725,22 @@ func oldOrder(t *testing.T, old *Store, host, buyer imagestore.Tenant, id string
 	}
 }
 
+// migrated closes old, the database at path of the schema's first before
+// steps, and opens it again with the whole schema, which migrates it. The
+// store closes when the test ends.
+func migrated(t *testing.T, old *Store, path string, before int) *Store {
+	t.Helper()
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := mustOpen(t, path)
+	t.Cleanup(func() { _ = s.Close() })
+	if got, want := userVersion(t, s), len(schema()); got != want || want <= before {
+		t.Errorf("after migration: user_version = %d, want %d (> %d)", got, want, before)
+	}
+	return s
+}
+
 // TestMigrateOrdersToNotes opens a database written before the
 // provisioner's step (orders, no note, no replica states) and checks that
 // its orders come through with an empty note and take notes, replica
@@ -740,15 +756,8 @@ func TestMigrateOrdersToNotes(t *testing.T) {
 	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
 
-	s := mustOpen(t, path)
-	defer s.Close()
-	if got, want := userVersion(t, s), len(schema()); got != want || want <= before {
-		t.Errorf("after migration: user_version = %d, want %d (> %d)", got, want, before)
-	}
+	s := migrated(t, old, path, before)
 	got, err := s.Order(ctx, "o1")
 	if err != nil || got.State != imagestore.OrderPaid || got.Note != "" || got.Quantity != 2 {
 		t.Fatalf("order after migration = %+v, %v; want paid, 2 replicas, no note", got, err)
@@ -795,15 +804,8 @@ func TestMigrateOrdersToRefunds(t *testing.T) {
 	if err := old.SetReplicaStates(ctx, "o1", rs); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
 
-	s := mustOpen(t, path)
-	defer s.Close()
-	if got, want := userVersion(t, s), len(schema()); got != want {
-		t.Errorf("after migration: user_version = %d, want %d", got, want)
-	}
+	s := migrated(t, old, path, before)
 	for _, check := range []string{"PRAGMA integrity_check", "PRAGMA foreign_key_check"} {
 		var res sql.NullString
 		err := s.db.QueryRowContext(ctx, check).Scan(&res)
@@ -878,15 +880,8 @@ func TestMigrateOrdersToDisputeOutcome(t *testing.T) {
 	if _, err := old.wdb.ExecContext(ctx, `UPDATE orders SET dispute_id = 'du_1', disputed_at = ? WHERE id = 'o1'`, now.UnixNano()); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
 
-	s := mustOpen(t, path)
-	defer s.Close()
-	if got, want := userVersion(t, s), len(schema()); got != want || want <= before {
-		t.Errorf("after migration: user_version = %d, want %d (> %d)", got, want, before)
-	}
+	s := migrated(t, old, path, before)
 	o1, err := s.Order(ctx, "o1")
 	if err != nil || o1.State != imagestore.OrderRefunding || !o1.RefundHeld() || o1.DisputeStatus != "" || !o1.DisputeClosedAt.IsZero() {
 		t.Fatalf("the disputed order after migration = %+v, %v; want its refund held", o1, err)
