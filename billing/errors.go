@@ -40,6 +40,12 @@ var (
 	// kind ErrRefused that errors.Is also matches to this, so that the
 	// caller can count the refund as done and not as refused.
 	ErrAlreadyRefunded = errors.New("the charge is already refunded")
+	// ErrChargeDisputed is Stripe's answer that the charge has a dispute
+	// its buyer's bank opened (code charge_disputed): while the dispute
+	// runs, or once it is lost, the bank and not a refund decides where
+	// the money goes. Asking again gets the same answer. It comes as a
+	// *StripeError of kind ErrRefused that errors.Is also matches to this.
+	ErrChargeDisputed = errors.New("the charge is disputed")
 )
 
 // StripeError is a failed Stripe call. errors.Is matches its Kind; Unwrap
@@ -59,7 +65,7 @@ type StripeError struct {
 	Message   string // scrubbed
 	cause     error
 	// answer is the sentinel of one of Stripe's answers that the caller
-	// acts on (ErrAlreadyRefunded), or nil.
+	// acts on (ErrAlreadyRefunded, ErrChargeDisputed), or nil.
 	answer error
 }
 
@@ -88,7 +94,8 @@ func (e *StripeError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrUnavailable) etc. work, and
-// errors.Is(err, ErrAlreadyRefunded) for that answer.
+// errors.Is(err, ErrAlreadyRefunded) or ErrChargeDisputed for those
+// answers.
 func (e *StripeError) Is(target error) bool {
 	return target == e.Kind || (e.answer != nil && target == e.answer)
 }
@@ -123,8 +130,8 @@ func classify(ctx context.Context, op string, err error, key string) *StripeErro
 		e.Status, e.Type, e.Code = se.HTTPStatusCode, string(se.Type), string(se.Code)
 		e.Param, e.RequestID, e.Message = se.Param, se.RequestID, scrub(se.Msg, key)
 		e.Kind = kindOf(se)
-		if e.Kind == ErrRefused && se.Code == stripe.ErrorCodeChargeAlreadyRefunded {
-			e.answer = ErrAlreadyRefunded
+		if e.Kind == ErrRefused {
+			e.answer = refusalAnswers[se.Code]
 		}
 		return e
 	default:
@@ -133,6 +140,13 @@ func classify(ctx context.Context, op string, err error, key string) *StripeErro
 		e.Message = scrub(err.Error(), key)
 		return e
 	}
+}
+
+// refusalAnswers are the refusals a caller tells from the others, by
+// Stripe's error code.
+var refusalAnswers = map[stripe.ErrorCode]error{
+	stripe.ErrorCodeChargeAlreadyRefunded: ErrAlreadyRefunded,
+	stripe.ErrorCodeChargeDisputed:        ErrChargeDisputed,
 }
 
 // kindOf sorts Stripe's answer: only a 404 resource_missing is absence,

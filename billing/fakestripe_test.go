@@ -278,6 +278,8 @@ const (
 }`
 	errAlreadyRefunded = `{"error": {"code": "charge_already_refunded", "doc_url": "https://stripe.com/docs/error-codes/charge-already-refunded",
   "message": "Charge ch_3VmshelfPaid0001 has already been refunded.", "type": "invalid_request_error"}}`
+	errChargeDisputed = `{"error": {"code": "charge_disputed", "doc_url": "https://stripe.com/docs/error-codes/charge-disputed",
+  "message": "Charge ch_3VmshelfPaid0001 has been charged back.", "type": "invalid_request_error"}}`
 	errNoSuchPaymentIntent = `{"error": {"code": "resource_missing", "message": "No such payment_intent: 'pi_3VmshelfPaid0001'",
   "param": "payment_intent", "type": "invalid_request_error"}}`
 )

@@ -95,7 +95,10 @@ func RefundKey(orderID, cause string, generation int) string {
 //
 // A PaymentIntent that is already fully refunded (by an earlier refund
 // under another key, or by hand in the Dashboard) is an ErrRefused that is
-// also ErrAlreadyRefunded: the caller may count the order as refunded.
+// also ErrAlreadyRefunded: the caller may count the order as refunded. A
+// charge its buyer's bank disputes is an ErrRefused that is also
+// ErrChargeDisputed: nothing was refunded, and nothing will be while the
+// dispute stands.
 func (s *Stripe) Refund(ctx context.Context, r RefundRequest) (Refund, error) {
 	switch {
 	case !orderIDPattern.MatchString(r.OrderID):

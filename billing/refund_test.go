@@ -124,8 +124,8 @@ func TestRefundKey(t *testing.T) {
 	}
 }
 
-// Stripe's answers to a refund, sorted; charge_already_refunded is a
-// refusal the caller can tell from the others.
+// Stripe's answers to a refund, sorted; charge_already_refunded and
+// charge_disputed are refusals the caller can tell from the others.
 func TestRefundAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -138,6 +138,7 @@ func TestRefundAnswers(t *testing.T) {
 		{"Stripe fails", answer{status: 500, body: errAPI}, ErrUnavailable, false, false},
 		{"no such payment intent", answer{status: 404, body: errNoSuchPaymentIntent}, ErrNotFound, false, false},
 		{"already refunded", answer{status: 400, body: errAlreadyRefunded}, ErrRefused, true, false},
+		{"charge disputed", answer{status: 400, body: errChargeDisputed}, ErrRefused, false, false},
 		{"another refusal", answer{status: 400, body: errNoAcct}, ErrRefused, false, false},
 		// charge_already_refunded with "retry" is no answer yet.
 		{"already refunded, but retry", answer{status: 400, body: errAlreadyRefunded, header: map[string]string{"Stripe-Should-Retry": "true"}}, ErrUnavailable, false, false},
@@ -150,6 +151,9 @@ func TestRefundAnswers(t *testing.T) {
 			checkKind(t, err, tc.kind)
 			if errors.Is(err, ErrAlreadyRefunded) != tc.refunded {
 				t.Errorf("errors.Is(%v, ErrAlreadyRefunded) = %v, want %v", err, !tc.refunded, tc.refunded)
+			}
+			if disputed := tc.name == "charge disputed"; errors.Is(err, ErrChargeDisputed) != disputed {
+				t.Errorf("errors.Is(%v, ErrChargeDisputed) = %v, want %v", err, !disputed, disputed)
 			}
 			if got != (Refund{}) {
 				t.Errorf("an error came with a refund: %+v", got)

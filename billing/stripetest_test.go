@@ -117,6 +117,54 @@ func TestFakeRefundRefusals(t *testing.T) {
 	}
 }
 
+// A charge its buyer's bank disputes is not refunded: Stripe answers a new
+// refund with charge_disputed while the dispute is open or once it is
+// lost, and a retry of a refund made before the dispute with its same key
+// answers that refund. A dispute won lets a refund through again.
+func TestFakeRefundOfDisputedCharge(t *testing.T) {
+	s, fake, paid := withFake(t)
+	ctx := context.Background()
+	before := RefundRequest{OrderID: "ord_42", Cause: "provisionfailed", PaymentIntent: paid.PaymentIntent}
+	fake.RefundAs(RefundFailed, "expired_or_canceled_card") // no money moved: the charge is not refunded
+	first, err := s.Refund(ctx, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.RefundAs("", "")
+	if _, _, err := fake.DisputeEvent("evt_d", paid.PaymentIntent, "fraudulent", testWebhookSecret, testNow); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.Refund(ctx, before); err != nil || again.ID != first.ID {
+		t.Errorf("a retry under the first key = %+v, %v; want the refund made before the dispute", again, err)
+	}
+	wantDisputed := func(cause string) {
+		t.Helper()
+		_, err := s.Refund(ctx, RefundRequest{OrderID: "ord_42", Cause: cause, PaymentIntent: paid.PaymentIntent})
+		se := checkKind(t, err, ErrRefused)
+		if se == nil || se.Status != http.StatusBadRequest || se.Type != "invalid_request_error" || se.Code != "charge_disputed" ||
+			!errors.Is(err, ErrChargeDisputed) || errors.Is(err, ErrAlreadyRefunded) {
+			t.Errorf("refund of a disputed charge: %v, want 400 invalid_request_error charge_disputed", err)
+		}
+	}
+	wantDisputed("open")
+	if _, _, err := fake.DisputeClosedEvent("evt_c", paid.PaymentIntent, "lost", testWebhookSecret, testNow); err != nil {
+		t.Fatal(err)
+	}
+	wantDisputed("lost")
+	if _, _, err := fake.DisputeClosedEvent("evt_c", paid.PaymentIntent, "won", testWebhookSecret, testNow); err != nil {
+		t.Fatal(err)
+	}
+	if rf, err := s.Refund(ctx, RefundRequest{OrderID: "ord_42", Cause: "won", PaymentIntent: paid.PaymentIntent}); err != nil || rf.ID == first.ID || rf.Status != RefundSucceeded {
+		t.Errorf("refund after a dispute won = %+v, %v; want a new refund", rf, err)
+	}
+	if _, _, err := fake.DisputeClosedEvent("evt_x", "pi_stripetest_nosuch", "won", testWebhookSecret, testNow); err == nil {
+		t.Error("a dispute of no charge was closed")
+	}
+	if _, _, err := fake.DisputeClosedEvent("evt_x", paid.PaymentIntent, "needs_response", testWebhookSecret, testNow); err == nil {
+		t.Error("a dispute was closed with an open status")
+	}
+}
+
 // A refund can come back pending and settle later, or fail; a failed one
 // gives nothing back, so another cause may refund again.
 func TestFakeRefundOutcomes(t *testing.T) {
@@ -159,7 +207,13 @@ func TestFakeRefundOutcomes(t *testing.T) {
 			return fake.DisputeEvent("evt_1", paid.PaymentIntent, "fraudulent", secret, testNow)
 		}, func(e *Event) {
 			e.DisputeID = "dp_stripetest_" + strings.TrimPrefix(paid.ID, "cs_test_")
-			e.PaymentIntent, e.DisputeReason, e.Amount = paid.PaymentIntent, "fraudulent", 1800
+			e.PaymentIntent, e.DisputeReason, e.Amount, e.DisputeStatus = paid.PaymentIntent, "fraudulent", 1800, "needs_response"
+		}},
+		{"charge.dispute.closed", func() ([]byte, string, error) {
+			return fake.DisputeClosedEvent("evt_1", paid.PaymentIntent, DisputeWon, secret, testNow)
+		}, func(e *Event) {
+			e.DisputeID = "dp_stripetest_" + strings.TrimPrefix(paid.ID, "cs_test_")
+			e.PaymentIntent, e.DisputeReason, e.Amount, e.DisputeStatus = paid.PaymentIntent, "fraudulent", 1800, DisputeWon
 		}},
 		{"account.updated", func() ([]byte, string, error) {
 			return fake.AccountUpdatedEvent("evt_1", testHost, secret, testNow)

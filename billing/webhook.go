@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
 )
 
@@ -41,9 +42,24 @@ const (
 	// EventDisputeCreated: the buyer disputed a charge with their bank
 	// (object: the dispute).
 	EventDisputeCreated = "charge.dispute.created"
+	// EventDisputeClosed: the bank decided a dispute; its status says how
+	// (object: the dispute; see the Dispute* statuses).
+	EventDisputeClosed = "charge.dispute.closed"
 	// EventAccountUpdated: a Connect account changed, e.g. finished
 	// onboarding (object: the account).
 	EventAccountUpdated = "account.updated"
+)
+
+// The statuses of a closed dispute (Event.DisputeStatus of
+// charge.dispute.closed): won, the money stays; lost, the bank gave it
+// back to the buyer; warning_closed, an inquiry ended without becoming a
+// dispute; prevented, the dispute was stopped before it began (the money
+// stays).
+const (
+	DisputeWon           = string(stripe.DisputeStatusWon)
+	DisputeLost          = string(stripe.DisputeStatusLost)
+	DisputeWarningClosed = string(stripe.DisputeStatusWarningClosed)
+	DisputePrevented     = string(stripe.DisputeStatusPrevented)
 )
 
 // Event is a verified Stripe event. The market acts on the
@@ -70,11 +86,11 @@ type Event struct {
 
 	// PaymentIntent is the pi_… the object belongs to (its payment_intent,
 	// an id or expanded) for charge.refunded, refund.* and
-	// charge.dispute.created; empty when Stripe has none.
+	// charge.dispute.*; empty when Stripe has none.
 	PaymentIntent string
 	// Amount is, for charge.refunded, the charge's amount_refunded (all its
-	// refunds so far, minor units); for charge.dispute.created the
-	// disputed amount.
+	// refunds so far, minor units); for charge.dispute.* the disputed
+	// amount.
 	Amount int64
 	// Refunded is, for charge.refunded, whether the charge is refunded in
 	// full (Stripe's refunded).
@@ -88,10 +104,13 @@ type Event struct {
 	Cause         string
 	FailureReason string
 
-	// DisputeID and DisputeReason (Stripe's reason, e.g. "fraudulent",
-	// "product_not_received") are set for charge.dispute.created.
+	// DisputeID, DisputeReason (Stripe's reason, e.g. "fraudulent",
+	// "product_not_received") and DisputeStatus (Stripe's status: for
+	// charge.dispute.closed one of the Dispute* statuses above, as Stripe
+	// sends it) are set for charge.dispute.*.
 	DisputeID     string
 	DisputeReason string
+	DisputeStatus string
 
 	// Account (acct_…) and its flags, as in AccountState, are set for
 	// account.updated.
@@ -153,8 +172,9 @@ func ParseEvent(payload []byte, signatureHeader, secret string, now time.Time) (
 	case EventRefundCreated, EventRefundUpdated, EventRefundFailed:
 		e.RefundID, e.RefundStatus, e.PaymentIntent = obj.ID, obj.Status, string(obj.PaymentIntent)
 		e.OrderID, e.Cause, e.FailureReason = obj.Metadata["order_id"], obj.Metadata["cause"], obj.FailureReason
-	case EventDisputeCreated:
+	case EventDisputeCreated, EventDisputeClosed:
 		e.DisputeID, e.PaymentIntent, e.DisputeReason, e.Amount = obj.ID, string(obj.PaymentIntent), obj.Reason, obj.Amount
+		e.DisputeStatus = obj.Status
 	case EventAccountUpdated:
 		e.Account, e.ChargesEnabled, e.PayoutsEnabled, e.DetailsSubmitted = obj.ID, obj.ChargesEnabled, obj.PayoutsEnabled, obj.DetailsSubmitted
 	}
@@ -165,7 +185,7 @@ func ParseEvent(payload []byte, signatureHeader, secret string, now time.Time) (
 var eventObjects = map[string]string{
 	EventChargeRefunded: "charge",
 	EventRefundCreated:  "refund", EventRefundUpdated: "refund", EventRefundFailed: "refund",
-	EventDisputeCreated: "dispute",
+	EventDisputeCreated: "dispute", EventDisputeClosed: "dispute",
 	EventAccountUpdated: "account",
 }
 

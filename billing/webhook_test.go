@@ -219,6 +219,20 @@ const (
   "reason": "fraudulent",
   "status": "needs_response"
 }`
+	// disputeLost is the same dispute once the bank decided it, as
+	// charge.dispute.closed carries it (payment_intent expanded here).
+	disputeLost = `{
+  "id": "dp_3VmshelfDispute1",
+  "object": "dispute",
+  "amount": 1800,
+  "charge": "ch_3VmshelfPaid0001",
+  "currency": "eur",
+  "is_charge_refundable": false,
+  "metadata": {},
+  "payment_intent": {"id": "pi_3VmshelfPaid0001", "object": "payment_intent"},
+  "reason": "fraudulent",
+  "status": "lost"
+}`
 	// refundByHand is a refund made in the Dashboard: no metadata of ours.
 	refundByHand = `{"id": "re_3ByHand", "object": "refund", "amount": 1800, "metadata": {},
   "payment_intent": "pi_3VmshelfPaid0001", "status": "pending", "failure_reason": null}`
@@ -257,7 +271,13 @@ func TestParseEventObjects(t *testing.T) {
 		}), nil},
 		{"dispute created", EventDisputeCreated, disputeCreated, with(EventDisputeCreated, func(e *Event) {
 			e.DisputeID, e.PaymentIntent, e.DisputeReason, e.Amount = "dp_3VmshelfDispute1", testPI, "fraudulent", 1800
+			e.DisputeStatus = "needs_response"
 		}), nil},
+		{"dispute closed", EventDisputeClosed, disputeLost, with(EventDisputeClosed, func(e *Event) {
+			e.DisputeID, e.PaymentIntent, e.DisputeReason, e.Amount = "dp_3VmshelfDispute1", testPI, "fraudulent", 1800
+			e.DisputeStatus = DisputeLost
+		}), nil},
+		{"dispute closed with a charge", EventDisputeClosed, chargeRefunded, Event{}, ErrMalformedEvent},
 		{"account onboarded", EventAccountUpdated, accountActive, with(EventAccountUpdated, func(e *Event) {
 			e.Account, e.ChargesEnabled, e.PayoutsEnabled, e.DetailsSubmitted = testHost, true, true, true
 		}), nil},

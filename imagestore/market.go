@@ -24,6 +24,9 @@ var (
 	// ErrTooManyUnpaid is an order of a buyer who has as many orders
 	// awaiting payment as CreateOrder allows.
 	ErrTooManyUnpaid = errors.New("too many orders awaiting payment")
+	// ErrDisputed is a refund of an order whose charge the buyer's bank
+	// disputes: the dispute, not vmshelf, decides where that money goes.
+	ErrDisputed = errors.New("the order's charge is disputed")
 )
 
 // OrderState is where an order stands (the states and their moves:
@@ -98,6 +101,21 @@ const (
 // BlockedCauses lists every cause the provisioner may name.
 var BlockedCauses = []string{BlockedImageGone, BlockedHostGone, BlockedClusterRefused, BlockedImportFailed, BlockedImageNotOffered}
 
+// The bank's decisions on a dispute (Order.DisputeStatus once it is
+// closed, Stripe's statuses of a closed dispute): won, the money stays
+// with the host and the platform; lost, the bank gave it back to the
+// buyer; warning_closed, an inquiry ended without becoming a dispute;
+// prevented, the dispute was stopped before it began.
+const (
+	DisputeWon           = "won"
+	DisputeLost          = "lost"
+	DisputeWarningClosed = "warning_closed"
+	DisputePrevented     = "prevented"
+)
+
+// DisputeOutcomes lists every decision CloseOrderDispute records.
+var DisputeOutcomes = []string{DisputeWon, DisputeLost, DisputeWarningClosed, DisputePrevented}
+
 // RefundOutcome is what Stripe answered a refund (SettleRefund).
 type RefundOutcome struct {
 	// RefundID is Stripe's re_… id; empty when Stripe gave none (it did
@@ -116,6 +134,11 @@ type RefundOutcome struct {
 	NewKey bool
 	// RetryAt is when the refund is looked at again (pending or failed).
 	RetryAt time.Time
+	// Disputed is set when Stripe refused the refund because the charge
+	// is disputed (its charge_disputed): nothing was refunded, and the
+	// refund is held by the dispute (see Order.RefundHeld) instead of
+	// being tried again.
+	Disputed bool
 }
 
 // Holds reports whether an order in state s holds capacity of its listing:
@@ -246,12 +269,26 @@ type Order struct {
 	RefundNextAt     time.Time
 	RefundError      string
 	RefundedAt       time.Time
-	// DisputeID and DisputedAt are set when the buyer's bank disputed
-	// the charge (charge.dispute.created): shown and alerted, nothing
-	// halted.
+	// DisputedAt is set when vmshelf learnt that the buyer's bank
+	// disputes the charge: from charge.dispute.created, or from Stripe's
+	// refusal of a refund (charge_disputed), whichever came first.
+	// DisputeID is the dispute (du_… or dp_…), from its event. Shown and
+	// alerted, nothing halted; the order is never refunded automatically
+	// from then on.
 	DisputeID  string
 	DisputedAt time.Time
+	// DisputeStatus is the bank's decision once the dispute is closed
+	// (one of DisputeOutcomes), and DisputeClosedAt when vmshelf heard of
+	// it; "" and zero while the dispute is open.
+	DisputeStatus   string
+	DisputeClosedAt time.Time
 }
+
+// RefundHeld reports whether o's refund is held by a dispute: decided
+// (refunding) but never to be tried again, since its charge is disputed.
+// Only a person refunds it (in Stripe's Dashboard), which charge.refunded
+// then records.
+func (o Order) RefundHeld() bool { return o.State.Refunding() && !o.DisputedAt.IsZero() }
 
 // The states a replica is reported in (ReplicaState.State): the machines
 // page's words, from the VirtualMachine's and its DataVolume's status.
@@ -445,32 +482,47 @@ type MarketStore interface {
 	// StartRefund moves an order to refunding for cause, to be tried at
 	// now: from paid or from cancelled, or from active for
 	// RefundImportFailed if no replica ever ran (RanAt zero), and only if
-	// its PaymentIntent is recorded. In one conditional UPDATE of the order,
-	// like MarkOrderActive's, so of the two exactly one applies. moved
-	// reports whether this call moved it; an order already refunding,
-	// refunded or refundFailed is left as it is (false, nil); any other
-	// state (active, expired, awaiting payment, cancelled without a
-	// payment) is ErrOrderState.
+	// its PaymentIntent is recorded and its charge is not disputed. In one
+	// conditional UPDATE of the order, like MarkOrderActive's and
+	// MarkOrderDisputed's, so of two exactly one applies. moved reports
+	// whether this call moved it; an order already refunding, refunded or
+	// refundFailed is left as it is (false, nil); a disputed one is
+	// ErrDisputed; any other state (active, expired, awaiting payment,
+	// cancelled without a payment) is ErrOrderState.
 	StartRefund(ctx context.Context, id, cause string, now time.Time) (moved bool, err error)
 	// DueRefunds returns the orders refunding or refundFailed whose
-	// RefundNextAt is at or before now, oldest first.
+	// RefundNextAt is at or before now, oldest first; never a disputed
+	// one (its refund is held).
 	DueRefunds(ctx context.Context, now time.Time) ([]Order, error)
 	// ClaimRefund takes the next attempt of a due refund for one caller:
 	// if the order is refunding or refundFailed with RefundNextAt at or
 	// before now, RefundNextAt becomes until and the attempts count one
 	// more, and claimed is true with the order as claimed. Of concurrent
 	// claims (two replicas) exactly one gets it; the other gets false. A
-	// claimant that dies leaves the refund due again at until.
+	// claimant that dies leaves the refund due again at until. An order
+	// whose charge is disputed is never claimed (false): the check is in
+	// the claim's own UPDATE, so a dispute recorded after DueRefunds
+	// listed the order still stops the attempt.
 	ClaimRefund(ctx context.Context, id string, now, until time.Time) (o Order, claimed bool, err error)
 	// SettleRefund records Stripe's answer to a refund (see
 	// RefundOutcome) on an order refunding or refundFailed: succeeded →
-	// refunded at now; otherwise it stays refunding (pending) or becomes
-	// refundFailed, due at RetryAt. A refunded order is left as it is
-	// (nil: a late or replayed answer); any other state is ErrOrderState.
+	// refunded at now; Disputed → refunding, held, DisputedAt set at now
+	// unless set; otherwise it stays refunding (pending) or becomes
+	// refundFailed, due at RetryAt — but a disputed order stays refunding
+	// (held), never refundFailed. A refunded order is left as it is (nil:
+	// a late or replayed answer); any other state is ErrOrderState.
 	SettleRefund(ctx context.Context, id string, out RefundOutcome, now time.Time) error
-	// MarkOrderDisputed records a dispute of the order's charge at now;
-	// the first dispute id is kept (moved false after it). ErrNotFound.
+	// MarkOrderDisputed records a dispute (disputeID, not empty) of the
+	// order's charge: DisputedAt at now unless a refusal already set it,
+	// and the first dispute id (moved false after it). A refund of the
+	// order is held from then on: refundFailed becomes refunding, in the
+	// same UPDATE that ClaimRefund's excludes. ErrNotFound.
 	MarkOrderDisputed(ctx context.Context, id, disputeID string, now time.Time) (moved bool, err error)
+	// CloseOrderDispute records the bank's decision (one of
+	// DisputeOutcomes) on the order's dispute at now; the first decision
+	// is kept (moved false after it). Nothing else of the order changes.
+	// ErrOrderState if no dispute of the order is recorded, ErrNotFound.
+	CloseOrderDispute(ctx context.Context, id, outcome string, now time.Time) (moved bool, err error)
 
 	// WebhookEventSeen reports whether an event with this id was recorded.
 	WebhookEventSeen(ctx context.Context, id string) (bool, error)

@@ -31,6 +31,7 @@ type metrics struct {
 	webhookEvents    *prometheus.CounterVec
 	refunds          *prometheus.CounterVec
 	disputes         prometheus.Counter
+	disputesClosed   *prometheus.CounterVec
 	consolesOpen     *prometheus.GaugeVec
 	consoleSessions  *prometheus.CounterVec
 	consoleRefusals  *prometheus.CounterVec
@@ -82,6 +83,11 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 			Name: "vmshelf_disputes_total",
 			Help: "Charges of orders disputed by the buyer's bank (charge.dispute.created).",
 		}),
+		// outcome one of imagestore.DisputeOutcomes: a bounded label set.
+		disputesClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_disputes_closed_total",
+			Help: "Disputes of orders' charges the bank decided (charge.dispute.closed), by outcome: won, lost, warning_closed, prevented.",
+		}, []string{"outcome"}),
 		consolesOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "vmshelf_consoles_open",
 			Help: "Consoles (VNC or serial) open on this replica now.",
@@ -107,13 +113,16 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 	for _, r := range []string{onboardingOK, onboardingRefused, onboardingUnavailable} {
 		m.onboardingLinks.WithLabelValues(r) // every result shows from the start, at 0
 	}
+	for _, outcome := range imagestore.DisputeOutcomes {
+		m.disputesClosed.WithLabelValues(outcome)
+	}
 	for _, cause := range imagestore.RefundCauses {
 		for _, outcome := range strings.Fields(refundOutcomes) {
 			m.refunds.WithLabelValues(cause, outcome)
 		}
 	}
 	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.webhookEvents,
-		m.refunds, m.disputes, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, newStatsCollector(st, blobs)} {
+		m.refunds, m.disputes, m.disputesClosed, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, newStatsCollector(st, blobs)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)
 		}
@@ -139,13 +148,16 @@ func (m *metrics) refund(cause, outcome string) {
 	m.refunds.WithLabelValues(cause, outcome).Inc()
 }
 
+// disputeClosed counts one dispute the bank decided.
+func (m *metrics) disputeClosed(outcome string) { m.disputesClosed.WithLabelValues(outcome).Inc() }
+
 // webhook counts one event. Types other than those the market acts on
 // share the label "other" ("unknown" before the event was verified).
 func (m *metrics) webhook(typ, result string) {
 	switch typ {
 	case eventCompleted, eventAsyncSucceeded, eventAsyncFailed, eventExpired, "unknown",
 		billing.EventChargeRefunded, billing.EventRefundCreated, billing.EventRefundUpdated, billing.EventRefundFailed,
-		billing.EventDisputeCreated, billing.EventAccountUpdated:
+		billing.EventDisputeCreated, billing.EventDisputeClosed, billing.EventAccountUpdated:
 	default:
 		typ = "other"
 	}

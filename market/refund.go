@@ -37,7 +37,8 @@ const (
 	refundPending  = "pending"  // Stripe took it, not yet done
 	refundFailed   = "failed"   // Stripe failed the refund itself; a new one follows
 	refundError    = "error"    // Stripe did not answer, or refused the request
-	refundOutcomes = "started refunded pending failed error"
+	refundDisputed = "disputed" // Stripe refused it for the charge's dispute: held, never sent again
+	refundOutcomes = "started refunded pending failed error disputed"
 )
 
 // refundBackoff is the wait before attempt n+1 after n failed ones:
@@ -132,9 +133,12 @@ func (s *Server) refundDeadline() time.Duration {
 // refundCause is the refund cause of o at now, or "" if o is not to be
 // refunded: its deadline (deadline after its payment) has passed and its
 // provisioner names a cause; an active order only for a failed import of a
-// machine that never ran.
+// machine that never ran. A disputed order never is: the bank gives the
+// money back through the dispute, or decides it stays, and a refund
+// besides would pay the buyer twice (Stripe refuses it anyway:
+// charge_disputed).
 func refundCause(o imagestore.Order, now time.Time, deadline time.Duration) string {
-	if o.BlockedCause == "" || now.Before(o.PaidAt.Add(deadline)) {
+	if o.BlockedCause == "" || !o.DisputedAt.IsZero() || now.Before(o.PaidAt.Add(deadline)) {
 		return ""
 	}
 	switch {
@@ -166,6 +170,9 @@ func (s *Server) startRefund(ctx context.Context, o imagestore.Order, cause stri
 	}
 	moved, err := s.st.StartRefund(ctx, o.ID, cause, s.cfg.Now().UTC())
 	switch {
+	case errors.Is(err, imagestore.ErrDisputed):
+		// Disputed since it was listed: the dispute decides.
+		s.log.Info("refund not started: the order's charge is disputed", "order_id", o.ID, "cause", cause)
 	case errors.Is(err, imagestore.ErrOrderState):
 		// It became active (or ran) first: it runs, nothing to give back.
 		s.log.Info("refund not started: the order runs", "order_id", o.ID, "cause", cause)
@@ -179,7 +186,11 @@ func (s *Server) startRefund(ctx context.Context, o imagestore.Order, cause stri
 }
 
 // attemptRefund claims the due attempt of order id's refund and, if this
-// caller got it, asks Stripe and records the answer.
+// caller got it, asks Stripe and records the answer. The claim is refused
+// for an order whose charge is disputed, also when the dispute came after
+// the order was listed as due; a dispute that comes after the claim is
+// Stripe's to see: it refuses the refund (charge_disputed), or it made
+// the refund first and the money moved once.
 func (s *Server) attemptRefund(ctx context.Context, id string) {
 	now := s.cfg.Now().UTC()
 	claim := s.cfg.RefundClaim
@@ -210,6 +221,9 @@ func (s *Server) attemptRefund(ctx context.Context, id string) {
 		s.log.Info("order refunded", append(attrs, "total", o.Total, "currency", o.Currency)...)
 	case refundPending:
 		s.log.Info("refund pending at Stripe", attrs...)
+	case refundDisputed:
+		s.log.Error("refund held: Stripe refused it, the buyer's bank disputes the charge (charge_disputed); "+
+			"never sent again, the dispute decides: answer it in Stripe", attrs...)
 	default:
 		// An alert (vmshelf_orders{state="refundFailed"}) follows if it
 		// stays so; the line says why.
@@ -225,6 +239,11 @@ func refundOutcome(rf billing.Refund, err error, now time.Time, attempts int) (i
 	case errors.Is(err, billing.ErrAlreadyRefunded):
 		// Refunded already (an earlier key, or by hand): the money is back.
 		return imagestore.RefundOutcome{Status: billing.RefundSucceeded}, refundDone
+	case errors.Is(err, billing.ErrChargeDisputed):
+		// Asking again gets the same answer, and if it did not, the buyer
+		// would be paid twice: held, not retried.
+		return imagestore.RefundOutcome{Disputed: true,
+			Error: "Stripe refused the refund: the buyer's bank disputes the charge (charge_disputed)"}, refundDisputed
 	case err != nil:
 		return imagestore.RefundOutcome{Error: "Stripe: " + err.Error(), RetryAt: retry}, refundError
 	}

@@ -434,13 +434,7 @@ func TestRefundWebhookEvents(t *testing.T) {
 		}
 		wantLines(t, e.scrape(), `vmshelf_disputes_total 1`,
 			`vmshelf_webhook_events_total{result="disputed",type="charge.dispute.created"} 1`)
-		var line string
-		for l := range strings.SplitSeq(e.logs.String(), "\n") {
-			if strings.Contains(l, "disputed") && strings.Contains(l, "order_id="+o.ID) {
-				line = l
-			}
-		}
-		if !strings.Contains(line, "level=ERROR") {
+		if line := e.logLine("payment disputed", "order_id="+o.ID); !strings.Contains(line, "level=ERROR") {
 			t.Errorf("no error line for the dispute:\n%s", e.logs.String())
 		}
 		var st statusAnswer

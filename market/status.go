@@ -105,9 +105,18 @@ type orderInfo struct {
 	// Refund is the refund of an order refunding, refundFailed or
 	// refunded.
 	Refund *refundInfo `json:"refund,omitempty"`
-	// DisputedAt is when the buyer's bank disputed the charge.
+	// DisputedAt is when the buyer's bank disputed the charge (as far as
+	// the edge knows: its event, or Stripe's refusal of a refund).
 	DisputedAt *time.Time `json:"disputed_at,omitempty"`
+	// DisputeStatus is, for a disputed order, "open" until the bank
+	// decides, then its decision (imagestore.DisputeOutcomes: won, lost,
+	// warning_closed, prevented) from DisputeClosedAt on.
+	DisputeStatus   string     `json:"dispute_status,omitempty"`
+	DisputeClosedAt *time.Time `json:"dispute_closed_at,omitempty"`
 }
+
+// disputeOpen is orderInfo.DisputeStatus while the bank has not decided.
+const disputeOpen = "open"
 
 // refundInfo is an order's refund as status shows it: its cause
 // (imagestore.RefundCauses), the attempts made, when the next is due
@@ -118,6 +127,10 @@ type refundInfo struct {
 	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 	Error         string     `json:"error,omitempty"`
 	RefundedAt    *time.Time `json:"refunded_at,omitempty"`
+	// HeldByDispute is set while the refund is held because the charge is
+	// disputed: no attempt follows (no next_attempt_at); the dispute
+	// decides where the money goes.
+	HeldByDispute bool `json:"held_by_dispute,omitempty"`
 }
 
 // replicaInfo is a replica as the provisioner last saw it: state is one
@@ -304,8 +317,8 @@ func (s *Server) orderOf(o imagestore.Order, host string, seen []imagestore.Repl
 		oi.Blocked = o.BlockedCause
 	}
 	if o.State.Refunded() {
-		oi.Refund = &refundInfo{Cause: o.RefundCause, Attempts: o.RefundAttempts, Error: o.RefundError}
-		if !o.RefundNextAt.IsZero() {
+		oi.Refund = &refundInfo{Cause: o.RefundCause, Attempts: o.RefundAttempts, Error: o.RefundError, HeldByDispute: o.RefundHeld()}
+		if !o.RefundNextAt.IsZero() && !o.RefundHeld() {
 			next := o.RefundNextAt.UTC()
 			oi.Refund.NextAttemptAt = &next
 		}
@@ -316,7 +329,11 @@ func (s *Server) orderOf(o imagestore.Order, host string, seen []imagestore.Repl
 	}
 	if !o.DisputedAt.IsZero() {
 		d := o.DisputedAt.UTC()
-		oi.DisputedAt = &d
+		oi.DisputedAt, oi.DisputeStatus = &d, disputeOpen
+	}
+	if !o.DisputeClosedAt.IsZero() {
+		c := o.DisputeClosedAt.UTC()
+		oi.DisputeStatus, oi.DisputeClosedAt = o.DisputeStatus, &c
 	}
 	if s.cfg.VMsDomain != "" {
 		oi.Address = "vm-" + o.ID + "." + s.cfg.VMsDomain

@@ -67,6 +67,7 @@ type Store interface {
 	ClaimRefund(ctx context.Context, id string, now, until time.Time) (o imagestore.Order, claimed bool, err error)
 	SettleRefund(ctx context.Context, id string, out imagestore.RefundOutcome, now time.Time) error
 	MarkOrderDisputed(ctx context.Context, id, disputeID string, now time.Time) (moved bool, err error)
+	CloseOrderDispute(ctx context.Context, id, outcome string, now time.Time) (moved bool, err error)
 
 	// Console tickets.
 	CreateConsoleTicket(ctx context.Context, ticket imagestore.Hash, ct imagestore.ConsoleTicket) error

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/vmshelf/vmshelf/billing"
@@ -43,6 +44,7 @@ const (
 	resultRefunded      = "refunded"      // Stripe confirmed the order's refund
 	resultRefundFailed  = "refundFailed"  // Stripe failed the order's refund: a new one follows
 	resultDisputed      = "disputed"      // the buyer's bank disputed the charge: marked, alerted
+	resultDisputeClosed = "disputeClosed" // the bank decided the dispute: its outcome recorded
 )
 
 var (
@@ -107,14 +109,14 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	result := resultDuplicate
+	result, order := resultDuplicate, ev.OrderID
 	if !seen {
-		if result, err = s.handleEvent(ctx, ev); err != nil {
+		if result, order, err = s.handleEvent(ctx, ev); err != nil {
 			if errors.Is(err, billing.ErrUnavailable) {
 				err = stripeUnavailable(err)
 			}
-			if imagestore.ValidOrderID(ev.OrderID) {
-				err = aboutOrder(ev.OrderID, err)
+			if imagestore.ValidOrderID(order) {
+				err = aboutOrder(order, err)
 			}
 			s.fail(w, r, err) // 5xx: Stripe retries
 			return
@@ -122,11 +124,11 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		if err := s.st.RecordWebhookEvent(ctx, imagestore.WebhookEvent{ID: ev.ID, Type: ev.Type, Result: result, At: s.cfg.Now().UTC()}); err != nil {
 			// Handled but not remembered: a replay is handled again,
 			// which the state changes allow (each is idempotent).
-			s.log.Error("webhook event handled but not recorded", "event", ev.ID, "order_id", orderForLog(ev.OrderID), "err", err.Error())
+			s.log.Error("webhook event handled but not recorded", "event", ev.ID, "order_id", orderForLog(order), "err", err.Error())
 		}
 	}
 	s.metrics.webhook(ev.Type, result)
-	s.log.Info("stripe event", "event", logText(ev.ID), "type", logText(ev.Type), "order_id", orderForLog(ev.OrderID), "result", result)
+	s.log.Info("stripe event", "event", logText(ev.ID), "type", logText(ev.Type), "order_id", orderForLog(order), "result", result)
 	s.writeJSON(w, r, http.StatusOK, webhookAnswer{Received: true, Result: result})
 }
 
@@ -163,10 +165,31 @@ func (s *Server) readWebhookBody(w http.ResponseWriter, r *http.Request) ([]byte
 	return body, nil
 }
 
-// handleEvent acts on one verified event and says what it did. An error
-// means "not now" (Stripe or the store did not answer): the event is not
-// recorded and Stripe sends it again.
-func (s *Server) handleEvent(ctx context.Context, ev billing.Event) (string, error) {
+// handleEvent acts on one verified event and says what it did, and which
+// order it was about: the event's own (a checkout session's metadata, a
+// refund's) or, for an event that names only a PaymentIntent (a charge's,
+// a dispute's), the order found by it; "" when none. An error means "not
+// now" (Stripe or the store did not answer): the event is not recorded
+// and Stripe sends it again.
+func (s *Server) handleEvent(ctx context.Context, ev billing.Event) (result, orderID string, err error) {
+	switch ev.Type {
+	case billing.EventRefundCreated, billing.EventRefundUpdated, billing.EventRefundFailed:
+		return s.refundEvent(ctx, ev)
+	case billing.EventChargeRefunded:
+		return s.chargeRefunded(ctx, ev)
+	case billing.EventDisputeCreated:
+		return s.disputeCreated(ctx, ev)
+	case billing.EventDisputeClosed:
+		return s.disputeClosed(ctx, ev)
+	}
+	result, err = s.handleCheckoutOrAccount(ctx, ev)
+	return result, ev.OrderID, err
+}
+
+// handleCheckoutOrAccount is handleEvent for the checkout session events,
+// which name their order, account.updated, which names none, and the
+// types the market ignores.
+func (s *Server) handleCheckoutOrAccount(ctx context.Context, ev billing.Event) (string, error) {
 	switch ev.Type {
 	case eventCompleted, eventAsyncSucceeded:
 		o, result, err := s.eventOrder(ctx, ev)
@@ -193,12 +216,6 @@ func (s *Server) handleEvent(ctx context.Context, ev billing.Event) (string, err
 			reason = "checkoutExpired"
 		}
 		return s.release(ctx, o, reason)
-	case billing.EventRefundCreated, billing.EventRefundUpdated, billing.EventRefundFailed:
-		return s.refundEvent(ctx, ev)
-	case billing.EventChargeRefunded:
-		return s.chargeRefunded(ctx, ev)
-	case billing.EventDisputeCreated:
-		return s.disputeCreated(ctx, ev)
 	case billing.EventAccountUpdated:
 		return s.accountUpdated(ctx, ev)
 	}
@@ -343,6 +360,12 @@ func (s *Server) sweepCheckouts(ctx context.Context) {
 func (s *Server) refundPaidCancelled(ctx context.Context, o imagestore.Order, sess billing.Session) (string, error) {
 	moved, err := s.st.StartRefund(ctx, o.ID, imagestore.RefundPaidAfterCancel, s.cfg.Now().UTC())
 	switch {
+	case errors.Is(err, imagestore.ErrDisputed):
+		// Its buyer's bank disputes the payment already: the dispute
+		// gives the money back, or decides it stays.
+		s.log.Error("payment for an order already cancelled, and disputed: not refunded; answer the dispute in Stripe",
+			"order_id", o.ID, "session", sess.ID)
+		return resultPaidCancelled, nil
 	case errors.Is(err, imagestore.ErrOrderState):
 		// No PaymentIntent to refund: the session had none. Only a
 		// person can sort this out; the alert on paidCancelled says so.
@@ -386,11 +409,17 @@ func (s *Server) refundOrderOf(ctx context.Context, ev billing.Event) (imagestor
 // is refunded; failed or canceled is refundFailed, and the next attempt
 // uses a new key. An event about another refund than the order's current
 // one (an earlier generation's) changes nothing.
-func (s *Server) refundEvent(ctx context.Context, ev billing.Event) (string, error) {
+func (s *Server) refundEvent(ctx context.Context, ev billing.Event) (string, string, error) {
 	o, ok, err := s.refundOrderOf(ctx, ev)
 	if !ok || err != nil {
-		return resultUnknownOrder, err
+		return resultUnknownOrder, ev.OrderID, err
 	}
+	result, err := s.settleRefundEvent(ctx, o, ev)
+	return result, o.ID, err
+}
+
+// settleRefundEvent is refundEvent once the order o is found.
+func (s *Server) settleRefundEvent(ctx context.Context, o imagestore.Order, ev billing.Event) (string, error) {
 	if !o.State.Refunding() || (o.RefundID != "" && ev.RefundID != o.RefundID) {
 		return resultIgnored, nil
 	}
@@ -413,10 +442,15 @@ func (s *Server) refundEvent(ctx context.Context, ev billing.Event) (string, err
 	if err := s.st.SettleRefund(ctx, o.ID, out, now); err != nil {
 		return "", err
 	}
-	if result == resultRefunded {
+	switch {
+	case result == resultRefunded:
 		s.metrics.refund(o.RefundCause, refundDone)
 		s.log.Info("order refunded", "order_id", o.ID, "cause", o.RefundCause, "refund", ev.RefundID)
-	} else {
+	case o.RefundHeld():
+		s.metrics.refund(o.RefundCause, refundFailed)
+		s.log.Error("refund failed at Stripe; none follows, the charge is disputed", "order_id", o.ID, "cause", o.RefundCause,
+			"refund", ev.RefundID, "err", out.Error)
+	default:
 		s.metrics.refund(o.RefundCause, refundFailed)
 		s.log.Error("refund failed at Stripe; a new one follows", "order_id", o.ID, "cause", o.RefundCause,
 			"refund", ev.RefundID, "err", out.Error)
@@ -427,49 +461,112 @@ func (s *Server) refundEvent(ctx context.Context, ev billing.Event) (string, err
 // chargeRefunded is charge.refunded: the whole charge went back. An order
 // being refunded is refunded; any other order was refunded outside vmshelf
 // (the Dashboard), which is logged and left to the person who did it.
-func (s *Server) chargeRefunded(ctx context.Context, ev billing.Event) (string, error) {
+func (s *Server) chargeRefunded(ctx context.Context, ev billing.Event) (string, string, error) {
 	o, ok, err := s.refundOrderOf(ctx, ev)
 	if !ok || err != nil {
-		return resultUnknownOrder, err
+		return resultUnknownOrder, ev.OrderID, err
 	}
 	if !ev.Refunded {
-		return resultIgnored, nil // a partial refund: not ours, ours are whole
+		return resultIgnored, o.ID, nil // a partial refund: not ours, ours are whole
 	}
 	if !o.State.Refunding() {
 		if o.State != imagestore.OrderRefunded {
 			s.log.Warn("charge refunded outside vmshelf; the order is left as it is", "order_id", o.ID, "state", string(o.State))
 		}
-		return resultIgnored, nil
+		return resultIgnored, o.ID, nil
 	}
+	// Also a refund held by a dispute, which a person made by hand.
 	if err := s.st.SettleRefund(ctx, o.ID, imagestore.RefundOutcome{Status: billing.RefundSucceeded}, s.cfg.Now().UTC()); err != nil {
-		return "", err
+		return "", o.ID, err
 	}
 	s.metrics.refund(o.RefundCause, refundDone)
 	s.log.Info("order refunded", "order_id", o.ID, "cause", o.RefundCause)
-	return resultRefunded, nil
+	return resultRefunded, o.ID, nil
 }
 
 // disputeCreated is charge.dispute.created: the buyer's bank disputes the
 // charge. The order is marked, the line logged at Error and counted (an
 // alert); nothing is halted or deleted: answering a dispute is a person's
-// work, in Stripe's Dashboard.
-func (s *Server) disputeCreated(ctx context.Context, ev billing.Event) (string, error) {
+// work, in Stripe's Dashboard. From then on the order is never refunded
+// automatically: a refund not yet started never is, and one decided
+// before is held (the dispute gives the money back, or decides it stays).
+func (s *Server) disputeCreated(ctx context.Context, ev billing.Event) (string, string, error) {
+	o, ok, err := s.disputedOrder(ctx, ev)
+	if !ok || err != nil {
+		return resultUnknownOrder, "", err
+	}
+	if err := s.markDisputed(ctx, o, ev); err != nil {
+		return "", o.ID, err
+	}
+	return resultDisputed, o.ID, nil
+}
+
+// disputedOrder finds the order of a dispute event by its PaymentIntent.
+// ok is false when it is none of ours.
+func (s *Server) disputedOrder(ctx context.Context, ev billing.Event) (imagestore.Order, bool, error) {
 	o, err := s.st.OrderByPaymentIntent(ctx, ev.PaymentIntent)
 	switch {
 	case errors.Is(err, imagestore.ErrNotFound):
-		s.log.Error("dispute of a charge of no order of this edge", "event", ev.ID, "dispute", logText(ev.DisputeID))
-		return resultUnknownOrder, nil
+		s.log.Error("dispute of a charge of no order of this edge", "event", ev.ID, "type", logText(ev.Type), "dispute", logText(ev.DisputeID))
+		return o, false, nil
 	case err != nil:
-		return "", err
+		return o, false, err
 	}
+	return o, true, nil
+}
+
+// markDisputed records ev's dispute on o; the first time, it is counted
+// and logged at Error.
+func (s *Server) markDisputed(ctx context.Context, o imagestore.Order, ev billing.Event) error {
 	moved, err := s.st.MarkOrderDisputed(ctx, o.ID, ev.DisputeID, s.cfg.Now().UTC())
-	if err != nil {
-		return "", err
+	if err != nil || !moved {
+		return err
 	}
-	if moved {
-		s.metrics.disputes.Inc()
-		s.log.Error("payment disputed by the buyer's bank; answer it in Stripe", "order_id", o.ID,
-			"dispute", logText(ev.DisputeID), "reason", logText(ev.DisputeReason), "amount", ev.Amount, "state", string(o.State))
+	s.metrics.disputes.Inc()
+	attrs := []any{"order_id", o.ID, "dispute", logText(ev.DisputeID), "reason", logText(ev.DisputeReason),
+		"amount", ev.Amount, "state", string(o.State)}
+	if o.State.Refunding() {
+		s.log.Error("payment disputed by the buyer's bank; its refund is held, never sent again: answer the dispute in Stripe", attrs...)
+	} else {
+		s.log.Error("payment disputed by the buyer's bank; answer it in Stripe", attrs...)
 	}
-	return resultDisputed, nil
+	return nil
+}
+
+// disputeClosed is charge.dispute.closed: the bank decided the dispute.
+// Its outcome is recorded (the first one: a late copy of another changes
+// nothing), shown, counted and logged. Nothing is refunded because of it,
+// then or later: lost, the bank has given the money back already; won
+// (or warning_closed, prevented), it stays, and giving it back is a
+// person's decision, made in Stripe's Dashboard. A closed event that
+// comes before its created one records the dispute too.
+func (s *Server) disputeClosed(ctx context.Context, ev billing.Event) (string, string, error) {
+	o, ok, err := s.disputedOrder(ctx, ev)
+	if !ok || err != nil {
+		return resultUnknownOrder, "", err
+	}
+	if !slices.Contains(imagestore.DisputeOutcomes, ev.DisputeStatus) {
+		s.log.Error("dispute closed with a status that is no decision; not recorded", "order_id", o.ID,
+			"dispute", logText(ev.DisputeID), "status", logText(ev.DisputeStatus))
+		return resultIgnored, o.ID, nil
+	}
+	if err := s.markDisputed(ctx, o, ev); err != nil {
+		return "", o.ID, err
+	}
+	moved, err := s.st.CloseOrderDispute(ctx, o.ID, ev.DisputeStatus, s.cfg.Now().UTC())
+	switch {
+	case err != nil:
+		return "", o.ID, err
+	case !moved:
+		return resultIgnored, o.ID, nil
+	}
+	s.metrics.disputeClosed(ev.DisputeStatus)
+	attrs := []any{"order_id", o.ID, "dispute", logText(ev.DisputeID), "outcome", ev.DisputeStatus,
+		"amount", ev.Amount, "state", string(o.State)}
+	if ev.DisputeStatus == imagestore.DisputeLost {
+		s.log.Warn("dispute closed: the buyer's bank gave the payment back; vmshelf refunds nothing", attrs...)
+	} else {
+		s.log.Info("dispute closed: the payment stays; vmshelf refunds nothing by itself", attrs...)
+	}
+	return resultDisputeClosed, o.ID, nil
 }

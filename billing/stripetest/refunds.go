@@ -143,25 +143,88 @@ func (s *Server) ChargeRefundedEvent(eventID, paymentIntent, secret string, sign
 	return signedEvent(eventID, "charge.refunded", obj, secret, signedAt)
 }
 
-// DisputeEvent returns a charge.dispute.created event: the buyer disputes
-// the whole charge of paymentIntent for reason (e.g. "fraudulent"),
-// signed as Event signs.
+// Dispute is a dispute the buyer's bank opened on a charge (DisputeEvent)
+// and what became of it (DisputeClosedEvent).
+type Dispute struct {
+	ID            string
+	PaymentIntent string
+	Charge        string
+	Reason        string // e.g. "fraudulent"
+	Amount        int64
+	Currency      string
+	// Status is Stripe's: "needs_response" while open, then "won",
+	// "lost", "warning_closed" or "prevented" once closed.
+	Status string
+}
+
+// refundable reports whether Stripe refunds a charge with this dispute:
+// not while it is open, nor once the bank took the money back (lost).
+func (d *Dispute) refundable() bool {
+	switch d.Status {
+	case "won", "warning_closed", "prevented":
+		return true
+	}
+	return false
+}
+
+// DisputeEvent opens a dispute of the whole charge of paymentIntent for
+// reason (e.g. "fraudulent"), as the buyer's bank does, and returns its
+// charge.dispute.created event, signed as Event signs. From then on a new
+// refund of that charge is refused with Stripe's charge_disputed, whether
+// or not the event was posted: Stripe knows of the dispute before the
+// webhook does. A second call reuses the dispute.
 func (s *Server) DisputeEvent(eventID, paymentIntent, reason, secret string, signedAt time.Time) (payload []byte, signature string, err error) {
 	s.mu.Lock()
 	cs := s.paidSession(paymentIntent)
 	var obj map[string]any
 	if cs != nil {
-		obj = map[string]any{
-			"id": "dp_stripetest_" + strings.TrimPrefix(cs.ID, "cs_test_"), "object": "dispute", "amount": cs.PaidAmount,
-			"currency": cs.Currency, "charge": chargeOf(cs), "payment_intent": paymentIntent,
-			"reason": reason, "status": "needs_response", "metadata": map[string]string{},
+		d, ok := s.disputes[paymentIntent]
+		if !ok {
+			d = &Dispute{ID: "dp_stripetest_" + strings.TrimPrefix(cs.ID, "cs_test_"), PaymentIntent: paymentIntent,
+				Charge: chargeOf(cs), Reason: reason, Amount: cs.PaidAmount, Currency: cs.Currency, Status: "needs_response"}
+			s.disputes[paymentIntent] = d
 		}
+		obj = disputeJSON(d)
 	}
 	s.mu.Unlock()
 	if cs == nil {
 		return nil, "", fmt.Errorf("stripetest: no paid payment intent %s", paymentIntent)
 	}
 	return signedEvent(eventID, "charge.dispute.created", obj, secret, signedAt)
+}
+
+// DisputeClosedEvent closes the dispute of paymentIntent's charge with
+// status ("won", "lost", "warning_closed", "prevented"), as the bank's
+// decision does, and returns its charge.dispute.closed event, signed as
+// Event signs. A dispute lost keeps refusing refunds; the others let them
+// through again.
+func (s *Server) DisputeClosedEvent(eventID, paymentIntent, status, secret string, signedAt time.Time) (payload []byte, signature string, err error) {
+	switch status {
+	case "won", "lost", "warning_closed", "prevented":
+	default:
+		return nil, "", fmt.Errorf("stripetest: %q is not a closed dispute's status", status)
+	}
+	s.mu.Lock()
+	d, ok := s.disputes[paymentIntent]
+	var obj map[string]any
+	if ok {
+		d.Status = status
+		obj = disputeJSON(d)
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, "", fmt.Errorf("stripetest: no dispute of payment intent %s", paymentIntent)
+	}
+	return signedEvent(eventID, "charge.dispute.closed", obj, secret, signedAt)
+}
+
+// disputeJSON renders d as Stripe's Dispute object.
+func disputeJSON(d *Dispute) map[string]any {
+	return map[string]any{
+		"id": d.ID, "object": "dispute", "amount": d.Amount, "currency": d.Currency, "charge": d.Charge,
+		"payment_intent": d.PaymentIntent, "reason": d.Reason, "status": d.Status,
+		"is_charge_refundable": d.refundable(), "metadata": map[string]string{},
+	}
 }
 
 // paidSession is the session whose PaymentIntent is pi, nil if none.
@@ -201,6 +264,19 @@ func idempotencyError(w http.ResponseWriter, key string) {
 		"Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '"+key+"' if you meant to execute a different request.")
 }
 
+// HoldRefundRequests makes the next refund request wait, received but not
+// yet looked at, until release is called or the caller goes away: a test
+// opens a dispute in that moment, between vmshelf's send and Stripe's
+// decision.
+func (s *Server) HoldRefundRequests() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.refundHoldBefore = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
 // HoldRefunds makes the next refund request make its refund and then hold
 // its answer until release is called or the caller goes away: a test kills
 // the caller in that moment, when Stripe has refunded and the caller has
@@ -220,6 +296,15 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.record(r)
+	if h := s.refundHoldBefore; h != nil {
+		s.refundHoldBefore = nil
+		s.mu.Unlock()
+		select {
+		case <-h:
+		case <-r.Context().Done():
+		}
+		s.mu.Lock()
+	}
 	if s.refundFail > 0 {
 		s.refundFail--
 		stripeError(w, s.refundFailStatus, "api_error", "", "An unknown error occurred (stripetest)")
@@ -251,6 +336,12 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 		case s.refunded(pi) >= cs.PaidAmount:
 			stripeError(w, http.StatusBadRequest, "invalid_request_error", "charge_already_refunded",
 				"Charge "+chargeOf(cs)+" has already been refunded.")
+			return
+		case s.disputes[pi] != nil && !s.disputes[pi].refundable():
+			// Stripe's answer while the bank holds the money: the
+			// dispute, not a refund, decides where it goes.
+			stripeError(w, http.StatusBadRequest, "invalid_request_error", "charge_disputed",
+				"Charge "+chargeOf(cs)+" has been charged back.")
 			return
 		}
 		status := s.refundStatus

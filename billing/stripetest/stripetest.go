@@ -1,8 +1,9 @@
 // Package stripetest is a stand-in for Stripe's API on loopback, with
 // state: it opens Checkout Sessions from the forms billing.Stripe sends,
-// lets a test pay or expire them, refunds their PaymentIntents, creates and
-// onboards Connect Express accounts, and signs webhook events the way
-// Stripe does. It exists for the tests of the
+// lets a test pay or expire them, refunds their PaymentIntents (refusing,
+// as Stripe does, a charge its buyer's bank disputes), opens and closes
+// disputes, creates and onboards Connect Express accounts, and signs
+// webhook events the way Stripe does. It exists for the tests of the
 // market and of the whole binary, which need a Stripe that remembers;
 // stripe-mock (Stripe's own mock) checks request shapes but keeps no
 // state, and billing's own tests use canned answers.
@@ -82,11 +83,15 @@ type Server struct {
 	// refundLoseStatus, as when Stripe acted and the answer was lost.
 	refundFail, refundFailStatus int
 	refundLose, refundLoseStatus int
-	// refundHold, if set, holds the next refund's answer (HoldRefunds).
-	refundHold chan struct{}
+	// refundHold, if set, holds the next refund's answer (HoldRefunds);
+	// refundHoldBefore holds the next refund request before it is looked
+	// at (HoldRefundRequests).
+	refundHold, refundHoldBefore chan struct{}
 	// refundStatus and refundFailure are what a new refund comes back as;
 	// "" is "succeeded".
 	refundStatus, refundFailure string
+
+	disputes map[string]*Dispute // by PaymentIntent
 }
 
 // New starts a fake Stripe on 127.0.0.1 that accepts key. accounts maps
@@ -101,7 +106,7 @@ func New(key string, accounts map[string]string) (*Server, error) {
 	s := &Server{URL: "http://" + ln.Addr().String(), Key: key,
 		sessions: map[string]*Session{}, byKey: map[string]string{},
 		accounts: map[string]*Account{}, accountByKey: map[string]string{},
-		refunds: map[string]*Refund{}, refundByKey: map[string]string{}}
+		refunds: map[string]*Refund{}, refundByKey: map[string]string{}, disputes: map[string]*Dispute{}}
 	for id, state := range accounts {
 		// An account given here is onboarded: charges on (as Stripe has
 		// them once the details are in), payouts with its capability.

@@ -36,23 +36,40 @@ type refundOrderStatus struct {
 
 func refundStatusOf(t *testing.T, s *server, token, orderID string) refundOrderStatus {
 	t.Helper()
+	var o refundOrderStatus
+	statusOrder(t, s, token, orderID, &o)
+	return o
+}
+
+// statusOrder reads order orderID as the status of token's tenant shows it
+// into v.
+func statusOrder(t *testing.T, s *server, token, orderID string, v any) {
+	t.Helper()
 	code, body := s.ctl(t, "/market/vms/status", token, "")
 	if code != http.StatusOK {
 		t.Fatalf("status: %d %s", code, body)
 	}
 	var st struct {
-		Orders []refundOrderStatus `json:"orders"`
+		Orders []json.RawMessage `json:"orders"`
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
 		t.Fatalf("status %s: %v", body, err)
 	}
-	for _, o := range st.Orders {
-		if o.OrderID == orderID {
-			return o
+	for _, raw := range st.Orders {
+		var id struct {
+			OrderID string `json:"order_id"`
+		}
+		if err := json.Unmarshal(raw, &id); err != nil {
+			t.Fatalf("status order %s: %v", raw, err)
+		}
+		if id.OrderID == orderID {
+			if err := json.Unmarshal(raw, v); err != nil {
+				t.Fatalf("status order %s: %v", raw, err)
+			}
+			return
 		}
 	}
 	t.Fatalf("status does not list order %s: %s", orderID, body)
-	return refundOrderStatus{}
 }
 
 // listing has host list replicas on s (body: unit_price and capacity).
@@ -374,8 +391,9 @@ func TestE2ERefundImportFailed(t *testing.T) {
 }
 
 // TestPageRefunds: the buyer's Machines page, in Chromium, shows a late
-// payment refunded, a refund Stripe failed and a disputed charge in words,
-// each made through the binary.
+// payment refunded, a refund Stripe failed, a disputed charge the bank
+// decided for the buyer, and a refund held because the charge is disputed
+// in words, each made through the binary.
 func TestPageRefunds(t *testing.T) {
 	t.Parallel()
 	browserDir(t)
@@ -426,10 +444,37 @@ func TestPageRefunds(t *testing.T) {
 	}
 	code, body = postWebhook(t, s, payload, sig)
 	wantWebhookResult(t, "dispute", code, body, "disputed")
+	payload, sig, err = fake.DisputeClosedEvent("evt_page_dispute_lost", paid.PaymentIntent, "lost", whsec, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body = postWebhook(t, s, payload, sig)
+	wantWebhookResult(t, "dispute lost", code, body, "disputeClosed")
+
+	// A late payment whose charge the bank disputes before its refund:
+	// Stripe refuses the refund (charge_disputed), and it is held.
+	fake.RefundAs("", "")
+	heldID, heldCS := cancelledThenPaid(t, s, fake, whsec, host)
+	heldSession, _ := fake.Session(heldCS)
+	if _, _, err := fake.DisputeEvent("evt_page_dispute_held", heldSession.PaymentIntent, "fraudulent", whsec, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	payload, sig, err = fake.Event("evt_page_late_3", "checkout.session.completed", heldCS, whsec, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body = postWebhook(t, s, payload, sig)
+	wantWebhookResult(t, "late payment of a disputed charge", code, body, "paidCancelled")
+
+	closed := disputeStatusOf(t, s, o.OrderID).DisputeClosedAt
+	if closed == nil {
+		t.Fatal("status shows no decision of the dispute lost")
+	}
+	decided := closed.UTC().Format("2006-01-02 15:04") + " UTC"
 
 	pr := startPage(t, "refunds", 60*time.Second, map[string]string{
 		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token,
-		"PAGE_ORDERS": strings.Join([]string{refunded, failed, o.OrderID}, ","),
+		"PAGE_ORDERS": strings.Join([]string{refunded, failed, o.OrderID, heldID}, ","),
 	}, nil)
 	pr.extra = s.logs
 	type shown struct {
@@ -438,6 +483,8 @@ func TestPageRefunds(t *testing.T) {
 		Refund    string `json:"refund"`
 		Cause     string `json:"cause"`
 		Disputed  string `json:"disputed"`
+		Dispute   string `json:"dispute"`
+		Held      string `json:"held"`
 	}
 	var rep struct {
 		commonReport
@@ -450,7 +497,11 @@ func TestPageRefunds(t *testing.T) {
 	}{
 		{refunded, shown{State: "refunded", StateText: "Refunded", Refund: "Refund: paid after the order was cancelled.", Cause: "paidAfterCancel"}},
 		{failed, shown{State: "refundFailed", StateText: "Refund failed; retrying", Refund: "Refund: paid after the order was cancelled.", Cause: "paidAfterCancel"}},
-		{o.OrderID, shown{State: "paid", StateText: "paid, starting", Disputed: "Payment disputed by the buyer's bank"}},
+		{o.OrderID, shown{State: "paid", StateText: "paid, starting", Dispute: "lost",
+			Disputed: "Payment disputed by the buyer's bank: the bank gave the payment back to the buyer · decided " + decided}},
+		{heldID, shown{State: "refunding", StateText: "Refund held: payment disputed", Refund: "Refund: paid after the order was cancelled.",
+			Cause: "paidAfterCancel", Dispute: "open", Disputed: "Payment disputed by the buyer's bank",
+			Held: "The refund is held: the payment is disputed, so the buyer's bank, not this edge, decides whether it goes back."}},
 	} {
 		if got := rep.Orders[c.id]; got != c.want {
 			t.Errorf("order %s on the page: %+v, want %+v", c.id, got, c.want)

@@ -558,7 +558,7 @@ func TestQueryPlans(t *testing.T) {
 		{"a buyer's orders", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE buyer_id = 1 ORDER BY created_at DESC, id DESC`, "orders_buyer"},
 		{"orders in a state", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE state = 'paid' ORDER BY created_at, id`, "orders_state"},
 		{"overdue orders", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE state = 'awaitingPayment' AND reserve_until <= 5 ORDER BY created_at, id`, "orders_state"},
-		{"due refunds", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE state IN ('refunding', 'refundFailed') AND refund_next_at <= 5 ORDER BY created_at, id`, "orders_state"},
+		{"due refunds", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE state IN ('refunding', 'refundFailed') AND refund_next_at <= 5 AND disputed_at IS NULL ORDER BY created_at, id`, "orders_state"},
 		{"the order of a PaymentIntent", `SELECT ` + sqlstore.OrderCols + ` FROM orders WHERE payment_intent = 'pi_1' AND payment_intent <> ''`, "orders_payment_intent"},
 		{"orders of an upload", `SELECT EXISTS (SELECT 1 FROM orders WHERE image_kind = 'upload' AND image = 'x' AND ` + sqlstore.HoldsSQL + `)`, "orders_upload"},
 	}
@@ -637,6 +637,10 @@ func TestMarketTables(t *testing.T) {
 		`UPDATE orders SET paid_at = 1 WHERE id = 'o1'`,
 		`UPDATE orders SET total = 1 WHERE id = 'o1'`,
 		`UPDATE orders SET fee = 1201 WHERE id = 'o1'`,
+		// A dispute's decision without a time, or without a dispute.
+		`UPDATE orders SET dispute_status = 'lost' WHERE id = 'o1'`,
+		`UPDATE orders SET dispute_status = 'lost', dispute_closed_at = 1 WHERE id = 'o1'`,
+		`UPDATE orders SET dispute_status = 'needs_response', dispute_closed_at = 1, disputed_at = 1 WHERE id = 'o1'`,
 	} {
 		if _, err := s.wdb.ExecContext(ctx, bad); err == nil {
 			t.Errorf("%s: accepted", bad)
@@ -686,6 +690,57 @@ func TestMarketErrorsCarryNoUserData(t *testing.T) {
 	}
 }
 
+// oldMarket opens the database at path with the schema's first before
+// steps, as a binary of that time wrote it, with a host (Stripe account
+// acct_host) whose listing l1 has 3 replicas at 6.00 EUR, and a buyer.
+func oldMarket(t *testing.T, path string, before int, now time.Time) (old *Store, host, buyer imagestore.Tenant) {
+	t.Helper()
+	ctx := t.Context()
+	old, err := open(ctx, path, schema()[:before])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, err = old.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_host"}, imagestore.HashSecret("h")); err != nil {
+		t.Fatal(err)
+	}
+	if buyer, err = old.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 3, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	return old, host, buyer
+}
+
+// oldOrder places order id of quantity debian-13 replicas of oldMarket's
+// listing with userData.
+func oldOrder(t *testing.T, old *Store, host, buyer imagestore.Tenant, id string, quantity int, userData string, now time.Time) {
+	t.Helper()
+	total := 600 * int64(quantity)
+	o := imagestore.Order{ID: id, ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: quantity,
+		ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: total, Fee: total / 2,
+		Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
+	if err := old.CreateOrder(t.Context(), o, userData, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// migrated closes old, the database at path of the schema's first before
+// steps, and opens it again with the whole schema, which migrates it. The
+// store closes when the test ends.
+func migrated(t *testing.T, old *Store, path string, before int) *Store {
+	t.Helper()
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := mustOpen(t, path)
+	t.Cleanup(func() { _ = s.Close() })
+	if got, want := userVersion(t, s), len(schema()); got != want || want <= before {
+		t.Errorf("after migration: user_version = %d, want %d (> %d)", got, want, before)
+	}
+	return s
+}
+
 // TestMigrateOrdersToNotes opens a database written before the
 // provisioner's step (orders, no note, no replica states) and checks that
 // its orders come through with an empty note and take notes, replica
@@ -696,39 +751,13 @@ func TestMigrateOrdersToNotes(t *testing.T) {
 	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	const before = 5 // the market's step; the provisioner's came after it
 
-	old, err := open(ctx, path, schema()[:before])
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_host"}, imagestore.HashSecret("h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	buyer, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 3, CreatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
-	o := imagestore.Order{ID: "o1", ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: 2,
-		ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: 1200, Fee: 600,
-		Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-	if err := old.CreateOrder(ctx, o, "", 0); err != nil {
-		t.Fatal(err)
-	}
+	old, host, buyer := oldMarket(t, path, before, now)
+	oldOrder(t, old, host, buyer, "o1", 2, "", now)
 	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
 
-	s := mustOpen(t, path)
-	defer s.Close()
-	if got, want := userVersion(t, s), len(schema()); got != want || want <= before {
-		t.Errorf("after migration: user_version = %d, want %d (> %d)", got, want, before)
-	}
+	s := migrated(t, old, path, before)
 	got, err := s.Order(ctx, "o1")
 	if err != nil || got.State != imagestore.OrderPaid || got.Note != "" || got.Quantity != 2 {
 		t.Fatalf("order after migration = %+v, %v; want paid, 2 replicas, no note", got, err)
@@ -761,28 +790,9 @@ func TestMigrateOrdersToRefunds(t *testing.T) {
 	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 	const before = 9 // the step before the refunds'
 
-	old, err := open(ctx, path, schema()[:before])
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "host", StripeAccount: "acct_host"}, imagestore.HashSecret("h"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	buyer, err := old.CreateTenant(ctx, imagestore.Tenant{Name: "buyer"}, imagestore.HashSecret("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.CreateListing(ctx, imagestore.Listing{ID: "l1", HostID: host.ID, UnitPrice: 600, Currency: "eur", Capacity: 3, CreatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	old, host, buyer := oldMarket(t, path, before, now)
 	for _, id := range []string{"o1", "o2"} {
-		o := imagestore.Order{ID: id, ListingID: "l1", BuyerID: buyer.ID, HostID: host.ID, Quantity: 1,
-			ImageKind: imagestore.ImageCatalogue, Image: "debian-13", Name: "web", UnitPrice: 600, Total: 600, Fee: 300,
-			Currency: "eur", Destination: "acct_host", ReserveUntil: now.Add(time.Hour), CreatedAt: now}
-		if err := old.CreateOrder(ctx, o, "#cloud-config\n", 0); err != nil {
-			t.Fatal(err)
-		}
+		oldOrder(t, old, host, buyer, id, 1, "#cloud-config\n", now)
 	}
 	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -794,15 +804,8 @@ func TestMigrateOrdersToRefunds(t *testing.T) {
 	if err := old.SetReplicaStates(ctx, "o1", rs); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
 
-	s := mustOpen(t, path)
-	defer s.Close()
-	if got, want := userVersion(t, s), len(schema()); got != want {
-		t.Errorf("after migration: user_version = %d, want %d", got, want)
-	}
+	s := migrated(t, old, path, before)
 	for _, check := range []string{"PRAGMA integrity_check", "PRAGMA foreign_key_check"} {
 		var res sql.NullString
 		err := s.db.QueryRowContext(ctx, check).Scan(&res)
@@ -842,6 +845,58 @@ func TestMigrateOrdersToRefunds(t *testing.T) {
 	}
 	if moved, err := s.StartRefund(ctx, "o1", imagestore.RefundNotProvisioned, now); err != nil || !moved {
 		t.Errorf("StartRefund after migration = %v, %v", moved, err)
+	}
+}
+
+// TestMigrateOrdersToDisputeOutcome opens a database written before the
+// disputes' decisions, holding what the binaries before it left: a
+// disputed order whose refund kept failing (refundFailed, retried against
+// the dispute) and an undisputed one. The migration holds the first
+// refund (refunding, due never) and leaves the second; afterwards a
+// disputed order cannot be refundFailed, and decisions are recorded.
+func TestMigrateOrdersToDisputeOutcome(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	const before = 12 // the step before the decisions'
+
+	old, host, buyer := oldMarket(t, path, before, now)
+	for _, id := range []string{"o1", "o2"} {
+		oldOrder(t, old, host, buyer, id, 1, "", now)
+		if err := old.MarkOrderPaid(ctx, id, now, now.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if err := old.SetOrderPaymentIntent(ctx, id, "pi_"+id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.StartRefund(ctx, id, imagestore.RefundNotProvisioned, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := old.SettleRefund(ctx, id, imagestore.RefundOutcome{Error: "Stripe: charge_disputed", RetryAt: now}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What the binaries before marked: the dispute, the refund left failing.
+	if _, err := old.wdb.ExecContext(ctx, `UPDATE orders SET dispute_id = 'du_1', disputed_at = ? WHERE id = 'o1'`, now.UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+
+	s := migrated(t, old, path, before)
+	o1, err := s.Order(ctx, "o1")
+	if err != nil || o1.State != imagestore.OrderRefunding || !o1.RefundHeld() || o1.DisputeStatus != "" || !o1.DisputeClosedAt.IsZero() {
+		t.Fatalf("the disputed order after migration = %+v, %v; want its refund held", o1, err)
+	}
+	if o2, err := s.Order(ctx, "o2"); err != nil || o2.State != imagestore.OrderRefundFailed {
+		t.Fatalf("the undisputed order after migration = %+v, %v; want refundFailed still", o2, err)
+	}
+	if due, err := s.DueRefunds(ctx, now.Add(time.Hour)); err != nil || len(due) != 1 || due[0].ID != "o2" {
+		t.Errorf("DueRefunds after migration = %+v, %v; want only o2", due, err)
+	}
+	if _, err := s.wdb.ExecContext(ctx, `UPDATE orders SET state = 'refundFailed' WHERE id = 'o1'`); err == nil {
+		t.Error("a disputed order was made refundFailed: the schema does not hold its refund")
+	}
+	if moved, err := s.CloseOrderDispute(ctx, "o1", imagestore.DisputeLost, now); err != nil || !moved {
+		t.Errorf("CloseOrderDispute after migration = %v, %v", moved, err)
 	}
 }
 

@@ -146,7 +146,8 @@ const orderCols = `id, listing_id, buyer_id, host_id, quantity, image_kind, imag
 	unit_price, total, fee, currency, destination, state, reason, checkout_id, checkout_url,
 	reserve_until, created_at, paid_at, expires_at, ended_at, note,
 	payment_intent, blocked_cause, blocked_since, ran_at, refund_from, refund_cause, refund_id,
-	refund_attempts, refund_generation, refund_next_at, refund_error, refunded_at, dispute_id, disputed_at`
+	refund_attempts, refund_generation, refund_next_at, refund_error, refunded_at, dispute_id, disputed_at,
+	dispute_status, dispute_closed_at`
 
 func scanOrder(r scanner) (imagestore.Order, error) {
 	var (
@@ -156,13 +157,15 @@ func scanOrder(r scanner) (imagestore.Order, error) {
 		blocked, refundNext    sql.NullInt64
 		ran                    sql.NullInt64
 		refunded, disputed     sql.NullInt64
+		disputeClosed          sql.NullInt64
 		kind, state, from      string
 	)
 	if err := r.Scan(&o.ID, &o.ListingID, &o.BuyerID, &o.HostID, &o.Quantity, &kind, &o.Image, &o.Name,
 		&o.UnitPrice, &o.Total, &o.Fee, &o.Currency, &o.Destination, &state, &o.Reason, &o.CheckoutID, &o.CheckoutURL,
 		&reserve, &created, &paid, &expires, &endedAt, &o.Note,
 		&o.PaymentIntent, &o.BlockedCause, &blocked, &ran, &from, &o.RefundCause, &o.RefundID,
-		&o.RefundAttempts, &o.RefundGeneration, &refundNext, &o.RefundError, &refunded, &o.DisputeID, &disputed); err != nil {
+		&o.RefundAttempts, &o.RefundGeneration, &refundNext, &o.RefundError, &refunded, &o.DisputeID, &disputed,
+		&o.DisputeStatus, &disputeClosed); err != nil {
 		return imagestore.Order{}, err
 	}
 	o.ImageKind, o.State, o.RefundFrom = imagestore.ImageKind(kind), imagestore.OrderState(state), imagestore.OrderState(from)
@@ -171,7 +174,8 @@ func scanOrder(r scanner) (imagestore.Order, error) {
 		dst *time.Time
 		src sql.NullInt64
 	}{{&o.PaidAt, paid}, {&o.ExpiresAt, expires}, {&o.EndedAt, endedAt},
-		{&o.BlockedSince, blocked}, {&o.RanAt, ran}, {&o.RefundNextAt, refundNext}, {&o.RefundedAt, refunded}, {&o.DisputedAt, disputed}} {
+		{&o.BlockedSince, blocked}, {&o.RanAt, ran}, {&o.RefundNextAt, refundNext}, {&o.RefundedAt, refunded}, {&o.DisputedAt, disputed},
+		{&o.DisputeClosedAt, disputeClosed}} {
 		if t.src.Valid {
 			*t.dst = fromNanos(t.src.Int64)
 		}
@@ -630,8 +634,9 @@ WHERE id = ?3`, cause, at, id)
 	})
 }
 
-// StartRefund: paid, or cancelled with a payment → refunding. The WHERE on
-// the state is what excludes MarkOrderActive's move from paid.
+// StartRefund: paid, or cancelled with a payment, not disputed →
+// refunding. The WHERE on the state is what excludes MarkOrderActive's
+// move from paid, the one on disputed_at MarkOrderDisputed's mark.
 func (s *Store) StartRefund(ctx context.Context, id, cause string, now time.Time) (bool, error) {
 	if !slices.Contains(imagestore.RefundCauses, cause) {
 		return false, fmt.Errorf("start refund: cause %q is not one of %v", cause, imagestore.RefundCauses)
@@ -642,14 +647,58 @@ func (s *Store) StartRefund(ctx context.Context, id, cause string, now time.Time
 	}
 	var moved bool
 	err = s.write(ctx, "start refund", func(tx *Tx) (err error) {
-		moved, err = transitionMoved(ctx, tx, id, imagestore.OrderState.Refunded, `
+		moved, err = disputeTransition(ctx, tx, id, func(met stateDisputed) error {
+			switch {
+			case met.state.Refunded():
+				return nil
+			case met.disputed:
+				return fmt.Errorf("order is %s: %w", met.state, imagestore.ErrDisputed)
+			}
+			return fmt.Errorf("order is %s: %w", met.state, imagestore.ErrOrderState)
+		}, `
 UPDATE orders SET refund_from = state, state = 'refunding', refund_cause = ?1, refund_next_at = ?2,
 	refund_attempts = 0, refund_generation = 0, refund_id = '', refund_error = ''
-WHERE id = ?3 AND payment_intent <> '' AND (state IN ('paid', 'cancelled')
+WHERE id = ?3 AND payment_intent <> '' AND disputed_at IS NULL AND (state IN ('paid', 'cancelled')
 	OR (state = 'active' AND ran_at IS NULL AND ?1 = 'importFailed'))`, cause, at, id)
 		return err
 	})
 	return moved && err == nil, err
+}
+
+// stateDisputed is what a change of an order that changed nothing met:
+// the order's state and whether its charge is disputed.
+type stateDisputed struct {
+	state    imagestore.OrderState
+	disputed bool
+}
+
+func scanStateDisputed(r scanner) (stateDisputed, error) {
+	var (
+		m  stateDisputed
+		st string
+	)
+	err := r.Scan(&st, &m.disputed)
+	m.state = imagestore.OrderState(st)
+	return m, err
+}
+
+// disputeTransition is transitionMoved for a change that also depends on
+// the order's dispute: when update changed no row, met says what of what
+// it met is an error (nil: the order is left as it is). ErrNotFound for
+// no order.
+func disputeTransition(ctx context.Context, tx *Tx, id string, met func(stateDisputed) error, update string, args ...any) (bool, error) {
+	res, err := tx.ExecContext(ctx, update, args...)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err == nil, err
+	}
+	found, err := queryOne(ctx, tx, "order", scanStateDisputed, `SELECT state, disputed_at IS NOT NULL FROM orders WHERE id = ?`, id)
+	if err != nil {
+		return false, err
+	}
+	return false, met(found)
 }
 
 // DueRefunds lists the refunds whose next attempt is due at now.
@@ -661,14 +710,15 @@ func (s *Store) DueRefunds(ctx context.Context, now time.Time) ([]imagestore.Ord
 	var orders []imagestore.Order
 	err = s.read(ctx, "due refunds", func(tx *Tx) (err error) {
 		orders, err = queryOrders(ctx, tx, `SELECT `+orderCols+` FROM orders
-WHERE state IN ('refunding', 'refundFailed') AND refund_next_at <= ? ORDER BY created_at, id`, at)
+WHERE state IN ('refunding', 'refundFailed') AND refund_next_at <= ? AND disputed_at IS NULL ORDER BY created_at, id`, at)
 		return err
 	})
 	return orders, err
 }
 
 // ClaimRefund moves a due refund's next attempt to until for this caller
-// alone: the conditional UPDATE decides, as in every state change.
+// alone: the conditional UPDATE decides, as in every state change, and
+// its WHERE on disputed_at is the last look before Stripe is asked.
 func (s *Store) ClaimRefund(ctx context.Context, id string, now, until time.Time) (imagestore.Order, bool, error) {
 	at, err := nanos("now", now)
 	if err != nil {
@@ -685,7 +735,7 @@ func (s *Store) ClaimRefund(ctx context.Context, id string, now, until time.Time
 	err = s.write(ctx, "claim refund", func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `
 UPDATE orders SET refund_next_at = ?1, refund_attempts = refund_attempts + 1
-WHERE id = ?2 AND state IN ('refunding', 'refundFailed') AND refund_next_at <= ?3`, end, id, at)
+WHERE id = ?2 AND state IN ('refunding', 'refundFailed') AND refund_next_at <= ?3 AND disputed_at IS NULL`, end, id, at)
 		if err != nil {
 			return err
 		}
@@ -720,6 +770,17 @@ UPDATE orders SET state = 'refunded', refunded_at = ?1, refund_next_at = NULL, r
 WHERE id = ?3 AND state IN ('refunding', 'refundFailed')`, at, out.RefundID, id)
 		})
 	}
+	if out.Disputed {
+		// Held: refunding for good, due never (DueRefunds and
+		// ClaimRefund pass it by); refund_next_at keeps the claim's
+		// time only because the schema ties it to the state.
+		return s.write(ctx, "settle refund", func(tx *Tx) error {
+			return transition(ctx, tx, id, isRefunded, `
+UPDATE orders SET state = 'refunding', disputed_at = coalesce(disputed_at, ?1), refund_error = ?2,
+	refund_id = CASE WHEN ?3 = '' THEN refund_id ELSE ?3 END
+WHERE id = ?4 AND state IN ('refunding', 'refundFailed')`, at, out.Error, out.RefundID, id)
+		})
+	}
 	retry, err := nanos("retry at", out.RetryAt)
 	if err != nil {
 		return fail(err)
@@ -733,8 +794,10 @@ WHERE id = ?3 AND state IN ('refunding', 'refundFailed')`, at, out.RefundID, id)
 		next = 1
 	}
 	return s.write(ctx, "settle refund", func(tx *Tx) error {
+		// A disputed order's refund is held: refunding, never
+		// refundFailed, whatever became of an attempt sent before.
 		return transition(ctx, tx, id, isRefunded, `
-UPDATE orders SET state = ?1, refund_next_at = ?2, refund_error = ?3,
+UPDATE orders SET state = CASE WHEN disputed_at IS NULL THEN ?1 ELSE 'refunding' END, refund_next_at = ?2, refund_error = ?3,
 	refund_generation = refund_generation + ?4,
 	refund_id = CASE WHEN ?5 = '' THEN refund_id ELSE ?5 END
 WHERE id = ?6 AND state IN ('refunding', 'refundFailed')`, state, retry, out.Error, next, out.RefundID, id)
@@ -751,16 +814,23 @@ const (
 
 func isRefunded(st imagestore.OrderState) bool { return st == imagestore.OrderRefunded }
 
-// MarkOrderDisputed records the first dispute of an order's charge.
+// MarkOrderDisputed records the first dispute of an order's charge, and
+// holds its refund if it has one: refundFailed becomes refunding, never
+// due again (DueRefunds and ClaimRefund pass a disputed order by).
 func (s *Store) MarkOrderDisputed(ctx context.Context, id, disputeID string, now time.Time) (bool, error) {
 	at, err := nanos("now", now)
 	if err != nil {
 		return false, fmt.Errorf("mark order disputed: %w", err)
 	}
+	if disputeID == "" {
+		return false, errors.New("mark order disputed: dispute id missing")
+	}
 	var moved bool
 	err = s.write(ctx, "mark order disputed", func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `
-UPDATE orders SET dispute_id = ?, disputed_at = ? WHERE id = ? AND disputed_at IS NULL`, disputeID, at, id)
+UPDATE orders SET dispute_id = ?1, disputed_at = coalesce(disputed_at, ?2),
+	state = CASE WHEN state = 'refundFailed' THEN 'refunding' ELSE state END
+WHERE id = ?3 AND dispute_id = ''`, disputeID, at, id)
 		if err != nil {
 			return err
 		}
@@ -775,6 +845,31 @@ UPDATE orders SET dispute_id = ?, disputed_at = ? WHERE id = ? AND disputed_at I
 		}
 		moved = n == 1
 		return nil
+	})
+	return moved && err == nil, err
+}
+
+// CloseOrderDispute records the bank's first decision on the order's
+// dispute.
+func (s *Store) CloseOrderDispute(ctx context.Context, id, outcome string, now time.Time) (bool, error) {
+	if !slices.Contains(imagestore.DisputeOutcomes, outcome) {
+		return false, fmt.Errorf("close order dispute: outcome %q is not one of %v", outcome, imagestore.DisputeOutcomes)
+	}
+	at, err := nanos("now", now)
+	if err != nil {
+		return false, fmt.Errorf("close order dispute: %w", err)
+	}
+	var moved bool
+	err = s.write(ctx, "close order dispute", func(tx *Tx) (err error) {
+		moved, err = disputeTransition(ctx, tx, id, func(met stateDisputed) error {
+			if !met.disputed {
+				return fmt.Errorf("order (%s) has no dispute recorded: %w", met.state, imagestore.ErrOrderState)
+			}
+			return nil // closed before: the first decision stays
+		}, `
+UPDATE orders SET dispute_status = ?, dispute_closed_at = ?
+WHERE id = ? AND disputed_at IS NOT NULL AND dispute_closed_at IS NULL`, outcome, at, id)
+		return err
 	})
 	return moved && err == nil, err
 }

@@ -117,6 +117,7 @@ func checkOrder(t *testing.T, op string, got, want imagestore.Order) {
 		timeDiff("RefundNextAt", got.RefundNextAt, want.RefundNextAt),
 		timeDiff("RefundedAt", got.RefundedAt, want.RefundedAt),
 		timeDiff("DisputedAt", got.DisputedAt, want.DisputedAt),
+		timeDiff("DisputeClosedAt", got.DisputeClosedAt, want.DisputeClosedAt),
 	} {
 		if d != "" {
 			t.Errorf("%s: order %s: %s", op, want.ID, d)
@@ -124,7 +125,7 @@ func checkOrder(t *testing.T, op string, got, want imagestore.Order) {
 	}
 	for _, o := range []*imagestore.Order{&got, &want} {
 		o.ReserveUntil, o.CreatedAt, o.PaidAt, o.ExpiresAt, o.EndedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
-		o.BlockedSince, o.RefundNextAt, o.RefundedAt, o.DisputedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		o.BlockedSince, o.RefundNextAt, o.RefundedAt, o.DisputedAt, o.DisputeClosedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	}
 	if got != want {
 		t.Errorf("%s:\n got %+v\nwant %+v", op, got, want)

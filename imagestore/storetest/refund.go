@@ -308,6 +308,183 @@ func testOrderDisputed(t *testing.T, s imagestore.Store) {
 	if _, err := s.MarkOrderDisputed(ctx, "o-none", "du_3", t0); !errors.Is(err, imagestore.ErrNotFound) {
 		t.Errorf("unknown order: %v, want ErrNotFound", err)
 	}
+	if _, err := s.MarkOrderDisputed(ctx, o.ID, "", t0); err == nil {
+		t.Error("a dispute without an id was recorded")
+	}
+}
+
+// testDisputeHoldsRefund: a disputed order is never refunded by the
+// store's moves: its refund is not started, a refund already decided is
+// neither due nor claimed again, a failure of one sent before stays
+// refunding (held) rather than refundFailed, and Stripe's own refusal
+// (charge_disputed) holds the refund and marks the order before the
+// dispute's event does. Money that did move is still recorded.
+func testDisputeHoldsRefund(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	h, b := newHost(t, s, "host"), newTenant(t, s, "buyer")
+	l := newListing(t, s, h, "l1", 10, t0)
+	now := t0.Add(time.Hour)
+
+	// Disputed before the decision: the refund is never started.
+	p := chargedOrder(t, s, l, h, b, "o1")
+	if moved, err := s.MarkOrderDisputed(ctx, p.ID, "du_1", t0); err != nil || !moved {
+		t.Fatalf("MarkOrderDisputed = %v, %v", moved, err)
+	}
+	if moved, err := s.StartRefund(ctx, p.ID, imagestore.RefundNotProvisioned, now); !errors.Is(err, imagestore.ErrDisputed) || moved {
+		t.Errorf("StartRefund of a disputed order = %v, %v; want ErrDisputed", moved, err)
+	}
+	if got := getOrder(t, s, p.ID); got.State != imagestore.OrderPaid || got.RefundHeld() {
+		t.Errorf("the disputed order is %s (held %v), want paid", got.State, got.RefundHeld())
+	}
+
+	// Disputed after the decision, with an attempt failed: held.
+	f := chargedOrder(t, s, l, h, b, "o2")
+	refundTo(t, s, &f, imagestore.OrderRefundFailed, now)
+	if moved, err := s.MarkOrderDisputed(ctx, f.ID, "du_2", now); err != nil || !moved {
+		t.Fatalf("MarkOrderDisputed of a refund that failed = %v, %v", moved, err)
+	}
+	got := getOrder(t, s, f.ID)
+	if got.State != imagestore.OrderRefunding || !got.RefundHeld() || got.DisputeID != "du_2" || !got.DisputedAt.Equal(now) {
+		t.Errorf("after the dispute: %s, held %v, dispute %q at %v; want refunding, held", got.State, got.RefundHeld(), got.DisputeID, got.DisputedAt)
+	}
+	later := now.Add(24 * time.Hour)
+	if due, err := s.DueRefunds(ctx, later); err != nil || len(due) != 0 {
+		t.Errorf("DueRefunds = %v, %v; want none: the refund is held", orderIDs(due), err)
+	}
+	if _, claimed, err := s.ClaimRefund(ctx, f.ID, later, later.Add(time.Minute)); err != nil || claimed {
+		t.Errorf("ClaimRefund of a held refund = %v, %v; want false, nil", claimed, err)
+	}
+	// The answer to an attempt sent before the dispute: a failure keeps
+	// it held, a success is the money back.
+	must(t, "SettleRefund failed", s.SettleRefund(ctx, f.ID, imagestore.RefundOutcome{RefundID: "re_2", Status: "failed",
+		Error: "insufficient funds", NewKey: true, RetryAt: later}, later))
+	if got := getOrder(t, s, f.ID); got.State != imagestore.OrderRefunding || !got.RefundHeld() {
+		t.Errorf("a failure of a held refund made it %s, want refunding, held", got.State)
+	}
+	must(t, "SettleRefund succeeded", s.SettleRefund(ctx, f.ID, imagestore.RefundOutcome{RefundID: "re_2", Status: "succeeded"}, later))
+	if got := getOrder(t, s, f.ID); got.State != imagestore.OrderRefunded || got.RefundHeld() || got.DisputeID != "du_2" {
+		t.Errorf("a success of a held refund: %s (held %v, dispute %q), want refunded, still disputed", got.State, got.RefundHeld(), got.DisputeID)
+	}
+
+	// Stripe refused the refund for the dispute before its event came.
+	r := chargedOrder(t, s, l, h, b, "o3")
+	refundTo(t, s, &r, imagestore.OrderRefunding, now)
+	c, claimed, err := s.ClaimRefund(ctx, r.ID, now, now.Add(time.Minute))
+	if err != nil || !claimed {
+		t.Fatalf("ClaimRefund = %v, %v", claimed, err)
+	}
+	must(t, "SettleRefund disputed", s.SettleRefund(ctx, r.ID, imagestore.RefundOutcome{Disputed: true,
+		Error: "Stripe refused the refund: the charge is disputed", RetryAt: later}, now))
+	got = getOrder(t, s, r.ID)
+	if got.State != imagestore.OrderRefunding || !got.RefundHeld() || !got.DisputedAt.Equal(now) || got.DisputeID != "" ||
+		got.RefundError == "" || got.RefundGeneration != c.RefundGeneration || got.RefundAttempts != 1 {
+		t.Errorf("after charge_disputed: %+v; want refunding, held, disputed at %v without an id yet", got, now)
+	}
+	if due, err := s.DueRefunds(ctx, later); err != nil || len(due) != 0 {
+		t.Errorf("DueRefunds after charge_disputed = %v, %v; want none", orderIDs(due), err)
+	}
+	// Its event then records the dispute, once, keeping when vmshelf
+	// first knew.
+	if moved, err := s.MarkOrderDisputed(ctx, r.ID, "du_3", later); err != nil || !moved {
+		t.Errorf("MarkOrderDisputed after charge_disputed = %v, %v; want the dispute recorded", moved, err)
+	}
+	if got := getOrder(t, s, r.ID); got.DisputeID != "du_3" || !got.DisputedAt.Equal(now) || !got.RefundHeld() {
+		t.Errorf("dispute %q at %v (held %v), want du_3 at %v", got.DisputeID, got.DisputedAt, got.RefundHeld(), now)
+	}
+	if moved, err := s.MarkOrderDisputed(ctx, r.ID, "du_3", later); err != nil || moved {
+		t.Errorf("the same dispute again = %v, %v; want false, nil", moved, err)
+	}
+	if n, err := s.OrderCounts(ctx); err != nil || n[imagestore.OrderRefundFailed] != 0 || n[imagestore.OrderRefunding] != 1 {
+		t.Errorf("OrderCounts = %v, %v; want the held refund refunding, none refundFailed", n, err)
+	}
+}
+
+// testDisputeRacesRefund: the dispute's mark and the claim of a due
+// refund race; either the claim wins (the attempt goes to Stripe, which
+// decides) or the mark does, and then nothing is claimed after it.
+func testDisputeRacesRefund(t *testing.T, s imagestore.Store) {
+	const n = 8
+	ctx := t.Context()
+	h, b := newHost(t, s, "host"), newTenant(t, s, "buyer")
+	l := newListing(t, s, h, "l1", n, t0)
+	ids := make([]string, n)
+	for i := range n {
+		o := chargedOrder(t, s, l, h, b, "o"+string(rune('a'+i)))
+		refundTo(t, s, &o, imagestore.OrderRefundFailed, t0)
+		ids[i] = o.ID
+	}
+	now := t0.Add(time.Hour)
+	start := make(chan struct{})
+	claimed := make([]bool, n)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			<-start
+			var err error
+			_, claimed[i], err = s.ClaimRefund(ctx, id, now, now.Add(time.Minute))
+			must(t, "ClaimRefund", err)
+		})
+		wg.Go(func() {
+			<-start
+			_, err := s.MarkOrderDisputed(ctx, id, "du_"+id, now)
+			must(t, "MarkOrderDisputed", err)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, id := range ids {
+		got := getOrder(t, s, id)
+		if got.State != imagestore.OrderRefunding || !got.RefundHeld() || got.RefundAttempts != map[bool]int{true: 1}[claimed[i]] {
+			t.Errorf("%s: claimed %v, then %s, held %v, %d attempts", id, claimed[i], got.State, got.RefundHeld(), got.RefundAttempts)
+		}
+		if _, again, err := s.ClaimRefund(ctx, id, now.Add(time.Hour), now.Add(2*time.Hour)); err != nil || again {
+			t.Errorf("%s: claimed after the dispute (%v, %v)", id, again, err)
+		}
+	}
+}
+
+// testDisputeClosed: the bank's decision is recorded once, with when,
+// only for an order whose dispute is recorded, and only as one of
+// DisputeOutcomes; it changes nothing else of the order.
+func testDisputeClosed(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	h, b := newHost(t, s, "host"), newTenant(t, s, "buyer")
+	l := newListing(t, s, h, "l1", 10, t0)
+	o := chargedOrder(t, s, l, h, b, "o1")
+	if moved, err := s.CloseOrderDispute(ctx, o.ID, imagestore.DisputeWon, t0); !errors.Is(err, imagestore.ErrOrderState) || moved {
+		t.Errorf("CloseOrderDispute without a dispute = %v, %v; want ErrOrderState", moved, err)
+	}
+	if _, err := s.MarkOrderDisputed(ctx, o.ID, "du_1", t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CloseOrderDispute(ctx, o.ID, "needs_response", t0); err == nil {
+		t.Error("an open status was recorded as a decision")
+	}
+	closed := t0.Add(40 * 24 * time.Hour)
+	if moved, err := s.CloseOrderDispute(ctx, o.ID, imagestore.DisputeLost, closed); err != nil || !moved {
+		t.Fatalf("CloseOrderDispute = %v, %v", moved, err)
+	}
+	if moved, err := s.CloseOrderDispute(ctx, o.ID, imagestore.DisputeWon, closed.Add(time.Hour)); err != nil || moved {
+		t.Errorf("a second decision = %v, %v; want false, nil", moved, err)
+	}
+	want := getOrder(t, s, o.ID)
+	if want.DisputeStatus != imagestore.DisputeLost || !want.DisputeClosedAt.Equal(closed) || want.State != imagestore.OrderPaid ||
+		want.DisputeID != "du_1" || !want.DisputedAt.Equal(t0) {
+		t.Errorf("after the decision: %+v; want lost at %v, still paid", want, closed)
+	}
+	for _, outcome := range imagestore.DisputeOutcomes[1:] {
+		id := "o-" + outcome[:3]
+		chargedOrder(t, s, l, h, b, id)
+		if _, err := s.MarkOrderDisputed(ctx, id, "du_"+id, t0); err != nil {
+			t.Fatal(err)
+		}
+		if moved, err := s.CloseOrderDispute(ctx, id, outcome, closed); err != nil || !moved || getOrder(t, s, id).DisputeStatus != outcome {
+			t.Errorf("CloseOrderDispute(%s) = %v, %v", outcome, moved, err)
+		}
+	}
+	if _, err := s.CloseOrderDispute(ctx, "o-none", imagestore.DisputeWon, t0); !errors.Is(err, imagestore.ErrNotFound) {
+		t.Errorf("unknown order: %v, want ErrNotFound", err)
+	}
 }
 
 // testRefundOfActiveOrder: an active order is refunded only for an import

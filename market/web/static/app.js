@@ -138,6 +138,15 @@
     notProvisioned: 'the machines could not be set up',
     importFailed: 'the image could not be imported'
   }
+  // What became of a disputed payment (its dispute_status), in words: open
+  // until the buyer's bank decides, then the decision.
+  const DISPUTES = {
+    open: 'Payment disputed by the buyer\'s bank',
+    lost: 'Payment disputed by the buyer\'s bank: the bank gave the payment back to the buyer',
+    won: 'Payment disputed by the buyer\'s bank: the bank decided that the payment stands',
+    warning_closed: 'The buyer\'s bank asked about the payment and closed its inquiry without a dispute',
+    prevented: 'A dispute of the payment by the buyer\'s bank was prevented: the payment stands'
+  }
   const BLOCKED = {
     imageGone: 'its image was removed',
     hostGone: 'the host no longer hosts machines',
@@ -646,10 +655,18 @@
   // orderNotes are an order's refund, dispute and blocked states in words.
   function orderNotes (o) {
     const notes = []
-    if (o.disputed_at) notes.push(el('p', { class: 'order-disputed', text: 'Payment disputed by the buyer\'s bank' }))
+    if (o.disputed_at) {
+      const status = o.dispute_status || 'open'
+      notes.push(el('p', { class: 'order-disputed', 'data-dispute': status,
+        text: (DISPUTES[status] || `${DISPUTES.open} (${status})`) + (o.dispute_closed_at ? ` · decided ${when(o.dispute_closed_at)}` : '') }))
+    }
     if (o.refund && o.refund.cause) {
       notes.push(el('p', { class: 'order-refund', 'data-cause': o.refund.cause,
         text: `Refund: ${REFUND_CAUSES[o.refund.cause] || o.refund.cause}.` }))
+    }
+    if (o.refund && o.refund.held_by_dispute) {
+      notes.push(el('p', { class: 'order-refund-held notice',
+        text: 'The refund is held: the payment is disputed, so the buyer\'s bank, not this edge, decides whether it goes back.' }))
     }
     if (o.blocked) {
       notes.push(el('p', { class: 'order-blocked notice', 'data-blocked': o.blocked,
@@ -708,7 +725,8 @@
       return el('li', { 'data-order-id': o.order_id, 'data-state': o.state },
         el('div', { class: 'card-head' },
           el('span', { class: 'order-name', text: o.name }),
-          el('span', { class: 'order-state state', 'data-state': o.state, text: ORDER_STATES[o.state] || o.state })),
+          el('span', { class: 'order-state state', 'data-state': o.state,
+            text: o.refund && o.refund.held_by_dispute ? 'Refund held: payment disputed' : ORDER_STATES[o.state] || o.state })),
         el('p', { class: 'meta' }, `${o.quantity} × ${imageLabel(st, o)} on ${o.host} · ${money(o.total, o.currency)} · ordered ${when(o.created_at)}`),
         el('p', { class: 'meta' }, 'Address: ', el('span', { class: 'order-address', text: o.address || 'none (this edge gives machines no address)' })),
         el('p', { class: 'meta' }, 'Paid until: ', el('span', { class: 'order-expires', text: o.expires_at ? when(o.expires_at) : 'not paid yet' })),

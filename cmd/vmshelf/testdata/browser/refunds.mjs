@@ -1,6 +1,7 @@
 // Scenario: the buyer's Machines page shows its orders' refunds and
 // disputes in words: a late payment refunded, a refund Stripe failed, a
-// disputed charge. The Go test made them through the binary.
+// disputed charge the bank decided, a refund held by a dispute. The Go
+// test made them through the binary.
 // Env: PAGE_ORDERS (comma-separated order ids).
 import * as b from './lib.mjs';
 
@@ -18,12 +19,15 @@ b.main(async (track) => {
       const li = document.querySelector(sel);
       const text = (c) => { const e = li.querySelector(c); return e && e.checkVisibility() ? e.textContent : ''; };
       const refund = li.querySelector('.order-refund');
+      const dispute = li.querySelector('.order-disputed');
       return {
         state: li.dataset.state,
         stateText: text('.order-state'),
         refund: text('.order-refund'),
         cause: refund ? refund.dataset.cause : '',
         disputed: text('.order-disputed'),
+        dispute: dispute ? dispute.dataset.dispute : '',
+        held: text('.order-refund-held'),
       };
     }, sel);
   }
