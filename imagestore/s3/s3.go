@@ -9,6 +9,7 @@
 //	partial/<id>/durable       the offset the last Sync (or Resume) made durable
 //	quarantine/<id>.qcow2      quarantined blobs
 //	store-id                   the store's identity (imagestore.StoreIdentity)
+//	probe/ready                the readiness probe's object (Ping), there for an instant
 //
 // A blob is visible by its marker, never by its bytes' key appearing: List
 // and Open see only ids with a marker. An images/ object without a marker
@@ -235,18 +236,34 @@ func (s *Store) bucketExists(ctx context.Context) error {
 	return nil
 }
 
-// Ping says whether the bucket answers, for a readiness probe: one HEAD
-// of the bucket within the ping timeout, its verdict kept for the ping
-// TTL, so that a flood of probes asks S3 at most once per TTL.
+// Ping says whether the bucket takes a write, for a readiness probe: a
+// small probe object put and removed within the ping timeout, its verdict
+// kept for the ping TTL, so that a flood of probes asks S3 at most once
+// per TTL. A HEAD of the bucket is not enough: a server coming back (or
+// one gone read-only) can answer HEADs while every write still fails, and
+// a replica that reads as ready then fails every upload it is sent.
 func (s *Store) Ping(ctx context.Context) error { return s.health.Ping(ctx) }
 
 // ping is Ping's check; ctx carries the ping timeout.
 func (s *Store) ping(ctx context.Context) error {
-	err := s.bucketExists(ctx)
-	if err != nil && ctx.Err() != nil {
+	err := s.probeWrite(ctx)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrNoAnswer) {
 		return fmt.Errorf("%w: %w", ErrNoAnswer, err)
 	}
 	return err
+}
+
+// probeWrite puts the probe object and removes it again. Every replica
+// writes the same key: one replica's removal may take another's probe,
+// which only makes that one's removal find nothing, no error.
+func (s *Store) probeWrite(ctx context.Context) error {
+	if _, err := s.putSmall(ctx, s.probeKey(), []byte("ready\n"), false); err != nil {
+		return s.errorf(err, "readiness probe: write %s", s.probeKey())
+	}
+	if err := s.remove(ctx, s.probeKey()); err != nil {
+		return s.errorf(err, "readiness probe: remove %s", s.probeKey())
+	}
+	return nil
 }
 
 // PartSize is the size of every part but the last: the memory a running
@@ -254,6 +271,7 @@ func (s *Store) ping(ctx context.Context) error {
 func (s *Store) PartSize() int64 { return s.partSize }
 
 func (s *Store) imageKey(id string) string      { return s.prefix + "images/" + id + ".qcow2" }
+func (s *Store) probeKey() string               { return s.prefix + "probe/ready" }
 func (s *Store) markerKey(id string) string     { return s.prefix + "committed/" + id }
 func (s *Store) partialDir(id string) string    { return s.prefix + "partial/" + id + "/" }
 func (s *Store) durableKey(id string) string    { return s.partialDir(id) + "durable" }
