@@ -229,3 +229,31 @@ func (s fullStore) CreateTicket(ctx context.Context, tk imagestore.Ticket, h ima
 	}
 	return s.Store.CreateTicket(ctx, tk, h, quota)
 }
+
+// TestTicketBlobsUnreachable: a ticket asks the image storage for its free
+// space; one that does not answer (S3 down, hung or failing) is the
+// storage's passing outage, 503 blobStoreUnreachable with Retry-After,
+// never our 500; nothing is stored.
+func TestTicketBlobsUnreachable(t *testing.T) {
+	e := newEnv(t)
+	alice, token := e.tenant("alice", true)
+	reg := prometheus.NewRegistry()
+	down := fmt.Errorf("s3: available: %w", imagestore.ErrBlobsUnavailable)
+	srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, Headroom: 1 << 20},
+		e.st, roomyBlobs{e.blobs, 0, down}, reg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/market/vm-images/ticket", strings.NewReader(`{"name":"disk"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	wantError(t, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, http.StatusServiceUnavailable, "blobStoreUnreachable")
+	if got := rec.Header().Get("Retry-After"); got != "60" {
+		t.Errorf("Retry-After %q, want 60", got)
+	}
+	if tks, err := e.st.UnusedTickets(t.Context(), alice.ID, time.Now()); err != nil || len(tks) != 0 {
+		t.Errorf("tickets after the refusal: %v, %v; want none", tks, err)
+	}
+}

@@ -324,10 +324,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // body says more than error and reason (readyz's reasons).
 func (s *Server) logFailure(w http.ResponseWriter, r *http.Request, err error) *apierr.Error {
 	var answered *apierr.Error
-	if !errors.As(err, &answered) && errors.Is(err, imagestore.ErrNoSpace) {
+	switch {
+	case errors.As(err, &answered):
+	case errors.Is(err, imagestore.ErrNoSpace):
 		// A full disk is the client's answer, not a server fault: it can
 		// retry once space is freed (a remove, above all, still works).
 		err = errNoSpace(err)
+	case errors.Is(err, imagestore.ErrBlobsUnavailable):
+		// So is an image storage that does not answer: its outage
+		// passes, and the client retries.
+		err = errBlobsUnreachable(err)
 	}
 	e := apierr.From(err)
 	e.EachHeader(w.Header().Set) // Retry-After and the like: the error's own
@@ -370,6 +376,13 @@ func (s *Server) logFailure(w http.ResponseWriter, r *http.Request, err error) *
 func errNoSpace(cause error) *apierr.Error {
 	return apierr.Wrap(cause, http.StatusInsufficientStorage, "noSpace",
 		"the edge's disk is full; uploads are refused until space is freed (removing an image works)")
+}
+
+// errBlobsUnreachable is the 503 of a request the image storage did not
+// take (an S3 server down, hung or failing), as the data plane answers it.
+func errBlobsUnreachable(cause error) *apierr.Error {
+	return apierr.Wrap(cause, http.StatusServiceUnavailable, "blobStoreUnreachable",
+		"the edge's image storage does not answer; try again in a minute").WithRetryAfter(60)
 }
 
 // routeLabel is the registered pattern of r, never the raw path: the path

@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/vmshelf/vmshelf/imagestore"
+)
+
+// Bounds of the background aborts (leftovers). An abort is tried again,
+// waiting from firstAbortBackoff, doubled up to maxAbortBackoff, while
+// the image storage does not answer, for at most abortRetryFor: beyond
+// that, the start-up cleanup of a later serve takes what is left (over
+// S3 once the partial grace has passed; docs/operations.md says so).
+const (
+	firstAbortBackoff = time.Second
+	maxAbortBackoff   = 15 * time.Second
+	abortRetryFor     = time.Hour
+)
+
+// leftovers aborts, in the background, the blobs of uploads that failed
+// because the image storage did not answer. Their abort needs that same
+// storage, so run before the answer it would hold the client for its own
+// deadlines (over S3 tens of seconds) and then fail too, leaving an S3
+// multipart upload and its parts for the next start-up's cleanup. Here
+// the client has its answer first, and the abort is tried until the
+// storage answers. Shutdown stops the retries and waits for the attempt
+// in progress (each has the storage's own deadlines), so no abort
+// outlives serve unannounced.
+type leftovers struct {
+	wg      sync.WaitGroup
+	stop    <-chan struct{} // closed when Shutdown begins
+	log     *slog.Logger
+	backoff time.Duration // the first wait between tries
+}
+
+// abort aborts w in the background until it succeeds, fails for another
+// reason than an unreachable storage, abortRetryFor passes or Shutdown
+// begins.
+func (l *leftovers) abort(w imagestore.BlobWriter, uploadID string) {
+	l.wg.Go(func() { l.retry(w, uploadID) })
+}
+
+func (l *leftovers) retry(w imagestore.BlobWriter, uploadID string) {
+	wait, giveUp := l.backoff, time.Now().Add(abortRetryFor)
+	for tries := 1; ; tries++ {
+		err := w.Abort()
+		switch {
+		case err == nil:
+			if tries > 1 {
+				l.log.Info("upload left behind removed", "upload_id", uploadID, "tries", tries)
+			}
+			return
+		case !errors.Is(err, imagestore.ErrBlobsUnavailable) || time.Now().After(giveUp):
+			l.log.Error("abort upload: what it wrote stays for the start-up cleanup", "upload_id", uploadID, "tries", tries, "err", err)
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-l.stop:
+			t.Stop()
+			l.log.Warn("abort upload unfinished at shutdown: what it wrote stays for the start-up cleanup",
+				"upload_id", uploadID, "tries", tries, "err", err)
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, maxAbortBackoff)
+	}
+}
+
+// wait waits until every abort has ended, or ctx.
+func (l *leftovers) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { l.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("aborts of failed uploads still running: %w", ctx.Err())
+	}
+}
