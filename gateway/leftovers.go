@@ -11,7 +11,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
-// Bounds of the background aborts (leftovers). An abort is tried again,
+// Bounds of the background removals (leftovers). One is tried again,
 // waiting from firstAbortBackoff, doubled up to maxAbortBackoff, while
 // the image storage does not answer, for at most abortRetryFor: beyond
 // that, the start-up cleanup of a later serve takes what is left (over
@@ -22,15 +22,17 @@ const (
 	abortRetryFor     = time.Hour
 )
 
-// leftovers aborts, in the background, the blobs of uploads that failed
-// because the image storage did not answer. Their abort needs that same
-// storage, so run before the answer it would hold the client for its own
-// deadlines (over S3 tens of seconds) and then fail too, leaving an S3
-// multipart upload and its parts for the next start-up's cleanup. Here
-// the client has its answer first, and the abort is tried until the
-// storage answers. Shutdown stops the retries and waits for the attempt
-// in progress (each has the storage's own deadlines), so no abort
-// outlives serve unannounced.
+// leftovers removes, in the background, what uploads that ended left in
+// the image storage when the storage could not take the removal: the
+// blob of an upload that failed because the storage did not answer, or
+// the partial bytes of a session ended (terminated, expired) while it did
+// not. The removal needs that same storage, so run before the answer it
+// would hold the client for its deadlines (over S3 tens of seconds) and
+// then fail too, leaving an S3 multipart upload and its parts for the
+// next start-up's cleanup. Here the client has its answer first, and the
+// removal is tried until the storage answers. Shutdown stops the retries
+// and waits for the try in progress (each has the storage's own
+// deadlines), so no removal outlives serve unannounced.
 type leftovers struct {
 	wg      sync.WaitGroup
 	stop    <-chan struct{} // closed when Shutdown begins
@@ -38,17 +40,17 @@ type leftovers struct {
 	backoff time.Duration // the first wait between tries
 }
 
-// abort aborts w in the background until it succeeds, fails for another
-// reason than an unreachable storage, abortRetryFor passes or Shutdown
-// begins.
-func (l *leftovers) abort(w imagestore.BlobWriter, uploadID string) {
-	l.wg.Go(func() { l.retry(w, uploadID) })
+// remove runs remove (an Abort, a RemovePartial) of upload uploadID in the
+// background until it succeeds, fails for another reason than an
+// unreachable storage, abortRetryFor passes or Shutdown begins.
+func (l *leftovers) remove(uploadID string, remove func() error) {
+	l.wg.Go(func() { l.retry(uploadID, remove) })
 }
 
-func (l *leftovers) retry(w imagestore.BlobWriter, uploadID string) {
+func (l *leftovers) retry(uploadID string, remove func() error) {
 	wait, giveUp := l.backoff, time.Now().Add(abortRetryFor)
 	for tries := 1; ; tries++ {
-		err := w.Abort()
+		err := remove()
 		switch {
 		case err == nil:
 			if tries > 1 {
@@ -56,14 +58,14 @@ func (l *leftovers) retry(w imagestore.BlobWriter, uploadID string) {
 			}
 			return
 		case !errors.Is(err, imagestore.ErrBlobsUnavailable) || time.Now().After(giveUp):
-			l.log.Error("abort upload: what it wrote stays for the start-up cleanup", "upload_id", uploadID, "tries", tries, "err", err)
+			l.log.Error("remove upload: what it wrote stays for the start-up cleanup", "upload_id", uploadID, "tries", tries, "err", err)
 			return
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-l.stop:
 			t.Stop()
-			l.log.Warn("abort upload unfinished at shutdown: what it wrote stays for the start-up cleanup",
+			l.log.Warn("remove upload unfinished at shutdown: what it wrote stays for the start-up cleanup",
 				"upload_id", uploadID, "tries", tries, "err", err)
 			return
 		case <-t.C:
@@ -72,7 +74,7 @@ func (l *leftovers) retry(w imagestore.BlobWriter, uploadID string) {
 	}
 }
 
-// wait waits until every abort has ended, or ctx.
+// wait waits until every removal has ended, or ctx.
 func (l *leftovers) wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { l.wg.Wait(); close(done) }()
@@ -80,6 +82,6 @@ func (l *leftovers) wait(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("aborts of failed uploads still running: %w", ctx.Err())
+		return fmt.Errorf("removals of failed uploads still running: %w", ctx.Err())
 	}
 }

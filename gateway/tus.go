@@ -524,11 +524,7 @@ func (g *Gateway) handleTerminate(ctx *fasthttp.RequestCtx, id string) {
 	defer lease.release()
 	g.endSession(sess.UploadID)
 	if sess.Offset < sess.Length {
-		octx, cancel := g.op()
-		defer cancel()
-		if err := g.blobs.RemovePartial(octx, sess.UploadID); err != nil {
-			g.log.Error("remove terminated upload", "upload_id", sess.UploadID, "err", err)
-		}
+		g.removeNowOrLater(sess.UploadID, g.removePartial(sess.UploadID))
 	}
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 }
@@ -687,10 +683,17 @@ func (g *Gateway) sweepSessions() {
 		return
 	}
 	for _, id := range ids {
-		if err := g.blobs.RemovePartial(octx, id); err != nil {
-			g.log.Error("remove expired upload", "upload_id", id, "err", err)
-			continue
-		}
+		g.removeNowOrLater(id, g.removePartial(id))
 		g.log.Info("upload session expired", "upload_id", id)
+	}
+}
+
+// removePartial is the removal of an ended session's partial bytes, each
+// try bounded as one store call.
+func (g *Gateway) removePartial(uploadID string) func() error {
+	return func() error {
+		octx, cancel := g.op()
+		defer cancel()
+		return g.blobs.RemovePartial(octx, uploadID)
 	}
 }

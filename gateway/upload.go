@@ -302,15 +302,22 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim 
 // tried again until the storage answers.
 func (g *Gateway) dropWrite(w imagestore.BlobWriter, uploadID string, cause *apierr.Error) {
 	if cause != nil && errors.Is(cause, imagestore.ErrBlobsUnavailable) {
-		g.leftovers.abort(w, uploadID)
+		g.leftovers.remove(uploadID, w.Abort)
 		return
 	}
-	err := w.Abort()
+	g.removeNowOrLater(uploadID, w.Abort)
+}
+
+// removeNowOrLater runs remove (the abort or removal of an upload's
+// bytes) now, and again in the background (leftovers) if it failed for an
+// unreachable image storage.
+func (g *Gateway) removeNowOrLater(uploadID string, remove func() error) {
+	err := remove()
 	switch {
 	case errors.Is(err, imagestore.ErrBlobsUnavailable):
-		g.leftovers.abort(w, uploadID)
+		g.leftovers.remove(uploadID, remove)
 	case err != nil:
-		g.log.Error("abort upload", "upload_id", uploadID, "err", err)
+		g.log.Error("remove upload", "upload_id", uploadID, "err", err)
 	}
 }
 
