@@ -126,6 +126,10 @@ type Config struct {
 	// serves the WebSocket. Required with Consoles.
 	ConsoleBase string
 	// ConsoleIdle ends a console nothing passed through for so long;
+	// UnfinishedWrites, if set, reports what unfinished writes hold in the
+	// image storage (over S3: multipart uploads running or left by a
+	// killed process), for /metrics.
+	UnfinishedWrites UnfinishedWrites
 	// ConsolesPerTenant and ConsolesPerEdge cap the consoles open on
 	// this replica. 0 means the Default values.
 	ConsoleIdle                        time.Duration
@@ -171,7 +175,7 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer, gather pr
 	var err error
 	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log,
 		tickets: newTenantLimiter(cfg.TicketRate, cfg.TicketBurst), refusals: newRefusalLog(cfg.Log)}
-	if s.metrics, err = newMetrics(reg, st, blobs, cfg.Log); err != nil {
+	if s.metrics, err = newMetrics(reg, st, blobs, cfg.UnfinishedWrites, cfg.Log); err != nil {
 		return nil, err
 	}
 

@@ -639,13 +639,13 @@ func (s *Store) RemoveQuarantined(ctx context.Context, id string) error {
 	return nil
 }
 
-// usage caches what the store holds, for Available.
+// usage caches what the store holds, for Available and Unfinished.
 type usage struct {
 	ttl time.Duration
 
 	mu     sync.Mutex
 	at     time.Time // of the listing; zero: none yet, or invalidated
-	listed int64
+	listed holding
 	base   int64 // uploaded at the start of that listing
 
 	// uploaded counts the bytes this process's writers sent (parts and
@@ -660,6 +660,30 @@ func (u *usage) invalidate() {
 	u.mu.Unlock()
 }
 
+// holding is what one listing of the prefix found.
+type holding struct {
+	bytes int64 // every object and every uploaded part
+	// uploads are the multipart uploads neither completed nor aborted;
+	// unfinished the bytes of their parts and of the partial/ objects.
+	uploads    int
+	unfinished int64
+}
+
+// listing returns the cached listing, made again if it is older than the
+// usage TTL; the caller holds s.usage.mu.
+func (s *Store) listing(ctx context.Context) (holding, error) {
+	u := &s.usage
+	if u.at.IsZero() || time.Since(u.at) > u.ttl {
+		base := u.uploaded.Load()
+		listed, err := s.stored(ctx)
+		if err != nil {
+			return holding{}, err
+		}
+		u.at, u.listed, u.base = time.Now(), listed, base
+	}
+	return u.listed, nil
+}
+
 // Available is the configured capacity less what the prefix holds:
 // committed, staged, quarantined and partial objects, the parts of
 // unfinished multipart uploads (all replicas'), and the bytes this
@@ -671,31 +695,47 @@ func (s *Store) Available(ctx context.Context) (int64, error) {
 	u := &s.usage
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.at.IsZero() || time.Since(u.at) > u.ttl {
-		base := u.uploaded.Load()
-		listed, err := s.stored(ctx)
-		if err != nil {
-			return 0, s.errorf(err, "available")
-		}
-		u.at, u.listed, u.base = time.Now(), listed, base
+	listed, err := s.listing(ctx)
+	if err != nil {
+		return 0, s.errorf(err, "available")
 	}
-	used := u.listed + (u.uploaded.Load() - u.base) + u.buffered.Load()
+	used := listed.bytes + (u.uploaded.Load() - u.base) + u.buffered.Load()
 	return max(s.capacity-used, 0), nil
 }
 
+// Unfinished is what unfinished writes hold in the prefix, from the
+// listing behind Available: the multipart uploads neither completed nor
+// aborted (every replica's, running or left by a crash) and the bytes of
+// their parts and partial objects. A write left by a killed process stays
+// there until a start-up's RemovePartials, once the partial grace has
+// passed: this is the figure that shows it.
+func (s *Store) Unfinished(ctx context.Context) (uploads int, bytes int64, err error) {
+	u := &s.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	listed, err := s.listing(ctx)
+	if err != nil {
+		return 0, 0, s.errorf(err, "unfinished writes")
+	}
+	return listed.uploads, listed.unfinished, nil
+}
+
 // stored sums every object and every uploaded part under the prefix.
-func (s *Store) stored(ctx context.Context) (int64, error) {
+func (s *Store) stored(ctx context.Context) (holding, error) {
 	objs, err := s.listObjects(ctx, s.prefix)
 	if err != nil {
-		return 0, err
+		return holding{}, err
 	}
-	var n int64
+	var h holding
 	for _, o := range objs {
-		n += o.Size
+		h.bytes += o.Size
+		if strings.HasPrefix(o.Key, s.prefix+"partial/") {
+			h.unfinished += o.Size
+		}
 	}
 	ups, err := s.uploads(ctx, s.prefix)
 	if err != nil {
-		return 0, err
+		return holding{}, err
 	}
 	for _, up := range ups {
 		parts, err := s.parts(ctx, up.Key, up.UploadID)
@@ -703,11 +743,13 @@ func (s *Store) stored(ctx context.Context) (int64, error) {
 			continue // completed or aborted since the listing
 		}
 		if err != nil {
-			return 0, err
+			return holding{}, err
 		}
+		h.uploads++
 		for _, p := range parts {
-			n += p.Size
+			h.bytes += p.Size
+			h.unfinished += p.Size
 		}
 	}
-	return n, nil
+	return h, nil
 }
