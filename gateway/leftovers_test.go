@@ -30,6 +30,19 @@ func newUnreachableBlobs(b Blobs) *unreachableBlobs {
 	return &unreachableBlobs{Blobs: b, aborting: make(chan struct{}, 16), aborted: make(chan struct{})}
 }
 
+// heldAborts makes e's blobs unreachable ones whose Abort waits until the
+// returned release is called (at the latest by the test's cleanup, which
+// runs before the gateway's shutdown waits for the abort).
+func heldAborts(t *testing.T, e *env) (*unreachableBlobs, func()) {
+	t.Helper()
+	u := newUnreachableBlobs(e.g.blobs)
+	u.release = make(chan struct{})
+	release := sync.OnceFunc(func() { close(u.release) })
+	t.Cleanup(release)
+	e.g.blobs = u
+	return u, release
+}
+
 func (b *unreachableBlobs) Create(ctx context.Context, id string) (imagestore.BlobWriter, error) {
 	w, err := b.Blobs.Create(ctx, id)
 	if err != nil {
@@ -104,11 +117,7 @@ func wantUnreachable(t *testing.T, resp *http.Response) {
 func TestUnreachableUploadAnswersFirst(t *testing.T) {
 	needQemu(t)
 	e := newEnv(t, nil)
-	u := newUnreachableBlobs(e.g.blobs)
-	u.release = make(chan struct{})
-	release := sync.OnceFunc(func() { close(u.release) })
-	t.Cleanup(release) // before the gateway's shutdown, which waits for the abort
-	e.g.blobs = u
+	u, release := heldAborts(t, e)
 	answer := putUnreachable(t, e)
 	within(t, u.aborting, "the abort to start")
 	select {
@@ -147,11 +156,7 @@ func TestUnreachableAbortRetried(t *testing.T) {
 func TestShutdownWaitsForAbort(t *testing.T) {
 	needQemu(t)
 	e := newEnv(t, nil)
-	u := newUnreachableBlobs(e.g.blobs)
-	u.release = make(chan struct{})
-	release := sync.OnceFunc(func() { close(u.release) })
-	t.Cleanup(release)
-	e.g.blobs = u
+	u, release := heldAborts(t, e)
 	wantUnreachable(t, within(t, putUnreachable(t, e), "the PUT's answer"))
 	within(t, u.aborting, "the abort to start")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

@@ -201,20 +201,27 @@ func TestTicketNoSpace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			_, token := e.tenant("alice", true)
-			reg := prometheus.NewRegistry()
-			srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, Headroom: 1 << 20},
-				fullStore{e.st, tc.storeErr}, roomyBlobs{e.blobs, tc.free, nil}, reg, reg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req := httptest.NewRequest(http.MethodPost, "/market/vm-images/ticket", strings.NewReader(`{"name":"disk"}`))
-			req.Header.Set("Authorization", "Bearer "+token)
-			req.Header.Set("Content-Type", "application/json")
-			rec := httptest.NewRecorder()
-			srv.Handler().ServeHTTP(rec, req)
-			wantError(t, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, http.StatusInsufficientStorage, "noSpace")
+			r := ticketFrom(t, e, fullStore{e.st, tc.storeErr}, roomyBlobs{e.blobs, tc.free, nil}, token)
+			wantError(t, r, http.StatusInsufficientStorage, "noSpace")
 		})
 	}
+}
+
+// ticketFrom asks a control plane over st and blobs (1 MiB of headroom)
+// for a ticket with token.
+func ticketFrom(t *testing.T, e *env, st Store, blobs Blobs, token string) response {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, Headroom: 1 << 20}, st, blobs, reg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/market/vm-images/ticket", strings.NewReader(`{"name":"disk"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	return response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 }
 
 // fullStore refuses ticket writes with err (when set).
@@ -237,20 +244,10 @@ func (s fullStore) CreateTicket(ctx context.Context, tk imagestore.Ticket, h ima
 func TestTicketBlobsUnreachable(t *testing.T) {
 	e := newEnv(t)
 	alice, token := e.tenant("alice", true)
-	reg := prometheus.NewRegistry()
 	down := fmt.Errorf("s3: available: %w", imagestore.ErrBlobsUnavailable)
-	srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, Headroom: 1 << 20},
-		e.st, roomyBlobs{e.blobs, 0, down}, reg, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := httptest.NewRequest(http.MethodPost, "/market/vm-images/ticket", strings.NewReader(`{"name":"disk"}`))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, req)
-	wantError(t, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, http.StatusServiceUnavailable, "blobStoreUnreachable")
-	if got := rec.Header().Get("Retry-After"); got != "60" {
+	r := ticketFrom(t, e, e.st, roomyBlobs{e.blobs, 0, down}, token)
+	wantError(t, r, http.StatusServiceUnavailable, "blobStoreUnreachable")
+	if got := r.header.Get("Retry-After"); got != "60" {
 		t.Errorf("Retry-After %q, want 60", got)
 	}
 	if tks, err := e.st.UnusedTickets(t.Context(), alice.ID, time.Now()); err != nil || len(tks) != 0 {

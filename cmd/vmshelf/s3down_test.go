@@ -135,17 +135,25 @@ func TestE2ES3Refused(t *testing.T) {
 	}
 }
 
-// bucketUploads lists the unfinished multipart uploads under serve's
-// prefix (edge/, see s3Serve), straight from the S3 server.
-func bucketUploads(t *testing.T, bucket *s3test.Server) []minio.ObjectMultipartInfo {
+// lookIn is a client straight to bucket's S3 server, and the bound of one
+// look at what it holds.
+func lookIn(t *testing.T, bucket *s3test.Server) (*minio.Core, context.Context, context.CancelFunc) {
 	t.Helper()
 	c, err := s3test.Client(bucket.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return &minio.Core{Client: c}, ctx, cancel
+}
+
+// bucketUploads lists the unfinished multipart uploads under serve's
+// prefix (edge/, see s3Serve), straight from the S3 server.
+func bucketUploads(t *testing.T, bucket *s3test.Server) []minio.ObjectMultipartInfo {
+	t.Helper()
+	core, ctx, cancel := lookIn(t, bucket)
 	defer cancel()
-	res, err := (&minio.Core{Client: c}).ListMultipartUploads(ctx, bucket.Config.Bucket, "edge/images/", "", "", "", 1000)
+	res, err := core.ListMultipartUploads(ctx, bucket.Config.Bucket, "edge/images/", "", "", "", 1000)
 	if err != nil {
 		t.Fatalf("list multipart uploads: %v", err)
 	}
@@ -156,14 +164,10 @@ func bucketUploads(t *testing.T, bucket *s3test.Server) []minio.ObjectMultipartI
 // server.
 func bucketKeys(t *testing.T, bucket *s3test.Server, prefix string) []string {
 	t.Helper()
-	c, err := s3test.Client(bucket.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	core, ctx, cancel := lookIn(t, bucket)
 	defer cancel()
 	var keys []string
-	for o := range c.ListObjects(ctx, bucket.Config.Bucket, minio.ListObjectsOptions{Prefix: "edge/" + prefix, Recursive: true}) {
+	for o := range core.Client.ListObjects(ctx, bucket.Config.Bucket, minio.ListObjectsOptions{Prefix: "edge/" + prefix, Recursive: true}) {
 		if o.Err != nil {
 			t.Fatalf("list %s: %v", prefix, o.Err)
 		}
@@ -176,12 +180,7 @@ func bucketKeys(t *testing.T, bucket *s3test.Server, prefix string) []string {
 // while it has none, or no upload).
 func partsOf(t *testing.T, bucket *s3test.Server, id string) int {
 	t.Helper()
-	c, err := s3test.Client(bucket.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	core := &minio.Core{Client: c}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	core, ctx, cancel := lookIn(t, bucket)
 	defer cancel()
 	n := 0
 	for _, up := range bucketUploads(t, bucket) {
@@ -234,6 +233,21 @@ func waitParts(t *testing.T, bucket *s3test.Server, id string) {
 	poll(t, 400, 50*time.Millisecond, "a part of upload "+id+" in S3", func() bool { return partsOf(t, bucket, id) > 0 })
 }
 
+// putUnderWay starts a PUT of a 40 MiB image with a fresh ticket named
+// name, and returns once its first 20 MiB are sent and S3 holds a part of
+// it; rest is what the PUT has not sent yet.
+func putUnderWay(t *testing.T, s *server, bucket *s3test.Server, name string) (ticketAnswer, *streaming, []byte) {
+	t.Helper()
+	_, img := makeImageData(t, t.TempDir(), name+".qcow2", 40)
+	tk := s.ticket(t, name)
+	put := startStreaming(t, func(body io.Reader) *http.Request {
+		return mustRequest(t, http.MethodPut, tk.UploadURL, "", body)
+	}, len(img))
+	put.send(img[:20<<20])
+	waitParts(t, bucket, tk.UploadID)
+	return tk, put, img[20<<20:]
+}
+
 // TestE2ES3StoppedMidUpload: a PUT running when the S3 server goes away
 // (killed: its port refuses) is answered 503 blobStoreUnreachable at once;
 // its multipart upload, which the abort could not remove while the server
@@ -241,17 +255,11 @@ func waitParts(t *testing.T, bucket *s3test.Server, id string) {
 // some start-up, and its partial objects go with it.
 func TestE2ES3StoppedMidUpload(t *testing.T) {
 	s, bucket := s3Serve(t)
-	_, img := makeImageData(t, t.TempDir(), "mid.qcow2", 40)
-	tk := s.ticket(t, "mid")
-	put := startStreaming(t, func(body io.Reader) *http.Request {
-		return mustRequest(t, http.MethodPut, tk.UploadURL, "", body)
-	}, len(img))
-	put.send(img[:20<<20])
-	waitParts(t, bucket, tk.UploadID)
+	_, put, rest := putUnderWay(t, s, bucket, "mid")
 
 	bucket.Stop()
 	stopped := time.Now()
-	put.send(img[20<<20:])
+	put.send(rest)
 	r := <-put.answer
 	took := time.Since(stopped)
 	t.Logf("PUT with S3 stopped under it: %d after %v", r.code, took.Round(time.Millisecond))
@@ -277,15 +285,10 @@ func TestE2ES3StoppedMidUpload(t *testing.T) {
 // session's stays, and the session finishes from its durable offset.
 func TestE2EUploadWhenS3Hangs(t *testing.T) {
 	s, bucket := s3Serve(t)
-	dir := t.TempDir()
-	_, putImg := makeImageData(t, dir, "put.qcow2", 40)
-	_, tusImg := makeImageData(t, dir, "tus.qcow2", 40)
-	putTk, tusTk := s.ticket(t, "put"), s.ticket(t, "tus")
+	_, tusImg := makeImageData(t, t.TempDir(), "tus.qcow2", 40)
+	tusTk := s.ticket(t, "tus")
 	sess := tusCreate(t, s, tusTk, len(tusImg))
-
-	put := startStreaming(t, func(body io.Reader) *http.Request {
-		return mustRequest(t, http.MethodPut, putTk.UploadURL, "", body)
-	}, len(putImg))
+	_, put, putRest := putUnderWay(t, s, bucket, "put")
 	patch := startStreaming(t, func(body io.Reader) *http.Request {
 		req := mustRequest(t, http.MethodPatch, sess, "", body)
 		req.Header.Set("Tus-Resumable", "1.0.0")
@@ -293,14 +296,12 @@ func TestE2EUploadWhenS3Hangs(t *testing.T) {
 		req.Header.Set("Upload-Offset", "0")
 		return req
 	}, len(tusImg))
-	put.send(putImg[:20<<20])
 	patch.send(tusImg[:20<<20])
-	waitParts(t, bucket, putTk.UploadID)
 	waitParts(t, bucket, tusTk.UploadID)
 
 	bucket.Pause(t)
 	paused := time.Now()
-	put.send(putImg[20<<20:])
+	put.send(putRest)
 	patch.send(tusImg[20<<20:])
 	for what, ch := range map[string]chan timed{"PUT": put.answer, "PATCH": patch.answer} {
 		r := <-ch
@@ -343,11 +344,9 @@ func TestE2EReadyzProvesWrite(t *testing.T) {
 	waitReady(t, s, http.StatusOK, "", 10*time.Second)
 
 	bucket.Restart(t, "--readonly")
-	c, err := s3test.Client(bucket.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := c.BucketExists(context.Background(), bucket.Config.Bucket); !ok || err != nil {
+	core, ctx, cancel := lookIn(t, bucket)
+	defer cancel()
+	if ok, err := core.BucketExists(ctx, bucket.Config.Bucket); !ok || err != nil {
 		t.Fatalf("the read-only server does not answer the bucket's HEAD: %v, %v", ok, err)
 	}
 	// The verdict from before the restart may live its second yet.
@@ -376,13 +375,7 @@ func TestE2EReadyzProvesWrite(t *testing.T) {
 // and _bytes.
 func TestE2EKilledServeLeavesUnfinished(t *testing.T) {
 	s, bucket := s3Serve(t)
-	_, img := makeImageData(t, t.TempDir(), "killed.qcow2", 40)
-	tk := s.ticket(t, "killed")
-	put := startStreaming(t, func(body io.Reader) *http.Request {
-		return mustRequest(t, http.MethodPut, tk.UploadURL, "", body)
-	}, len(img))
-	put.send(img[:20<<20])
-	waitParts(t, bucket, tk.UploadID)
+	tk, put, _ := putUnderWay(t, s, bucket, "killed")
 	s.kill()
 	// The client's transport waits for its body's reader before it gives
 	// up on the dead connection: the body ends here.

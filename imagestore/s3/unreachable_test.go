@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,17 +34,7 @@ func (f *failing) RoundTrip(r *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		r.Body.Close()
 	}
-	body := `<?xml version="1.0" encoding="UTF-8"?>` + "\n" +
-		`<Error><Code>` + f.code + `</Code><Message>failing on purpose</Message><Resource>` + r.URL.Path +
-		`</Resource><RequestId></RequestId><HostId></HostId></Error>`
-	return &http.Response{
-		Status: http.StatusText(f.status), StatusCode: f.status,
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header:        http.Header{"Content-Type": {"application/xml"}},
-		Body:          io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)),
-		Request:       r,
-	}, nil
+	return s3Error(r, f.status, f.code, "failing on purpose"), nil
 }
 
 // TestServerFailureIsUnavailable: a server that answers with a failure of
