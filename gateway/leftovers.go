@@ -38,13 +38,29 @@ type leftovers struct {
 	stop    <-chan struct{} // closed when Shutdown begins
 	log     *slog.Logger
 	backoff time.Duration // the first wait between tries
+
+	mu      sync.Mutex
+	waiting bool // wait has begun: no removal joins wg any more
 }
 
 // remove runs remove (an Abort, a RemovePartial) of upload uploadID in the
 // background until it succeeds, fails for another reason than an
-// unreachable storage, abortRetryFor passes or Shutdown begins.
+// unreachable storage, abortRetryFor passes or Shutdown begins. Once
+// Shutdown waits for the others, a late one (a request that outlived the
+// shutdown's bound) is tried once, by its caller.
 func (l *leftovers) remove(uploadID string, remove func() error) {
-	l.wg.Go(func() { l.retry(uploadID, remove) })
+	l.mu.Lock()
+	if l.waiting {
+		l.mu.Unlock()
+		l.retry(uploadID, remove) // stop is closed: one try
+		return
+	}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.wg.Done()
+		l.retry(uploadID, remove)
+	}()
 }
 
 func (l *leftovers) retry(uploadID string, remove func() error) {
@@ -76,6 +92,9 @@ func (l *leftovers) retry(uploadID string, remove func() error) {
 
 // wait waits until every removal has ended, or ctx.
 func (l *leftovers) wait(ctx context.Context) error {
+	l.mu.Lock()
+	l.waiting = true
+	l.mu.Unlock()
 	done := make(chan struct{})
 	go func() { l.wg.Wait(); close(done) }()
 	select {
