@@ -118,6 +118,9 @@ type Gateway struct {
 	bufs     sync.Pool
 	open     *openBlobs // blobs kept open between small fetches
 	srv      *fasthttp.Server
+	// leftovers aborts, after their answers, the blobs of uploads that
+	// failed for an unreachable image storage.
+	leftovers *leftovers
 
 	// onSlotFreed, if set, is told the direction of every transfer that
 	// gave its slot back; tests wait on it instead of sleeping.
@@ -172,6 +175,7 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer) (*Gateway
 		bufs:     sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
 		open:     newOpenBlobs(blobs, imagestore.TokenCacheTTL),
 	}
+	g.leftovers = &leftovers{stop: g.stopping, log: g.log, backoff: firstAbortBackoff}
 	g.srv = g.newServer()
 	return g, nil
 }
@@ -299,13 +303,16 @@ func connState(c net.Conn, s fasthttp.ConnState) {
 // transfers end or ctx is done, then closes what is left. Resumable
 // uploads do not make it wait: their PATCHes stop at once, save their
 // progress and answer 503, and the clients resume after the restart.
+// The aborts of failed uploads still running after their answers
+// (leftovers) stop retrying, and the one try each may be in is waited
+// for, within ctx too.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
 	g.stopOnce.Do(func() { close(g.stopping) })
 	g.locks.stopAll()
 	err := g.srv.ShutdownWithContext(ctx)
 	g.open.closeAll()
-	return err
+	return errors.Join(err, g.leftovers.wait(ctx))
 }
 
 // route dispatches on exact path shapes: a capability (or, for the fetch

@@ -165,7 +165,7 @@ func (g *Gateway) grant(c *spaceClaim, size int64, keep bool) (*spaceClaim, *api
 	defer cancel()
 	avail, err := g.blobs.Available(octx)
 	if err != nil {
-		return nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not read the free disk space")
+		return nil, storageFailure(err, "could not read the free disk space")
 	}
 	if promised := l.outstanding(-1); avail < growth+g.cfg.Headroom+promised {
 		return nil, answerNoSpace.WithMsg(spaceMessage(c.ahead > 0, growth)).

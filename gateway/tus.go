@@ -272,13 +272,13 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 	defer cancel()
 	w, err := g.blobs.Resume(octx, sess.UploadID, sess.Offset)
 	if err != nil {
-		g.refuseUpload(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not reopen the upload"), start, "")
+		g.refuseUpload(ctx, storageFailure(err, "could not reopen the upload"), start, "")
 		return
 	}
 	in, err := g.resumeIntake(w, sess.Offset, sess.HashState, sess.Length, exceedsLength(sess.Length))
 	if err != nil {
 		_ = w.Close()
-		g.refuseUpload(ctx, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not resume the upload"), start, "")
+		g.refuseUpload(ctx, storageFailure(err, "could not resume the upload"), start, "")
 		return
 	}
 	in.hold(claim)
@@ -317,7 +317,7 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 		aerr, ends = ferr, true
 	}
 	if aerr != nil && (ends || endsSession(aerr)) {
-		g.endRefused(w, sess.UploadID, lease)
+		g.endRefused(w, sess.UploadID, lease, aerr)
 		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start, "resumable", true)
 		g.refuseUpload(ctx, aerr, start, sess.UploadID)
 		return
@@ -389,7 +389,10 @@ func (g *Gateway) keepSession(p *sessionProgress, allIn bool) int64 {
 	}
 	// Over shared blobs the next writer's Resume cuts back itself, and
 	// this one may no longer hold the upload: only a local blob is cut.
-	if saveErr != nil && p.lease == nil {
+	// Nor while the image storage does not answer: the cut would wait for
+	// its deadlines before the answer, then fail, and the next Resume
+	// cuts back anyway.
+	if saveErr != nil && p.lease == nil && !errors.Is(saveErr, imagestore.ErrBlobsUnavailable) {
 		g.cutBack(p.uploadID, p.durable)
 	}
 	return p.durable
@@ -430,8 +433,9 @@ func (g *Gateway) finishSession(sess imagestore.UploadSession, w imagestore.Blob
 // shared blobs only while this request still holds the upload: one whose
 // lease lapsed must leave both to the writer that took it over. The fence
 // has a context of its own: a shutdown must not turn the end into a Close
-// that leaves a refused image's bytes and session behind.
-func (g *Gateway) endRefused(w imagestore.BlobWriter, uploadID string, lease *uploadLease) {
+// that leaves a refused image's bytes and session behind. cause is the
+// refusal (dropWrite).
+func (g *Gateway) endRefused(w imagestore.BlobWriter, uploadID string, lease *uploadLease, cause *apierr.Error) {
 	octx, cancel := g.op()
 	err := lease.fence(octx)
 	cancel()
@@ -441,7 +445,7 @@ func (g *Gateway) endRefused(w imagestore.BlobWriter, uploadID string, lease *up
 		}
 		return
 	}
-	g.abort(w, uploadID)
+	g.dropWrite(w, uploadID, cause)
 	g.endSession(uploadID)
 }
 
@@ -520,11 +524,7 @@ func (g *Gateway) handleTerminate(ctx *fasthttp.RequestCtx, id string) {
 	defer lease.release()
 	g.endSession(sess.UploadID)
 	if sess.Offset < sess.Length {
-		octx, cancel := g.op()
-		defer cancel()
-		if err := g.blobs.RemovePartial(octx, sess.UploadID); err != nil {
-			g.log.Error("remove terminated upload", "upload_id", sess.UploadID, "err", err)
-		}
+		g.removeNowOrLater(sess.UploadID, g.removePartial(sess.UploadID))
 	}
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 }
@@ -683,10 +683,17 @@ func (g *Gateway) sweepSessions() {
 		return
 	}
 	for _, id := range ids {
-		if err := g.blobs.RemovePartial(octx, id); err != nil {
-			g.log.Error("remove expired upload", "upload_id", id, "err", err)
-			continue
-		}
+		g.removeNowOrLater(id, g.removePartial(id))
 		g.log.Info("upload session expired", "upload_id", id)
+	}
+}
+
+// removePartial is the removal of an ended session's partial bytes, each
+// try bounded as one store call.
+func (g *Gateway) removePartial(uploadID string) func() error {
+	return func() error {
+		octx, cancel := g.op()
+		defer cancel()
+		return g.blobs.RemovePartial(octx, uploadID)
 	}
 }

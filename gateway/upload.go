@@ -264,14 +264,14 @@ func outcomeOf(e *apierr.Error) string {
 
 // receive streams the body through the checks into a new blob and, after
 // the last byte, commits and records it. On any error nothing is left.
-func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim *spaceClaim) (imagestore.Image, int64, *apierr.Error) {
+func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim *spaceClaim) (_ imagestore.Image, _ int64, aerr *apierr.Error) {
 	octx, cancel := g.op()
 	w, err := g.blobs.Create(octx, tk.UploadID)
 	cancel()
 	if err != nil {
 		return imagestore.Image{}, 0, storageFailure(err, "could not start storing the image")
 	}
-	defer g.abort(w, tk.UploadID) // a no-op once committed
+	defer func() { g.dropWrite(w, tk.UploadID, aerr) }() // a no-op once committed
 	// Over a shared store the upload's lease says this replica is alive
 	// and writing it (the leader ends the running mark of one whose lease
 	// lapsed: uploadSweep), and fences its S3 writes.
@@ -294,10 +294,30 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim 
 	return img, in.n, aerr
 }
 
-// abort removes what an upload that did not finish left.
-func (g *Gateway) abort(w imagestore.BlobWriter, uploadID string) {
-	if err := w.Abort(); err != nil {
-		g.log.Error("abort upload", "upload_id", uploadID, "err", err)
+// dropWrite removes what an upload that did not finish wrote, the cause
+// being why it did not (nil: it did, and the abort is a no-op). Where
+// the image storage is unreachable, the cause or the abort's own failure
+// says so, and the abort, which needs that storage, is left to the
+// background (leftovers): the answer does not wait for it, and it is
+// tried again until the storage answers.
+func (g *Gateway) dropWrite(w imagestore.BlobWriter, uploadID string, cause *apierr.Error) {
+	if cause != nil && errors.Is(cause, imagestore.ErrBlobsUnavailable) {
+		g.leftovers.remove(uploadID, w.Abort)
+		return
+	}
+	g.removeNowOrLater(uploadID, w.Abort)
+}
+
+// removeNowOrLater runs remove (the abort or removal of an upload's
+// bytes) now, and again in the background (leftovers) if it failed for an
+// unreachable image storage.
+func (g *Gateway) removeNowOrLater(uploadID string, remove func() error) {
+	err := remove()
+	switch {
+	case errors.Is(err, imagestore.ErrBlobsUnavailable):
+		g.leftovers.remove(uploadID, remove)
+	case err != nil:
+		g.log.Error("remove upload", "upload_id", uploadID, "err", err)
 	}
 }
 

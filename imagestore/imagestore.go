@@ -37,9 +37,10 @@ var (
 	// ErrUnwritable is a store write that failed for another storage
 	// reason (I/O error, read-only file system, permissions).
 	ErrUnwritable = errors.New("store not writable")
-	// ErrBlobsUnavailable is a Blobs call the image storage did not
-	// answer in time (an S3 server that hangs or refuses connections): a
-	// passing condition, which clients may retry, unlike a failure of ours.
+	// ErrBlobsUnavailable is a Blobs call the image storage could not
+	// take: it did not answer in time, refused or reset the connection,
+	// or failed on its side (an S3 server's 5xx). A passing condition,
+	// which clients may retry, unlike a failure of ours.
 	ErrBlobsUnavailable = errors.New("the image storage did not answer")
 )
 

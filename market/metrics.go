@@ -42,7 +42,7 @@ type metrics struct {
 	onboardingLinks *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logger) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished UnfinishedWrites, log *slog.Logger) (*metrics, error) {
 	m := &metrics{
 		ticketsIssued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "vmshelf_tickets_issued_total",
@@ -122,7 +122,7 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, log *slog.Logg
 		}
 	}
 	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.webhookEvents,
-		m.refunds, m.disputes, m.disputesClosed, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, newStatsCollector(st, blobs)} {
+		m.refunds, m.disputes, m.disputesClosed, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, newStatsCollector(st, blobs, unfinished)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)
 		}
@@ -196,11 +196,20 @@ type statsCollector struct {
 	// named them: somebody's disk, maybe, waiting for an operator.
 	quarantined *prometheus.Desc
 	orders      *prometheus.Desc
+	// unfinished writes in the image storage (S3 only): multipart
+	// uploads running, or left by a killed process until a start-up's
+	// cleanup after the partial grace.
+	unfinishedUploads, unfinishedBytes *prometheus.Desc
+	unfinished                         UnfinishedWrites // nil: no such figures
 }
 
-func newStatsCollector(st Store, blobs Blobs) *statsCollector {
+// UnfinishedWrites says what unfinished writes hold in the image storage:
+// how many uploads, and their bytes (the S3 blobs' Unfinished).
+type UnfinishedWrites func(ctx context.Context) (uploads int, bytes int64, err error)
+
+func newStatsCollector(st Store, blobs Blobs, unfinished UnfinishedWrites) *statsCollector {
 	return &statsCollector{
-		st: st, blobs: blobs,
+		st: st, blobs: blobs, unfinished: unfinished,
 		images: prometheus.NewDesc("vmshelf_images_stored",
 			"Images stored, over all tenants.", nil, nil),
 		bytes: prometheus.NewDesc("vmshelf_images_stored_bytes",
@@ -213,6 +222,10 @@ func newStatsCollector(st Store, blobs Blobs) *statsCollector {
 			"Image files set aside at start-up because no record named them; see 'vmshelf quarantine list'.", nil, nil),
 		orders: prometheus.NewDesc("vmshelf_orders",
 			"VM orders by state.", []string{"state"}, nil),
+		unfinishedUploads: prometheus.NewDesc("vmshelf_image_storage_unfinished_uploads",
+			"Multipart uploads in the S3 bucket neither completed nor aborted: running, or left by a killed process.", nil, nil),
+		unfinishedBytes: prometheus.NewDesc("vmshelf_image_storage_unfinished_bytes",
+			"Bytes the unfinished uploads hold in the S3 bucket: their parts and partial objects.", nil, nil),
 	}
 }
 
@@ -222,6 +235,10 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.free
 	ch <- c.quarantined
 	ch <- c.orders
+	if c.unfinished != nil {
+		ch <- c.unfinishedUploads
+		ch <- c.unfinishedBytes
+	}
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -231,6 +248,15 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.free, err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(free))
+	}
+	if c.unfinished != nil {
+		if n, b, err := c.unfinished(ctx); err != nil {
+			ch <- prometheus.NewInvalidMetric(c.unfinishedUploads, err)
+			ch <- prometheus.NewInvalidMetric(c.unfinishedBytes, err)
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.unfinishedUploads, prometheus.GaugeValue, float64(n))
+			ch <- prometheus.MustNewConstMetric(c.unfinishedBytes, prometheus.GaugeValue, float64(b))
+		}
 	}
 	if q, err := c.blobs.Quarantined(ctx); err != nil {
 		ch <- prometheus.NewInvalidMetric(c.quarantined, err)

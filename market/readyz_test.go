@@ -201,20 +201,27 @@ func TestTicketNoSpace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			_, token := e.tenant("alice", true)
-			reg := prometheus.NewRegistry()
-			srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, Headroom: 1 << 20},
-				fullStore{e.st, tc.storeErr}, roomyBlobs{e.blobs, tc.free, nil}, reg, reg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req := httptest.NewRequest(http.MethodPost, "/market/vm-images/ticket", strings.NewReader(`{"name":"disk"}`))
-			req.Header.Set("Authorization", "Bearer "+token)
-			req.Header.Set("Content-Type", "application/json")
-			rec := httptest.NewRecorder()
-			srv.Handler().ServeHTTP(rec, req)
-			wantError(t, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, http.StatusInsufficientStorage, "noSpace")
+			r := ticketFrom(t, e, fullStore{e.st, tc.storeErr}, roomyBlobs{e.blobs, tc.free, nil}, token)
+			wantError(t, r, http.StatusInsufficientStorage, "noSpace")
 		})
 	}
+}
+
+// ticketFrom asks a control plane over st and blobs (1 MiB of headroom)
+// for a ticket with token.
+func ticketFrom(t *testing.T, e *env, st Store, blobs Blobs, token string) response {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	srv, err := New(Config{PublicURL: publicURL, TicketTTL: e.cfg.TicketTTL, ImagesPerTenant: 3, Headroom: 1 << 20}, st, blobs, reg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/market/vm-images/ticket", strings.NewReader(`{"name":"disk"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	return response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 }
 
 // fullStore refuses ticket writes with err (when set).
@@ -228,4 +235,22 @@ func (s fullStore) CreateTicket(ctx context.Context, tk imagestore.Ticket, h ima
 		return s.err
 	}
 	return s.Store.CreateTicket(ctx, tk, h, quota)
+}
+
+// TestTicketBlobsUnreachable: a ticket asks the image storage for its free
+// space; one that does not answer (S3 down, hung or failing) is the
+// storage's passing outage, 503 blobStoreUnreachable with Retry-After,
+// never our 500; nothing is stored.
+func TestTicketBlobsUnreachable(t *testing.T) {
+	e := newEnv(t)
+	alice, token := e.tenant("alice", true)
+	down := fmt.Errorf("s3: available: %w", imagestore.ErrBlobsUnavailable)
+	r := ticketFrom(t, e, e.st, roomyBlobs{e.blobs, 0, down}, token)
+	wantError(t, r, http.StatusServiceUnavailable, "blobStoreUnreachable")
+	if got := r.header.Get("Retry-After"); got != "60" {
+		t.Errorf("Retry-After %q, want 60", got)
+	}
+	if tks, err := e.st.UnusedTickets(t.Context(), alice.ID, time.Now()); err != nil || len(tks) != 0 {
+		t.Errorf("tickets after the refusal: %v, %v; want none", tks, err)
+	}
 }

@@ -126,6 +126,10 @@ type Config struct {
 	// serves the WebSocket. Required with Consoles.
 	ConsoleBase string
 	// ConsoleIdle ends a console nothing passed through for so long;
+	// UnfinishedWrites, if set, reports what unfinished writes hold in the
+	// image storage (over S3: multipart uploads running or left by a
+	// killed process), for /metrics.
+	UnfinishedWrites UnfinishedWrites
 	// ConsolesPerTenant and ConsolesPerEdge cap the consoles open on
 	// this replica. 0 means the Default values.
 	ConsoleIdle time.Duration
@@ -175,7 +179,7 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer, gather pr
 	var err error
 	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log,
 		tickets: newTenantLimiter(cfg.TicketRate, cfg.TicketBurst), refusals: newRefusalLog(cfg.Log)}
-	if s.metrics, err = newMetrics(reg, st, blobs, cfg.Log); err != nil {
+	if s.metrics, err = newMetrics(reg, st, blobs, cfg.UnfinishedWrites, cfg.Log); err != nil {
 		return nil, err
 	}
 
@@ -328,10 +332,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // body says more than error and reason (readyz's reasons).
 func (s *Server) logFailure(w http.ResponseWriter, r *http.Request, err error) *apierr.Error {
 	var answered *apierr.Error
-	if !errors.As(err, &answered) && errors.Is(err, imagestore.ErrNoSpace) {
+	switch {
+	case errors.As(err, &answered):
+	case errors.Is(err, imagestore.ErrNoSpace):
 		// A full disk is the client's answer, not a server fault: it can
 		// retry once space is freed (a remove, above all, still works).
 		err = errNoSpace(err)
+	case errors.Is(err, imagestore.ErrBlobsUnavailable):
+		// So is an image storage that does not answer: its outage
+		// passes, and the client retries.
+		err = errBlobsUnreachable(err)
 	}
 	e := apierr.From(err)
 	e.EachHeader(w.Header().Set) // Retry-After and the like: the error's own
@@ -374,6 +384,13 @@ func (s *Server) logFailure(w http.ResponseWriter, r *http.Request, err error) *
 func errNoSpace(cause error) *apierr.Error {
 	return apierr.Wrap(cause, http.StatusInsufficientStorage, "noSpace",
 		"the edge's disk is full; uploads are refused until space is freed (removing an image works)")
+}
+
+// errBlobsUnreachable is the 503 of a request the image storage did not
+// take (an S3 server down, hung or failing), as the data plane answers it.
+func errBlobsUnreachable(cause error) *apierr.Error {
+	return apierr.Wrap(cause, http.StatusServiceUnavailable, "blobStoreUnreachable",
+		"the edge's image storage does not answer; try again in a minute").WithRetryAfter(60)
 }
 
 // routeLabel is the registered pattern of r, never the raw path: the path

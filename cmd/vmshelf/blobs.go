@@ -10,6 +10,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/imagestore/s3"
 	"github.com/vmshelf/vmshelf/internal/cli"
+	"github.com/vmshelf/vmshelf/market"
 )
 
 // s3Vars are the environment variables the S3 blobs read, the standard
@@ -63,6 +64,9 @@ type openedBlobs struct {
 	// makes its progress durable at each part's end, so a replica killed
 	// mid-PATCH loses at most the part in flight.
 	part int64
+	// unfinished reports the bucket's unfinished uploads (nil for the
+	// directory, whose partial files start-up removes).
+	unfinished market.UnfinishedWrites
 }
 
 // openBlobs opens the image bytes of serve: the directory under the data
@@ -81,7 +85,7 @@ func openBlobs(ctx context.Context, f *serveFlags, getenv func(string) string) (
 	if err != nil {
 		return nil, err
 	}
-	return &openedBlobs{Blobs: b, where: f.blobs, part: b.PartSize()}, nil
+	return &openedBlobs{Blobs: b, where: f.blobs, part: b.PartSize(), unfinished: b.Unfinished}, nil
 }
 
 // openBucket opens the S3 blobs of blobsURL (s3://bucket/prefix).

@@ -14,7 +14,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore/s3/s3test"
 )
 
-// The bounds docs/operations.md ("When the S3 bucket hangs") promises
+// The bounds docs/operations.md ("When the image storage hangs") promises
 // while the bucket does not answer.
 const (
 	hungRemoveBound  = 15 * time.Second // POST /market/vm-images/remove answers 200
@@ -28,16 +28,22 @@ func s3Serve(t *testing.T) (*server, *s3test.Server) {
 	t.Helper()
 	needTool(t, "curl")
 	bucket := s3test.StartServer(t)
+	return s3ServeOn(t, bucket, filepath.Join(t.TempDir(), "data")), bucket
+}
+
+// s3ServeOn starts serve with its data dir at dataDir (a restart: the
+// same dir again) and its images in bucket, under the prefix edge/.
+func s3ServeOn(t *testing.T, bucket *s3test.Server, dataDir string) *server {
+	t.Helper()
 	env := []string{
 		"AWS_ENDPOINT_URL=" + bucket.Config.Endpoint,
 		"AWS_REGION=us-east-1",
 		"AWS_ACCESS_KEY_ID=" + string(bucket.Config.AccessKeyID),
 		"AWS_SECRET_ACCESS_KEY=" + string(bucket.Config.SecretAccessKey),
 	}
-	s := startServe(t, filepath.Join(t.TempDir(), "data"),
-		[]string{"--blobs", "s3://" + bucket.Config.Bucket + "/edge", "--blob-capacity-gib", "4"}, env...)
+	s := startServe(t, dataDir, []string{"--blobs", "s3://" + bucket.Config.Bucket + "/edge", "--blob-capacity-gib", "4"}, env...)
 	s.secret(string(bucket.Config.SecretAccessKey))
-	return s, bucket
+	return s
 }
 
 // hungClient waits longer than any bound, so that a request that hangs

@@ -294,7 +294,7 @@ func newGateway(f *serveFlags, sh *shelf, shared imagestore.Store, reg prometheu
 	}, shared, sh.blobs.Blobs, reg)
 }
 
-func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs imagestore.Blobs, onPaid func(string),
+func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs *openedBlobs, onPaid func(string),
 	clusterReady func() error, consoles market.Consoles, reg *prometheus.Registry, log *slog.Logger) (*market.Server, error) {
 	return market.New(market.Config{
 		PublicURL:         f.base,
@@ -325,6 +325,7 @@ func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs image
 		ConsoleTimeout:    f.consoleTimeout,
 		ConsolesPerTenant: f.consolesPerTenant,
 		ConsolesPerEdge:   f.consolesPerEdge,
+		UnfinishedWrites:  blobs.unfinished,
 		Log:               log.With("plane", "control"),
 	}, shared, blobs, reg, reg)
 }

@@ -42,8 +42,8 @@ const (
 	DefaultPartialGrace = time.Hour
 	DefaultUsageTTL     = 5 * time.Second
 	DefaultMaxRetries   = 3
-	// A readiness probe's HEAD of the bucket gets DefaultPingTimeout, and
-	// its verdict is kept for DefaultPingTTL.
+	// A readiness probe's write (a probe object put and removed) gets
+	// DefaultPingTimeout, and its verdict is kept for DefaultPingTTL.
 	DefaultPingTimeout = 2 * time.Second
 	DefaultPingTTL     = time.Second
 )

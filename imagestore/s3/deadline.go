@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -56,6 +57,20 @@ func (errNoAnswer) Error() string { return "the S3 server did not answer in time
 
 func (errNoAnswer) Is(target error) bool { return target == imagestore.ErrBlobsUnavailable }
 
+// ErrUnreachable is a call the S3 server could not take: the connection
+// was refused or reset, the endpoint's name did not resolve, TLS failed,
+// the answer broke off, or the server answered with a failure of its own
+// (a 5xx, 503 SlowDown included). Like ErrNoAnswer it is an
+// imagestore.ErrBlobsUnavailable: the storage's passing outage, which a
+// client may retry, never a fault of vmshelf's.
+var ErrUnreachable error = errUnreachable{}
+
+type errUnreachable struct{}
+
+func (errUnreachable) Error() string { return "the S3 server could not be reached" }
+
+func (errUnreachable) Is(target error) bool { return target == imagestore.ErrBlobsUnavailable }
+
 // transport is minio-go's default transport (connection pool, no gzip
 // decoding, TLS 1.2 or later) with shorter dial and TLS handshake bounds,
 // trusting roots if set.
@@ -88,19 +103,53 @@ func (s *Store) copyCall(ctx context.Context, n int64) (context.Context, context
 // classify makes an error of a call to the server tell what it was, for
 // callers that ask with errors.Is: the server's disk full
 // (imagestore.ErrNoSpace: the gateway answers 507, as for a full local
-// disk), or ctx's deadline or stall (ErrNoAnswer: minio-go reports a
-// cancelled request as "context canceled", which names nothing).
+// disk), ctx's deadline or stall (ErrNoAnswer: minio-go reports a
+// cancelled request as "context canceled", which names nothing), or a
+// server that could not be reached or failed (ErrUnreachable). Every S3
+// call's error passes here, so that this is the one place that decides
+// what is the storage's outage and what is ours.
 func classify(ctx context.Context, err error) error {
 	if isFull(err) && !errors.Is(err, imagestore.ErrNoSpace) {
 		return fmt.Errorf("%w: %w", imagestore.ErrNoSpace, err)
 	}
-	if err == nil || ctx.Err() == nil || errors.Is(err, ErrNoAnswer) {
+	if err == nil || errors.Is(err, imagestore.ErrBlobsUnavailable) {
 		return err
 	}
-	if cause := context.Cause(ctx); errors.Is(cause, ErrNoAnswer) {
-		return fmt.Errorf("%w (%v)", cause, err)
+	if ctx.Err() != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrNoAnswer) {
+			return fmt.Errorf("%w (%v)", cause, err)
+		}
+	}
+	if isUnreachable(err) {
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
 	}
 	return err
+}
+
+// isUnreachable is an error that says the server could not be asked or
+// could not answer, rather than that it refused the request: no HTTP
+// answer at all (minio-go's *url.Error: refused, reset, DNS, TLS, a
+// transport timeout), a connection that failed while a body moved, an
+// answer cut short, or a 5xx of the server's own. A 501 (the server lacks
+// a feature) and a 4xx (a denied or malformed request) are not passing,
+// and a context the caller ended is the caller's business.
+func isUnreachable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) {
+		switch resp.Code {
+		case "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout":
+			return true
+		}
+		return resp.StatusCode >= 500 && resp.StatusCode != http.StatusNotImplemented
+	}
+	var (
+		urlErr *url.Error
+		netErr net.Error
+	)
+	return errors.As(err, &urlErr) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // watchdog cancels its context once no progress was reported for idle

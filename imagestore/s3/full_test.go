@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,17 +37,23 @@ func (f *fullDisk) RoundTrip(r *http.Request) (*http.Response, error) {
 	if f.minio {
 		code, msg = "XMinioStorageFull", "Storage backend has reached its minimum free drive threshold. Please delete a few objects to proceed."
 	}
+	return s3Error(r, http.StatusInsufficientStorage, code, msg), nil
+}
+
+// s3Error is an S3 server's error answer to r: status, and the XML body
+// with code and msg.
+func s3Error(r *http.Request, status int, code, msg string) *http.Response {
 	body := `<?xml version="1.0" encoding="UTF-8"?>` + "\n" +
 		`<Error><Code>` + code + `</Code><Message>` + msg + `</Message><Resource>` + r.URL.Path +
 		`</Resource><RequestId></RequestId><HostId></HostId></Error>`
 	return &http.Response{
-		Status: "507 Insufficient Storage", StatusCode: http.StatusInsufficientStorage,
+		Status: strconv.Itoa(status) + " " + http.StatusText(status), StatusCode: status,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header:        http.Header{"Content-Type": {"application/xml"}},
 		Body:          io.NopCloser(strings.NewReader(body)),
 		ContentLength: int64(len(body)),
 		Request:       r,
-	}, nil
+	}
 }
 
 // TestFullServerIsNoSpace: a bucket whose server says its storage is full

@@ -23,7 +23,7 @@ func (s *Store) StoreID(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	if err != nil {
-		return "", s.errorf(err, "read store id")
+		return "", s.errorf(classify(ctx, err), "read store id")
 	}
 	defer obj.Close()
 	b, err := io.ReadAll(io.LimitReader(obj, 128))
@@ -31,7 +31,7 @@ func (s *Store) StoreID(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	if err != nil {
-		return "", s.errorf(err, "read store id")
+		return "", s.errorf(classify(ctx, err), "read store id")
 	}
 	id := strings.TrimSpace(string(b))
 	if !imagestore.ValidStoreID(id) {

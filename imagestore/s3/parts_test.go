@@ -355,8 +355,9 @@ func TestCredentialsNeverInErrors(t *testing.T) {
 	check("server down", err, cfg)
 }
 
-// TestServerDown: with the server gone every answer is an error, and
-// never ErrNotFound: could not ask is not absent.
+// TestServerDown: with the server gone (connections refused) every answer
+// is an error, never ErrNotFound (could not ask is not absent), and an
+// imagestore.ErrBlobsUnavailable: the storage's outage, not our fault.
 func TestServerDown(t *testing.T) {
 	srv := s3test.StartServer(t)
 	cfg := testConfig(srv)
@@ -377,10 +378,14 @@ func TestServerDown(t *testing.T) {
 		c.Close()
 		t.Fatal("the server still answers")
 	}
+	// Not absent, and the storage's outage (the planes answer 503
+	// blobStoreUnreachable), never an error of ours.
 	notAbsent := func(what string, err error) {
 		t.Helper()
 		if err == nil || errors.Is(err, imagestore.ErrNotFound) {
 			t.Errorf("%s with the server down: %v; want an error, not ErrNotFound", what, err)
+		} else if !errors.Is(err, imagestore.ErrBlobsUnavailable) {
+			t.Errorf("%s with the server down: %v; want an ErrBlobsUnavailable", what, err)
 		}
 	}
 	_, err = st.Open(ctx, id)

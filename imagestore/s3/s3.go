@@ -9,6 +9,7 @@
 //	partial/<id>/durable       the offset the last Sync (or Resume) made durable
 //	quarantine/<id>.qcow2      quarantined blobs
 //	store-id                   the store's identity (imagestore.StoreIdentity)
+//	probe/ready                the readiness probe's object (Ping), there for an instant
 //
 // A blob is visible by its marker, never by its bytes' key appearing: List
 // and Open see only ids with a marker. An images/ object without a marker
@@ -235,18 +236,34 @@ func (s *Store) bucketExists(ctx context.Context) error {
 	return nil
 }
 
-// Ping says whether the bucket answers, for a readiness probe: one HEAD
-// of the bucket within the ping timeout, its verdict kept for the ping
-// TTL, so that a flood of probes asks S3 at most once per TTL.
+// Ping says whether the bucket takes a write, for a readiness probe: a
+// small probe object put and removed within the ping timeout, its verdict
+// kept for the ping TTL, so that a flood of probes asks S3 at most once
+// per TTL. A HEAD of the bucket is not enough: a server coming back (or
+// one gone read-only) can answer HEADs while every write still fails, and
+// a replica that reads as ready then fails every upload it is sent.
 func (s *Store) Ping(ctx context.Context) error { return s.health.Ping(ctx) }
 
 // ping is Ping's check; ctx carries the ping timeout.
 func (s *Store) ping(ctx context.Context) error {
-	err := s.bucketExists(ctx)
-	if err != nil && ctx.Err() != nil {
+	err := s.probeWrite(ctx)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrNoAnswer) {
 		return fmt.Errorf("%w: %w", ErrNoAnswer, err)
 	}
 	return err
+}
+
+// probeWrite puts the probe object and removes it again. Every replica
+// writes the same key: one replica's removal may take another's probe,
+// which only makes that one's removal find nothing, no error.
+func (s *Store) probeWrite(ctx context.Context) error {
+	if _, err := s.putSmall(ctx, s.probeKey(), []byte("ready\n"), false); err != nil {
+		return s.errorf(err, "readiness probe: write %s", s.probeKey())
+	}
+	if err := s.remove(ctx, s.probeKey()); err != nil {
+		return s.errorf(err, "readiness probe: remove %s", s.probeKey())
+	}
+	return nil
 }
 
 // PartSize is the size of every part but the last: the memory a running
@@ -254,6 +271,7 @@ func (s *Store) ping(ctx context.Context) error {
 func (s *Store) PartSize() int64 { return s.partSize }
 
 func (s *Store) imageKey(id string) string      { return s.prefix + "images/" + id + ".qcow2" }
+func (s *Store) probeKey() string               { return s.prefix + "probe/ready" }
 func (s *Store) markerKey(id string) string     { return s.prefix + "committed/" + id }
 func (s *Store) partialDir(id string) string    { return s.prefix + "partial/" + id + "/" }
 func (s *Store) durableKey(id string) string    { return s.partialDir(id) + "durable" }
@@ -621,13 +639,13 @@ func (s *Store) RemoveQuarantined(ctx context.Context, id string) error {
 	return nil
 }
 
-// usage caches what the store holds, for Available.
+// usage caches what the store holds, for Available and Unfinished.
 type usage struct {
 	ttl time.Duration
 
 	mu     sync.Mutex
 	at     time.Time // of the listing; zero: none yet, or invalidated
-	listed int64
+	listed holding
 	base   int64 // uploaded at the start of that listing
 
 	// uploaded counts the bytes this process's writers sent (parts and
@@ -642,6 +660,30 @@ func (u *usage) invalidate() {
 	u.mu.Unlock()
 }
 
+// holding is what one listing of the prefix found.
+type holding struct {
+	bytes int64 // every object and every uploaded part
+	// uploads are the multipart uploads neither completed nor aborted;
+	// unfinished the bytes of their parts and of the partial/ objects.
+	uploads    int
+	unfinished int64
+}
+
+// listing returns the cached listing, made again if it is older than the
+// usage TTL; the caller holds s.usage.mu.
+func (s *Store) listing(ctx context.Context) (holding, error) {
+	u := &s.usage
+	if u.at.IsZero() || time.Since(u.at) > u.ttl {
+		base := u.uploaded.Load()
+		listed, err := s.stored(ctx)
+		if err != nil {
+			return holding{}, err
+		}
+		u.at, u.listed, u.base = time.Now(), listed, base
+	}
+	return u.listed, nil
+}
+
 // Available is the configured capacity less what the prefix holds:
 // committed, staged, quarantined and partial objects, the parts of
 // unfinished multipart uploads (all replicas'), and the bytes this
@@ -653,31 +695,47 @@ func (s *Store) Available(ctx context.Context) (int64, error) {
 	u := &s.usage
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.at.IsZero() || time.Since(u.at) > u.ttl {
-		base := u.uploaded.Load()
-		listed, err := s.stored(ctx)
-		if err != nil {
-			return 0, s.errorf(err, "available")
-		}
-		u.at, u.listed, u.base = time.Now(), listed, base
+	listed, err := s.listing(ctx)
+	if err != nil {
+		return 0, s.errorf(err, "available")
 	}
-	used := u.listed + (u.uploaded.Load() - u.base) + u.buffered.Load()
+	used := listed.bytes + (u.uploaded.Load() - u.base) + u.buffered.Load()
 	return max(s.capacity-used, 0), nil
 }
 
+// Unfinished is what unfinished writes hold in the prefix, from the
+// listing behind Available: the multipart uploads neither completed nor
+// aborted (every replica's, running or left by a crash) and the bytes of
+// their parts and partial objects. A write left by a killed process stays
+// there until a start-up's RemovePartials, once the partial grace has
+// passed: this is the figure that shows it.
+func (s *Store) Unfinished(ctx context.Context) (uploads int, bytes int64, err error) {
+	u := &s.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	listed, err := s.listing(ctx)
+	if err != nil {
+		return 0, 0, s.errorf(err, "unfinished writes")
+	}
+	return listed.uploads, listed.unfinished, nil
+}
+
 // stored sums every object and every uploaded part under the prefix.
-func (s *Store) stored(ctx context.Context) (int64, error) {
+func (s *Store) stored(ctx context.Context) (holding, error) {
 	objs, err := s.listObjects(ctx, s.prefix)
 	if err != nil {
-		return 0, err
+		return holding{}, err
 	}
-	var n int64
+	var h holding
 	for _, o := range objs {
-		n += o.Size
+		h.bytes += o.Size
+		if strings.HasPrefix(o.Key, s.prefix+"partial/") {
+			h.unfinished += o.Size
+		}
 	}
 	ups, err := s.uploads(ctx, s.prefix)
 	if err != nil {
-		return 0, err
+		return holding{}, err
 	}
 	for _, up := range ups {
 		parts, err := s.parts(ctx, up.Key, up.UploadID)
@@ -685,11 +743,13 @@ func (s *Store) stored(ctx context.Context) (int64, error) {
 			continue // completed or aborted since the listing
 		}
 		if err != nil {
-			return 0, err
+			return holding{}, err
 		}
+		h.uploads++
 		for _, p := range parts {
-			n += p.Size
+			h.bytes += p.Size
+			h.unfinished += p.Size
 		}
 	}
-	return n, nil
+	return h, nil
 }

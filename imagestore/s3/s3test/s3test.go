@@ -55,10 +55,13 @@ type Server struct {
 	// Pool is Config.RootCAs, and its CertFile can be SSL_CERT_FILE.
 	Cert selfsigned.Cert
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *limitedBuffer
-	once sync.Once
+	bin, root, access, secret, addr string
+
+	mu      sync.Mutex // over cmd, done and stopped, which Restart replaces
+	cmd     *exec.Cmd
+	done    chan struct{}
+	stopped bool
+	out     *limitedBuffer
 }
 
 // Start runs a server for the test and returns its Config; it is stopped
@@ -103,7 +106,7 @@ func startServer(t testing.TB, tls bool) *Server {
 	// The port is the kernel's pick, closed and handed over: another
 	// process may take it in between, so a failed bind is tried again.
 	for range 3 {
-		if srv, err = start(bin, root, access, secret, cert); err == nil {
+		if srv, err = start(bin, root, access, secret, freeAddr(), cert, nil); err == nil {
 			break
 		}
 	}
@@ -118,14 +121,20 @@ func startServer(t testing.TB, tls bool) *Server {
 	return srv
 }
 
-// start runs versitygw on a free port, over https if cert is set.
-func start(bin, root, access, secret string, cert selfsigned.Cert) (*Server, error) {
+// freeAddr is a loopback address whose port the kernel picked, closed
+// again for versitygw to take.
+func freeAddr() string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return "127.0.0.1:0" // versitygw's bind then fails, and the start is retried
 	}
-	addr := l.Addr().String()
-	l.Close()
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// start runs versitygw on addr, over https if cert is set, with extra
+// arguments before its backend.
+func start(bin, root, access, secret, addr string, cert selfsigned.Cert, extra []string) (*Server, error) {
 	out := &limitedBuffer{max: 64 << 10}
 	// The credentials go in the environment, not on the command line
 	// (which every user of the host can read).
@@ -135,13 +144,15 @@ func start(bin, root, access, secret string, cert selfsigned.Cert) (*Server, err
 		args = append(args, "--cert", cert.CertFile, "--key", cert.KeyFile)
 		scheme = "https://"
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(bin, append(args, "posix", root)...)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+access, "ROOT_SECRET_ACCESS_KEY="+secret)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &Server{cmd: cmd, done: make(chan struct{}), out: out}
+	s := &Server{cmd: cmd, done: make(chan struct{}), out: out,
+		bin: bin, root: root, access: access, secret: secret, addr: addr}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	s.Config = s3.Config{
 		Endpoint:        scheme + addr,
@@ -173,12 +184,42 @@ func start(bin, root, access, secret string, cert selfsigned.Cert) (*Server, err
 	}
 }
 
-// Stop ends the server (and waits for it); safe to call twice.
+// Stop ends the server (and waits for it); safe to call twice. From then
+// on its port is closed: connections to it are refused.
 func (s *Server) Stop() {
-	s.once.Do(func() {
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.stopped = true
+}
+
+// Restart runs the server again (stopping it first if it runs) on the
+// same address, with the same root and credentials, so that every client
+// of it finds it back: an S3 server that was down and returns. extra
+// goes before the backend (versitygw's "--readonly": a server that
+// answers reads and refuses every write). The port was closed meanwhile:
+// should another process hold it, the start is tried again until
+// startWithin.
+func (s *Server) Restart(t testing.TB, extra ...string) {
+	t.Helper()
+	s.Stop()
+	deadline := time.Now().Add(startWithin)
+	for {
+		n, err := start(s.bin, s.root, s.access, s.secret, s.addr, s.Cert, extra)
+		if err == nil {
+			s.mu.Lock()
+			s.cmd, s.done, s.out, s.stopped = n.cmd, n.done, n.out, false
+			s.mu.Unlock()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarting versitygw on %s: %v", s.addr, err)
+		}
+	}
 }
 
 // Pause stops the server with SIGSTOP: it keeps its port, the kernel
@@ -188,14 +229,15 @@ func (s *Server) Stop() {
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
 	t.Cleanup(s.Continue)
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	proc, _ := s.process()
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatalf("SIGSTOP versitygw: %v", err)
 	}
 	// kill(2) returns before every thread has stopped: a thread busy on
 	// the other core could still answer a request sent at once. Wait until
 	// the kernel reports each thread stopped.
 	deadline := time.Now().Add(10 * time.Second)
-	for !allStopped(s.cmd.Process.Pid) {
+	for !allStopped(proc.Pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("versitygw's threads did not all stop within 10 s of SIGSTOP")
 		}
@@ -226,11 +268,19 @@ func allStopped(pid int) bool {
 
 // Continue undoes Pause (SIGCONT); a server that ended is left alone.
 func (s *Server) Continue() {
+	proc, done := s.process()
 	select {
-	case <-s.done:
+	case <-done:
 	default:
-		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		_ = proc.Signal(syscall.SIGCONT)
 	}
+}
+
+// process is the running versitygw and the channel closed when it ends.
+func (s *Server) process() (*os.Process, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd.Process, s.done
 }
 
 func makeBucket(cfg s3.Config) error {
