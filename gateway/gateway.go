@@ -66,9 +66,11 @@ type Config struct {
 	// PublicURL is the base of the upload-session URLs handed out (no
 	// trailing slash); empty gives relative URLs.
 	PublicURL string
-	// CORSOrigin lets a page on that origin ("*" for any) use the data
-	// plane from a browser; empty: no CORS headers.
-	CORSOrigin string
+	// CORSOrigins let pages on these origins ("*" for any) use the data
+	// plane from a browser: the Machines page's own, and any the operator
+	// adds; none: no CORS headers. A browser request from any other
+	// origin is logged once per origin, with the flag that would allow it.
+	CORSOrigins []string
 	// A running PATCH makes its progress durable every CheckpointBytes
 	// (default 256 MiB) or CheckpointInterval (default 15 s): what a crash
 	// can cost a resumable upload, against an fsync and a store write.
@@ -112,12 +114,14 @@ type Gateway struct {
 	stopping chan struct{} // closed when Shutdown begins
 	stopOnce sync.Once
 	refusals *logsample.Sampler // one line per refusal, sampled per reason
-	locks    *patchLocks
-	space    *spaceLedger
-	closing  atomic.Bool // Shutdown began
-	bufs     sync.Pool
-	open     *openBlobs // blobs kept open between small fetches
-	srv      *fasthttp.Server
+	// corsRefused logs each browser origin the data plane does not allow, once.
+	corsRefused corsRefusals
+	locks       *patchLocks
+	space       *spaceLedger
+	closing     atomic.Bool // Shutdown began
+	bufs        sync.Pool
+	open        *openBlobs // blobs kept open between small fetches
+	srv         *fasthttp.Server
 	// leftovers aborts, after their answers, the blobs of uploads that
 	// failed for an unreachable image storage.
 	leftovers *leftovers

@@ -514,7 +514,7 @@ func TestTusTerminate(t *testing.T) {
 }
 
 func TestCORS(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.CORSOrigin = "https://box.example" })
+	e := newEnv(t, func(c *Config) { c.CORSOrigins = []string{"https://box.example"} })
 	up, id := e.ticket()
 	req := newRequest(t, "OPTIONS", up, nil)
 	req.Header.Set("Origin", "https://box.example")
@@ -542,4 +542,39 @@ func TestCORS(t *testing.T) {
 		t.Fatal("CORS headers for a foreign origin")
 	}
 	e.assertLeft(nil, []string{id})
+}
+
+// TestCORSRefusalLogged: a browser request from an origin not allowed
+// gets no CORS headers, and the first one of each origin is logged with
+// the flag that allows it; at most maxCORSRefusedLogged origins are kept,
+// with one line saying that no more are logged.
+func TestCORSRefusalLogged(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.CORSOrigins = []string{"https://box.example"} })
+	up, _ := e.ticket()
+	preflight := func(origin string) *http.Response {
+		req := newRequest(t, "OPTIONS", up, nil)
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		resp, _ := do(t, req)
+		return resp
+	}
+	for range 3 {
+		if r := preflight("http://laptop.lan:8481"); r.Header.Get("Access-Control-Allow-Origin") != "" {
+			t.Fatal("CORS headers for an origin not allowed")
+		}
+	}
+	line := e.logHas("origin=http://laptop.lan:8481", `flag="--cors-origin http://laptop.lan:8481"`)
+	if strings.Contains(line, up[strings.LastIndex(up, "/")+1:]) {
+		t.Errorf("the line %q carries the ticket", line)
+	}
+	if n := strings.Count(e.log.String(), "origin=http://laptop.lan:8481"); n != 1 {
+		t.Errorf("the origin was logged %d times, want once", n)
+	}
+	for i := range maxCORSRefusedLogged + 5 {
+		preflight(fmt.Sprintf("http://page%d.example", i))
+	}
+	e.logHas("no further origin is logged")
+	if n := strings.Count(e.log.String(), "a browser page on an origin"); n != maxCORSRefusedLogged {
+		t.Errorf("%d origins logged, want the first %d", n, maxCORSRefusedLogged)
+	}
 }

@@ -23,9 +23,14 @@ func TestE2ECORSDefaultsToThePage(t *testing.T) {
 		{"checkout return url", func(string) []string {
 			return []string{"--checkout-return-url", "https://edge.example/machines"}
 		}, func(string) string { return "https://edge.example" }, "http://127.0.0.1:1"},
+		// --cors-origin adds an origin beside the page's own: the page and
+		// the data plane are one product.
 		{"cors origin", func(string) []string {
 			return []string{"--checkout-return-url", "https://edge.example/machines", "--cors-origin", "https://box.example:8443"}
-		}, func(string) string { return "https://box.example:8443" }, "https://edge.example"},
+		}, func(string) string { return "https://box.example:8443" }, "https://evil.example"},
+		{"cors origin beside the page's", func(string) []string {
+			return []string{"--checkout-return-url", "https://edge.example/machines", "--cors-origin", "https://box.example:8443"}
+		}, func(string) string { return "https://edge.example" }, "http://edge.example"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

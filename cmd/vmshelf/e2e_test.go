@@ -1271,6 +1271,11 @@ func TestE2EBadCommandLines(t *testing.T) {
 		{name: "public-url with user info", args: []string{"--public-url", "http://u@127.0.0.1:1"}, mention: "public-url"},
 		{name: "public-url with fragment", args: []string{"--public-url", "http://x#frag"}, mention: "public-url"},
 		{name: "port out of range", args: []string{"--control-addr", "127.0.0.1:99999"}, mention: "control-addr"},
+		// Every address is no address to hand out: tickets would carry
+		// http://0.0.0.0:… URLs that no browser on another machine reaches.
+		{name: "wildcard data-addr without public-url", args: []string{"--data-addr", "0.0.0.0:18480"}, mention: "--public-url"},
+		{name: "wildcard v6 data-addr without public-url", args: []string{"--data-addr", "[::]:18480"}, mention: "--public-url"},
+		{name: "data-addr without host or public-url", args: []string{"--data-addr", ":18480"}, mention: "--public-url"},
 		{name: "tenant list on a missing store", cmdline: []string{"tenant", "list", "--data-dir", "/nonexistent-vmshelf"}, mention: "/nonexistent-vmshelf"},
 		{name: "no command", cmdline: []string{}, mention: "command"},
 	} {

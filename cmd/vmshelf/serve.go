@@ -284,7 +284,7 @@ func newGateway(f *serveFlags, sh *shelf, shared imagestore.Store, reg prometheu
 		MaxTransfers:    f.maxTransfers,
 		ImagesPerTenant: f.imagesPerTenant,
 		PublicURL:       f.base,
-		CORSOrigin:      f.pageOrigin(),
+		CORSOrigins:     f.corsOrigins(),
 		CheckpointBytes: checkpoint,
 		Replica:         sh.replica,
 		Headroom:        int64(f.headroomMiB) << 20,

@@ -138,7 +138,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.consoleTimeout, "console-timeout", market.DefaultConsoleTimeout, "the longest the cluster may take to open a machine's console, and either side of an open one to take a write")
 	fs.IntVar(&f.consolesPerTenant, "consoles-per-tenant", market.DefaultConsolesPerTenant, "consoles one box may have open at once")
 	fs.IntVar(&f.consolesPerEdge, "consoles-per-edge", market.DefaultConsolesPerEdge, "consoles open at once on this replica, over all boxes")
-	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser (default: the Machines page's own origin, that of --checkout-return-url)")
+	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser too, besides the Machines page's own (that of --checkout-return-url)")
 	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB (with --blobs s3://…: at the end of every part)")
 	fs.Float64Var(&f.tenantReserveGiB, "tenant-reserve-gib", 0, "disk space one tenant's running uploads may hold beyond what they wrote, in GiB; at least --upload-max-gib (0: --upload-max-gib)")
 	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
@@ -313,29 +313,44 @@ func secretFromEnv(name string) (string, error) {
 
 // pageURL is where the Machines page is served to browsers: where Stripe
 // Checkout returns the buyer, --checkout-return-url or the control plane's
-// own address.
+// own address. A control plane listening on every address has no address
+// of its own to give: it takes the host of the public URL, on which the
+// boxes reach this edge already.
 func (f *serveFlags) pageURL() string {
 	if f.checkoutReturnURL != "" {
 		return f.checkoutReturnURL
 	}
+	host, port, err := net.SplitHostPort(f.controlAddr)
+	if err == nil && isWildcard(host) {
+		if u, perr := url.Parse(f.base); perr == nil && u.Hostname() != "" {
+			return "http://" + net.JoinHostPort(u.Hostname(), port) + "/machines"
+		}
+	}
 	return "http://" + f.controlAddr + "/machines"
 }
 
-// pageOrigin is the origin the data plane lets upload from a browser:
-// --cors-origin, or else the Machines page's own (the page is served by the
-// control plane, on another port than the uploads, so without CORS the page
-// that `make run` serves could not upload at all). Allowing it opens
-// nothing: every data-plane route is authorised by a capability in its URL
-// or header, never by a cookie.
-func (f *serveFlags) pageOrigin() string {
-	if f.corsOrigin != "" {
-		return f.corsOrigin
+// corsOrigins are the origins the data plane lets upload from a browser:
+// the Machines page's own (the page is served by the control plane, on
+// another port than the uploads, so without CORS it could not upload at
+// all: the page and the data plane are one product), and --cors-origin's
+// beside it. Allowing them opens nothing: every data-plane route is
+// authorised by a capability in its URL or header, never by a cookie.
+func (f *serveFlags) corsOrigins() []string {
+	var origins []string
+	if u, err := url.Parse(f.pageURL()); err == nil && u.Host != "" {
+		origins = append(origins, u.Scheme+"://"+u.Host)
 	}
-	u, err := url.Parse(f.pageURL())
-	if err != nil || u.Host == "" {
-		return ""
+	if f.corsOrigin != "" && !slices.Contains(origins, f.corsOrigin) {
+		origins = append(origins, f.corsOrigin)
 	}
-	return u.Scheme + "://" + u.Host
+	return origins
+}
+
+// isWildcard reports whether a listen address's host is every address
+// ("", 0.0.0.0 or ::): no address a browser or an importer can use.
+func isWildcard(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "" || (ip != nil && ip.IsUnspecified())
 }
 
 // consoleBase is where the page's consoles connect: the Machines page's
@@ -370,6 +385,16 @@ func checkListenAddr(addr string) error {
 // or fragment, which would end up inside every capability URL).
 func publicBase(public, dataAddr string) (string, error) {
 	if public == "" {
+		host, port, err := net.SplitHostPort(dataAddr)
+		if err == nil && isWildcard(host) {
+			name, _ := os.Hostname()
+			if name == "" {
+				name = "this-box"
+			}
+			return "", usagef("--data-addr %s listens on every address, which is no address to hand out in upload and fetch URLs: "+
+				"set --public-url to the URL browsers and importers reach the data plane at (e.g. --public-url http://%s)",
+				dataAddr, net.JoinHostPort(name, port))
+		}
 		return "http://" + dataAddr, nil
 	}
 	base, err := baseurl.Base(public)

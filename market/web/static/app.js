@@ -85,6 +85,7 @@
     // uploads: the transfer
     proxyTooLarge: 'A proxy in front of the edge refuses even the smallest upload chunks.',
     network: 'The edge could not be reached, even after several tries. Check the connection and press Retry: the upload goes on where it stopped.',
+    corsBlocked: 'The browser blocked the upload: the edge answers, but does not let a page at this address send to it.',
     busy: 'The edge is running as many transfers as it may; retrying shortly.',
     shuttingDown: 'The edge is restarting; retrying shortly.',
     locked: 'Another request for this upload is still running; retrying shortly.',
@@ -1257,6 +1258,14 @@
           return true
         }
         if (status === 0) {
+          // No answer before the upload has a session: the edge may be
+          // down, or answer without letting this page read it (its CORS).
+          // A probe that cannot be blocked tells the two apart, and a
+          // blocked request is not tried again: it would be blocked again.
+          if (!this.upload || !this.upload.url) {
+            if (this.reach === 'answers') return false
+            if (!this.reach) this.probeReach()
+          }
           if (req && req.getMethod() === 'PATCH') {
             this.lastPatchLost = true
             this.lastPatchOffset = this.offset
@@ -1298,6 +1307,15 @@
         }
         if (!status) {
           this.retryable = true
+          if (!this.upload || !this.upload.url) {
+            // Not a byte was sent: the ticket goes back to the quota,
+            // and Retry asks for a new one.
+            this.releaseTicket()
+            if (this.reach === 'answers') {
+              this.fail('corsBlocked', `${words('corsBlocked')} Open this page at the address its operator gave you, or ask them to allow ${location.origin} (serve's --cors-origin ${location.origin}). Nothing was sent; Retry tries again.`)
+              return
+            }
+          }
           this.fail('network', words('network'))
           return
         }
@@ -1307,6 +1325,29 @@
         this.retryable = ['noSpace', 'busy', 'shuttingDown', 'locked', 'internal', 'idle', 'rateLimited'].includes(reason) || status >= 500
         if (!this.retryable) this.forget()
         this.fail(reason, words(reason, body.error || `HTTP ${status}`))
+      }
+
+      // probeReach asks the data plane for anything with a request no
+      // CORS rule can block (mode no-cors: the answer stays opaque): it
+      // resolves when the edge answers at all, and fails when nothing
+      // does. this.reach becomes 'answers' or 'silent'.
+      probeReach () {
+        this.reach = 'probing'
+        let origin
+        try { origin = new URL(this.upload.options.endpoint).origin } catch (e) { this.reach = ''; return }
+        fetch(origin + '/', { mode: 'no-cors', cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' })
+          .then(() => { this.reach = 'answers' }, () => { this.reach = 'silent' })
+      }
+
+      // releaseTicket cancels the ticket of an upload that never reached
+      // the edge, so that a failed try does not hold a place of the
+      // quota for the ticket's hour.
+      releaseTicket () {
+        const id = this.uploadId
+        if (!id || this.resumedFrom) return
+        this.uploadId = ''
+        delete this.li.dataset.uploadId
+        api('/market/vm-images/ticket/cancel', { upload_id: id }).then(() => refresh(), () => {})
       }
 
       // forget drops this file's session address from the URL storage
@@ -1394,6 +1435,7 @@
 
       retry () {
         this.proxyLimit = 0
+        this.reach = ''
         this.queued = true
         this.set('waiting', 'waiting for a free transfer slot')
         pump()

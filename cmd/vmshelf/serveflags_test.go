@@ -1,0 +1,63 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestPageAndCORSOrigins: the data plane lets the Machines page upload by
+// default, also when the control plane listens on every address (the
+// page's address is then the public URL's host, on the control port), and
+// --cors-origin adds an origin beside the page's instead of replacing it.
+func TestPageAndCORSOrigins(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		page     string
+		origins  []string
+		consoleB string
+	}{
+		{"defaults", nil, "http://127.0.0.1:8481/machines", []string{"http://127.0.0.1:8481"}, "ws://127.0.0.1:8481"},
+		{"wildcard control plane", []string{"--control-addr", "0.0.0.0:9481", "--data-addr", "0.0.0.0:9480", "--public-url", "http://box.lan:9480"},
+			"http://box.lan:9481/machines", []string{"http://box.lan:9481"}, "ws://box.lan:9481"},
+		{"v6 wildcard control plane", []string{"--control-addr", "[::]:9481", "--public-url", "https://edge.example/"},
+			"http://edge.example:9481/machines", []string{"http://edge.example:9481"}, "ws://edge.example:9481"},
+		{"another page origin besides", []string{"--cors-origin", "https://box-ui.example"},
+			"http://127.0.0.1:8481/machines", []string{"http://127.0.0.1:8481", "https://box-ui.example"}, "ws://127.0.0.1:8481"},
+		{"return URL names the page", []string{"--checkout-return-url", "https://shop.example/machines", "--cors-origin", "https://shop.example"},
+			"https://shop.example/machines", []string{"https://shop.example"}, "wss://shop.example"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := parseServeFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.pageURL(); got != tc.page {
+				t.Errorf("page URL %q, want %q", got, tc.page)
+			}
+			if got := f.corsOrigins(); !slices.Equal(got, tc.origins) {
+				t.Errorf("CORS origins %q, want %q", got, tc.origins)
+			}
+			if got := f.consoleBase(); got != tc.consoleB {
+				t.Errorf("console base %q, want %q", got, tc.consoleB)
+			}
+		})
+	}
+}
+
+// TestPublicBaseOfEveryAddress: a data plane listening on every address
+// hands out no URL of its own: --public-url is required, and named.
+func TestPublicBaseOfEveryAddress(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:8480", "[::]:8480", ":8480"} {
+		if base, err := publicBase("", addr); err == nil || !strings.Contains(err.Error(), "--public-url") {
+			t.Errorf("publicBase(%q) = %q, %v; want a refusal naming --public-url", addr, base, err)
+		}
+	}
+	if base, err := publicBase("", "192.0.2.7:8480"); err != nil || base != "http://192.0.2.7:8480" {
+		t.Errorf("publicBase of an address = %q, %v", base, err)
+	}
+	if base, err := publicBase("http://box.lan:8480", "0.0.0.0:8480"); err != nil || base != "http://box.lan:8480" {
+		t.Errorf("publicBase with --public-url = %q, %v", base, err)
+	}
+}
