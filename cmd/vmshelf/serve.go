@@ -38,6 +38,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.logLevel}))
 	cli.WarnUnknownEnv(ctx, log, os.Environ()) // a misspelt VMSHELF_* would be ignored without a word
+	for _, w := range f.withoutEffect {
+		log.Warn(w)
+	}
 	// The data plane streams: its working set is a few MiB per transfer and
 	// per busy connection, whatever the image size. A soft memory limit
 	// makes the runtime collect and give memory back to the OS before the
