@@ -333,6 +333,27 @@ func (f *serveFlags) pageURL() string {
 	return "http://" + f.controlAddr + "/machines"
 }
 
+// browserPageURL is the Machines page's address for a browser on this
+// machine: --checkout-return-url, or the control plane's listening
+// address ctl (a wildcard one as loopback, --control-addr :0 with its
+// port).
+func (f *serveFlags) browserPageURL(ctl net.Addr) string {
+	if f.checkoutReturnURL != "" {
+		return f.checkoutReturnURL
+	}
+	host, port, err := net.SplitHostPort(ctl.String())
+	if err != nil {
+		return f.pageURL()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/machines"
+}
+
 // pageOrigin is the origin the data plane lets upload from a browser:
 // --cors-origin, or else the Machines page's own (the page is served by the
 // control plane, on another port than the uploads, so without CORS the page
