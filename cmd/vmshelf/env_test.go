@@ -53,8 +53,8 @@ func TestE2EEnvTypoWarned(t *testing.T) {
 
 // TestCommandsWarnUnknownEnv: every command warns on stderr of a
 // misspelt VMSHELF_* variable before it runs, as serve does in its log:
-// also when it only shows its help or fails (a misspelt VMSHELF_CONTROL
-// is often why upload then lacks --control). serve warns in its start-up
+// also when it only shows its help or fails (a misspelt VMSHELF_NAME is
+// often why upload then lacks --name). serve warns in its start-up
 // log instead (TestE2EEnvTypoWarned), so its help stays silent.
 func TestCommandsWarnUnknownEnv(t *testing.T) {
 	for _, kv := range os.Environ() { // the developer's own settings are not under test

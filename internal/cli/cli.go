@@ -142,7 +142,7 @@ func Dispatch(ctx context.Context, path string, doc Doc, cmds []Command, args []
 		}
 		if !c.OwnEnvWarning {
 			// Before the command: a misspelt variable is often why it
-			// then fails (VMSHELF_CONTRL, and upload lacks --control).
+			// then fails (VMSHELF_NAEM, and upload lacks --name).
 			WarnUnknownEnv(ctx, stderrLog(stderr), os.Environ())
 		}
 		return c.Run(ctx, args[1:], stdout, stderr)
