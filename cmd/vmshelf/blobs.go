@@ -38,10 +38,7 @@ func blobsFlagS3(v string) bool { return strings.HasPrefix(v, "s3://") }
 // which needs a capacity (an object store has no free space to ask).
 func (f *serveFlags) validateBlobs() error {
 	switch {
-	case f.blobs == "":
-		if f.blobCapacityGiB != 0 {
-			return usagef("--blob-capacity-gib is for --blobs s3://…; the image directory's free space is its disk's")
-		}
+	case f.blobs == "": // --blob-capacity-gib is refused with settingModes
 		return nil
 	case !blobsFlagS3(f.blobs):
 		return usagef("--blobs %q: want s3://bucket/prefix (or leave it empty for <data-dir>/%s)", f.blobs, imagesDir)

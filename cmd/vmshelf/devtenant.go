@@ -13,8 +13,8 @@ import (
 )
 
 // ensureDevTenant gives `make run` a tenant to try the service with. The
-// token goes to a 0600 file; only its path is printed.
-func ensureDevTenant(ctx context.Context, st devTenants, dataDir string, stdout io.Writer) error {
+// token goes to a 0600 file; only its path is printed (devNextStep).
+func ensureDevTenant(ctx context.Context, st devTenants, dataDir string) error {
 	path := filepath.Join(dataDir, devToken)
 	_, err := st.Tenant(ctx, "dev")
 	switch {
@@ -40,8 +40,15 @@ func ensureDevTenant(ctx context.Context, st devTenants, dataDir string, stdout 
 	default:
 		return fmt.Errorf("look up dev tenant: %w", err)
 	}
-	fmt.Fprintln(stdout, "dev tenant token in", path)
 	return nil
+}
+
+// devNextStep tells the developer who ran `make run`, once the planes
+// listen, where the dev token is and what to do with it: paste it into
+// the Machines page at pageURL. Never the token itself.
+func devNextStep(stdout io.Writer, tokenPath, pageURL string) {
+	fmt.Fprintln(stdout, "dev tenant token in", tokenPath)
+	fmt.Fprintf(stdout, "next: open the Machines page, %s, and paste that token (cat %s) as its \"Tenant token\"\n", pageURL, tokenPath)
 }
 
 // devTokenValid reports whether the dev-token file holds dev's current token.

@@ -35,7 +35,7 @@ Every flag can also come from the environment as VMSHELF_<FLAG> (upper case, "-"
 // commands is the command line: one row per command, in the order the
 // help lists them. A row's doc is the one its flag set shows on -h.
 var commands = []cli.Command{
-	{Name: "serve", Doc: serveHelp, Run: serve},
+	{Name: "serve", Doc: serveHelp, Run: serve, OwnEnvWarning: true}, // in its start-up log
 	{Name: "tenant", Doc: tenantHelp, Sub: tenantCommands},
 	{Name: "fetch-url", Doc: fetchURLHelp, Run: fetchURL},
 	{Name: "upload", Doc: uploadHelp, Run: upload},

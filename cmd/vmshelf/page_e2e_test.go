@@ -1447,13 +1447,7 @@ func TestPageUnavailable(t *testing.T) {
 		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": token,
 	}, nil)
 	pr.extra = s.logs
-	var rep struct {
-		commonReport
-		Hidden  *bool           `json:"hidden"`
-		Reason  string          `json:"reason"`
-		Text    string          `json:"text"`
-		Visible map[string]bool `json:"visible"`
-	}
+	var rep unavailableReport
 	pr.wait(&rep)
 	if rep.Hidden == nil || *rep.Hidden || !rep.Visible["unavailable"] || rep.Reason != st.Reason {
 		t.Errorf("#unavailable: hidden %v, visible %v, data-reason %q; want shown with %s", rep.Hidden, rep.Visible["unavailable"], rep.Reason, st.Reason)
@@ -1469,6 +1463,47 @@ func TestPageUnavailable(t *testing.T) {
 			t.Errorf("#%s shows although the market is not available to the tenant", id)
 		}
 	}
+}
+
+// unavailableReport is unavailable.mjs's: the notice, which parts show,
+// and where the sections stand.
+type unavailableReport struct {
+	commonReport
+	Hidden  *bool           `json:"hidden"`
+	Reason  string          `json:"reason"`
+	Text    string          `json:"text"`
+	Visible map[string]bool `json:"visible"`
+	Layout  pageLayout      `json:"layout"`
+}
+
+// TestPageNotOffered: a sharing box on an edge without machines (serve
+// without --vms-enable: status says notOffered) reads why in words meant
+// for a box's owner, not in the flags of the edge's operator, and its
+// machines come before a catalogue it cannot order from.
+func TestPageNotOffered(t *testing.T) {
+	t.Parallel()
+	browserDir(t)
+	s := startPageServe(t, filepath.Join(t.TempDir(), "data"), nil, nil)
+	if st := s.status(t, s.token); st.Available || st.Reason != "notOffered" {
+		t.Fatalf("the dev box's status: available %v reason %q; want false, notOffered", st.Available, st.Reason)
+	}
+	pr := startPage(t, "unavailable", 60*time.Second, map[string]string{
+		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token,
+	}, nil)
+	pr.extra = s.logs
+	var rep unavailableReport
+	pr.wait(&rep)
+	if !rep.Visible["unavailable"] || rep.Reason != "notOffered" {
+		t.Errorf("#unavailable: visible %v, data-reason %q; want shown with notOffered", rep.Visible["unavailable"], rep.Reason)
+	}
+	if regexp.MustCompile(`--[a-z]|vms-enable|notOffered`).MatchString(rep.Text) || !strings.Contains(rep.Text, "operator") {
+		t.Errorf("#unavailable says %q; want plain words for a box's owner (who turns machines on, no flag)", rep.Text)
+	}
+	if rep.Visible["order-form"] || rep.Layout.Tops["order"] != nil {
+		t.Errorf("the order form shows on an edge without machines")
+	}
+	rep.Layout.above(t, "without machines", "machines", "catalogue")
+	rep.Layout.above(t, "without machines", "images", "machines")
 }
 
 // TestPageCheckoutURL: the page puts the edge's checkout_url into a link

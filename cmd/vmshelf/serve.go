@@ -38,6 +38,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: f.logLevel}))
 	cli.WarnUnknownEnv(ctx, log, os.Environ()) // a misspelt VMSHELF_* would be ignored without a word
+	for _, w := range f.withoutEffect {
+		log.Warn(w)
+	}
 	// The data plane streams: its working set is a few MiB per transfer and
 	// per busy connection, whatever the image size. A soft memory limit
 	// makes the runtime collect and give memory back to the OS before the
@@ -60,7 +63,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return p.run(ctx, f, sh, log)
+	return p.run(ctx, f, sh, log, stdout)
 }
 
 // peers are the services serve talks to besides its store: Stripe and the
@@ -109,6 +112,8 @@ type shelf struct {
 	st      *records
 	blobs   *openedBlobs
 	replica string
+	// devToken is the dev tenant's token file with --dev, else "".
+	devToken string
 }
 
 func (sh *shelf) close() { sh.st.Close(); sh.lock.Close() }
@@ -154,9 +159,10 @@ func openShelf(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.W
 		return nil, err
 	}
 	if f.dev {
-		if err := ensureDevTenant(ctx, st, f.dataDir, stdout); err != nil {
+		if err := ensureDevTenant(ctx, st, f.dataDir); err != nil {
 			return nil, err
 		}
+		sh.devToken = filepath.Join(f.dataDir, devToken)
 	}
 	// Over a shared store, each replica writes resumable uploads under
 	// their leases in the store, as a holder of this name.
@@ -349,7 +355,7 @@ func (p *planes) leaderWork(sh *shelf, log *slog.Logger) func(ctx context.Contex
 
 // run serves both planes until ctx ends (SIGTERM, SIGINT) or a plane
 // fails, then lets the running transfers finish within shutdownBound.
-func (p *planes) run(ctx context.Context, f *serveFlags, sh *shelf, log *slog.Logger) error {
+func (p *planes) run(ctx context.Context, f *serveFlags, sh *shelf, log *slog.Logger, stdout io.Writer) error {
 	dataLn, err := net.Listen("tcp", f.dataAddr)
 	if err != nil {
 		return fmt.Errorf("data plane: %w", err)
@@ -368,6 +374,9 @@ func (p *planes) run(ctx context.Context, f *serveFlags, sh *shelf, log *slog.Lo
 	}
 	log.Info("vmshelf serving", "data_plane", "http://"+dataLn.Addr().String(), "control_plane", "http://"+ctlLim.Addr().String(),
 		"public_url", f.base, "data_dir", f.dataDir, "images", sh.blobs.where, "store", sh.st.short, "replica", sh.replica)
+	if sh.devToken != "" {
+		devNextStep(stdout, sh.devToken, f.browserPageURL(ctlLim.Addr()))
+	}
 
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()

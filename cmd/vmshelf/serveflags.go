@@ -75,6 +75,10 @@ type serveFlags struct {
 	// and how many may be open per box and on this replica.
 	consoleIdle, consoleTimeout        time.Duration
 	consolesPerTenant, consolesPerEdge int
+
+	// withoutEffect are the warnings of the settings given in a mode
+	// that ignores them (settingModes), for the start-up log.
+	withoutEffect []string
 }
 
 // serveHelp is "vmshelf serve -h".
@@ -84,13 +88,15 @@ var serveHelp = cli.Doc{
 	About: `Runs the edge over the store in --data-dir: the data plane on --data-addr (uploads ` +
 		`and fetches), the control plane on --control-addr (the API, the Machines page, /metrics, ` +
 		`/healthz, /readyz) and, with --vms-enable, the KubeVirt reconciler that runs the paid ` +
-		`orders. Every setting is checked before a port is opened. SIGTERM or SIGINT stops ` +
+		`orders. Every setting is checked before a port is opened; one that acts only in a mode ` +
+		`(its text below starts with the mode) and is given without it is named in a warning ` +
+		`at start, or refused where being ignored would mislead. SIGTERM or SIGINT stops ` +
 		`taking new work and lets the running transfers finish (at most ` + shutdownBound.String() + `).`,
 	Env: append([]cli.EnvVar{storeURLVar}, append(s3Vars, []cli.EnvVar{
-		{Name: "STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", About: "the Stripe secret key, or a file holding it " +
+		{Name: "STRIPE_SECRET_KEY or STRIPE_SECRET_KEY_FILE", About: "with --vms-enable: the Stripe secret key, or a file holding it " +
 			"(a mounted Secret; set one of the two). Without it the market takes no payment: " +
 			"listings and orders answer 503. Never a flag: a command line is visible to every user."},
-		{Name: "STRIPE_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET_FILE", About: "the signing secret of Stripe's " +
+		{Name: "STRIPE_WEBHOOK_SECRET or STRIPE_WEBHOOK_SECRET_FILE", About: "with --vms-enable: the signing secret of Stripe's " +
 			"webhook, or a file holding it. Without it the webhook answers 503 and no payment is confirmed."},
 		{Name: "GOMEMLIMIT", About: "the Go runtime's soft memory limit; when unset, serve sets " +
 			strconv.Itoa(defaultMemoryLimit>>20) + " MiB."},
@@ -139,7 +145,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.IntVar(&f.consolesPerTenant, "consoles-per-tenant", market.DefaultConsolesPerTenant, "consoles one box may have open at once")
 	fs.IntVar(&f.consolesPerEdge, "consoles-per-edge", market.DefaultConsolesPerEdge, "consoles open at once on this replica, over all boxes")
 	fs.StringVar(&f.corsOrigin, "cors-origin", "", "let a web page on this origin (or * for any) upload from a browser too, besides the Machines page's own (that of --checkout-return-url)")
-	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB (with --blobs s3://…: at the end of every part)")
+	fs.IntVar(&f.tusCheckpointMiB, "tus-checkpoint-mib", 256, "a resumable upload makes its progress durable every this many MiB (with --blobs s3://…, at the end of every part)")
 	fs.Float64Var(&f.tenantReserveGiB, "tenant-reserve-gib", 0, "disk space one tenant's running uploads may hold beyond what they wrote, in GiB; at least --upload-max-gib (0: --upload-max-gib)")
 	fs.IntVar(&f.headroomMiB, "headroom-mib", imagestore.DefaultHeadroom>>20, "free disk space an upload must leave, in MiB; below it no ticket is issued")
 	fs.IntVar(&f.dataMaxConns, "data-max-conns", 0, "data-plane connections held at once; at the cap one with no request in progress makes room (default: half the descriptors beyond "+strconv.Itoa(descriptorReserve)+", at most "+strconv.Itoa(maxDefaultDataConns)+")")
@@ -150,8 +156,9 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.trustedProxiesList, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of reverse proxies whose X-Forwarded-For / Forwarded is believed; none when empty")
 	fs.DurationVar(&f.fetchQueueWait, "fetch-queue-wait", 30*time.Second, "a fetch beyond --max-transfers waits this long for a slot before 503")
 	fs.StringVar(&f.blobs, "blobs", "", "where the images live: s3://bucket/prefix for an S3 bucket shared by every replica (default <data-dir>/vm-images)")
-	fs.Float64Var(&f.blobCapacityGiB, "blob-capacity-gib", 0, "with --blobs s3://…: what the bucket may hold for vmshelf, in GiB, in place of a disk's free space")
+	fs.Float64Var(&f.blobCapacityGiB, "blob-capacity-gib", 0, "what the bucket may hold for vmshelf, in GiB, in place of a disk's free space")
 	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
+	describeSettingModes(fs)
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -159,7 +166,12 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	if fs.NArg() > 0 {
 		return nil, usagef("serve takes no arguments, got %q; see vmshelf serve -h", fs.Arg(0))
 	}
-	return f, f.validate()
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	var err error
+	f.withoutEffect, err = f.settingsWithoutEffect(fs, os.Getenv)
+	return f, err
 }
 
 func (f *serveFlags) validate() error {
@@ -327,6 +339,28 @@ func (f *serveFlags) pageURL() string {
 		}
 	}
 	return "http://" + f.controlAddr + "/machines"
+}
+
+// browserPageURL is the Machines page's address for a browser on this
+// machine: --checkout-return-url, or the control plane's listening
+// address ctl (a wildcard one as loopback, --control-addr :0 with its
+// port).
+func (f *serveFlags) browserPageURL(ctl net.Addr) string {
+	if f.checkoutReturnURL != "" {
+		return f.checkoutReturnURL
+	}
+	host, port, err := net.SplitHostPort(ctl.String())
+	if err != nil {
+		return f.pageURL()
+	}
+	if isWildcard(host) {
+		if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+			host = "::1"
+		} else {
+			host = "127.0.0.1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/machines"
 }
 
 // corsOrigins are the origins the data plane lets upload from a browser:

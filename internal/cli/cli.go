@@ -11,6 +11,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"strings"
 )
 
@@ -43,6 +45,10 @@ type Command struct {
 	Doc  Doc
 	Run  RunFunc   // nil for a group
 	Sub  []Command // a group's commands
+	// OwnEnvWarning says the command warns of unknown PROG_* variables
+	// itself (WarnUnknownEnv), in a log of its own whose level and form
+	// its flags set; Run warns on stderr before every other command runs.
+	OwnEnvWarning bool
 }
 
 // SubCommand is the command SUB of a group whose commands share one body,
@@ -134,6 +140,11 @@ func Dispatch(ctx context.Context, path string, doc Doc, cmds []Command, args []
 		case c.Run == nil:
 			return Usagef("the %s command is not in this build", strings.TrimSpace(group+" "+c.Name))
 		}
+		if !c.OwnEnvWarning {
+			// Before the command: a misspelt variable is often why it
+			// then fails (VMSHELF_NAEM, and upload lacks --name).
+			WarnUnknownEnv(ctx, stderrLog(stderr), os.Environ())
+		}
 		return c.Run(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, groupHelp(path, doc, cmds))
@@ -153,4 +164,17 @@ func commandNames(cmds []Command) string {
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// stderrLog is the log of a command that has none: slog's text lines on
+// stderr, as a server's, without the time a person at the terminal has.
+func stderrLog(stderr io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
 }

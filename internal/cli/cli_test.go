@@ -138,3 +138,26 @@ type coded struct{}
 
 func (coded) Error() string { return "stopped" }
 func (coded) ExitCode() int { return 3 }
+
+// TestSetBy: a flag is named as it was set, on the command line or by its
+// variable, and not at all when it kept its default; a new parse forgets
+// the last one's.
+func TestSetBy(t *testing.T) {
+	t.Setenv("PROG_MAX_N", "7")
+	t.Setenv("PROG_NAME", "from-env")
+	fs := NewFlagSet("prog cmd", Doc{})
+	fs.Int("max-n", 4, "")
+	fs.String("name", "", "")
+	fs.Duration("wait", time.Minute, "")
+	if err := ParseFlags(fs, []string{"--name", "cli"}); err != nil {
+		t.Fatal(err)
+	}
+	for flagName, want := range map[string]string{"max-n": "PROG_MAX_N", "name": "--name", "wait": ""} {
+		if got := SetBy(fs, flagName); got != want {
+			t.Errorf("SetBy(%s) = %q, want %q", flagName, got, want)
+		}
+	}
+	if err := ParseFlags(fs, []string{"--max-n", "5"}); err != nil || SetBy(fs, "max-n") != "--max-n" {
+		t.Errorf("parsed again with --max-n: %v, SetBy = %q", err, SetBy(fs, "max-n"))
+	}
+}

@@ -133,3 +133,48 @@ func TestKnownEnv(t *testing.T) {
 		t.Errorf("KnownEnv = %q, want %q", got, want)
 	}
 }
+
+// TestRunWarnsUnknownEnv: Run warns of a misspelt PROG_* variable on
+// stderr before any command runs, also one that fails or only shows its
+// help, naming the closest variable of the whole program (one read by
+// another command is no typo) and never the value. A command that warns in
+// a log of its own (OwnEnvWarning) is left to do so: one warning, not two.
+func TestRunWarnsUnknownEnv(t *testing.T) {
+	t.Setenv("PROG_TOKN_FILE", "a-secret-path")
+	t.Setenv("PROG_DATA_DIR", "/d") // another command's: no typo
+	leaf := func(name string, fail error) RunFunc {
+		return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			fs := NewFlagSet(name, Doc{})
+			fs.String("token-file", "", "")
+			if err := ParseFlags(fs, args); err != nil {
+				return err
+			}
+			return fail
+		}
+	}
+	cmds := []Command{
+		{Name: "serve", Doc: Doc{Summary: "serves"}, Run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			fs := NewFlagSet("prog serve", Doc{})
+			fs.String("data-dir", "", "")
+			return ParseFlags(fs, args)
+		}},
+		{Name: "tenant", Doc: Doc{Summary: "tenants"}, Sub: []Command{
+			{Name: "add", Run: leaf("prog tenant add", nil)},
+			{Name: "rm", Run: leaf("prog tenant rm", Usagef("tenant rm needs a NAME"))},
+		}},
+	}
+	const want = `level=WARN msg="PROG_TOKN_FILE is not a prog variable; did you mean PROG_TOKEN_FILE?"` + "\n"
+	for _, args := range [][]string{{"tenant", "add"}, {"tenant", "rm"}, {"tenant", "add", "-h"}, {"serve"}} {
+		var stderr bytes.Buffer
+		err := Run(context.Background(), "prog", Doc{}, cmds, args, io.Discard, &stderr)
+		if got := stderr.String(); got != want {
+			t.Errorf("prog %q (%v): stderr %q, want only %q", args, err, got, want)
+		}
+	}
+
+	cmds[0].OwnEnvWarning = true
+	var stderr bytes.Buffer
+	if err := Run(context.Background(), "prog", Doc{}, cmds, []string{"serve"}, io.Discard, &stderr); err != nil || stderr.Len() != 0 {
+		t.Errorf("a command that warns in its own log: %v, Run wrote %q", err, stderr.String())
+	}
+}

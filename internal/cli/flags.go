@@ -49,10 +49,30 @@ func ParseFlags(fs *flag.FlagSet, args []string) error {
 		if v, ok := os.LookupEnv(env); ok {
 			if serr := fs.Set(f.Name, v); serr != nil {
 				err = Usagef("%s=%q: %v", env, v, serr)
+			} else if fv, ok := f.Value.(*formValue); ok {
+				fv.fromEnv = true
 			}
 		}
 	})
 	return err
+}
+
+// SetBy is where the flag flagName of fs got its value in ParseFlags:
+// "--FLAG" from the command line, its PROG_<FLAG> variable (EnvName), or
+// "" when it kept its default. A message about a setting names it as the
+// operator wrote it, so that it can be found.
+func SetBy(fs *flag.FlagSet, flagName string) string {
+	by := ""
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != flagName {
+			return
+		}
+		by = "--" + f.Name
+		if fv, ok := f.Value.(*formValue); ok && fv.fromEnv {
+			by = EnvName(fs, f.Name)
+		}
+	})
+	return by
 }
 
 // EnvName is the variable the flag flagName of fs also comes from:
@@ -136,13 +156,14 @@ type formValue struct {
 	form
 	refused *string
 	err     error
+	fromEnv bool // set from PROG_<FLAG> (SetBy)
 }
 
 // withForm wraps v once (a command may parse the same flag set several
 // times).
 func withForm(v flag.Value) flag.Value {
 	if fv, ok := v.(*formValue); ok {
-		fv.refused, fv.err = nil, nil
+		fv.refused, fv.err, fv.fromEnv = nil, nil, false
 		return fv
 	}
 	return &formValue{Value: v, form: formOf(v)}

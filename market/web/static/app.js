@@ -38,7 +38,7 @@
     unauthorized: 'The token was not accepted. Paste the box\'s tenant token again.',
     notSharing: 'This box does not share its disk with the mesh, so it can neither upload images nor use the machine market. An operator turns sharing on with "vmshelf tenant set NAME --sharing".',
     // the machine market
-    notOffered: 'This edge does not offer virtual machines (it runs without --vms-enable). Images can still be uploaded.',
+    notOffered: 'This edge does not offer machines yet: its operator has not turned them on. You can still upload images here.',
     paymentsUnavailable: 'This edge cannot take payments right now (Stripe is not configured or did not answer). Try again later.',
     webhookNotConfigured: 'This edge cannot confirm payments: its Stripe webhook secret is not configured.',
     clusterUnreachable: 'The edge cannot reach its cluster right now; paid machines start once it can.',
@@ -698,14 +698,17 @@
   // arrange puts what the box has first: its machines (the orders it
   // bought) and, for a host, its listings; then images, the market and the
   // systems, and last what it has none of (an empty "Your machines", the
-  // listing form of a host without listings). Only the sections out of place move,
-  // and the focus is put back where it was if a move took it.
+  // listing form of a host without listings). Where nothing can be
+  // ordered the systems are only a reference and go last, after the
+  // box's own machines. Only the sections out of place move, and the focus
+  // is put back where it was if a move took it.
   function arrange (st, market) {
     const acc = st.account || {}
     const first = []
     if ((st.orders || []).length > 0) first.push('machines')
     if (market && acc.hosts_vms && (st.listings || []).length > 0) first.push('listings')
-    const ids = [...first, 'images', 'market', 'catalogue', ...['listings', 'machines'].filter((id) => !first.includes(id))]
+    const rest = ['listings', 'machines'].filter((id) => !first.includes(id))
+    const ids = [...first, 'images', 'market', ...(market ? ['catalogue', ...rest] : [...rest, 'catalogue'])]
     $('#app').dataset.first = ids[0]
     const focused = document.activeElement
     let ref = $('#unavailable')

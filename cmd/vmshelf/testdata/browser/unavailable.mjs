@@ -1,5 +1,5 @@
 // Scenario: a tenant whose status says available:false reads why and sees
-// no forms.
+// no forms; where the sections stand (b.layout).
 import * as b from './lib.mjs';
 
 b.main(async (track) => {
@@ -20,6 +20,7 @@ b.main(async (track) => {
       visible: Object.fromEntries(['unavailable', 'upload-file', 'upload-start', 'order-form', 'listing-form'].map((id) => [id, visible(id)])),
     };
   });
+  seen.layout = await b.layout(page);
   await ctx.close();
   return seen;
 });
