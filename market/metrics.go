@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
@@ -154,11 +154,7 @@ func (m *metrics) disputeClosed(outcome string) { m.disputesClosed.WithLabelValu
 // webhook counts one event. Types other than those the market acts on
 // share the label "other" ("unknown" before the event was verified).
 func (m *metrics) webhook(typ, result string) {
-	switch typ {
-	case eventCompleted, eventAsyncSucceeded, eventAsyncFailed, eventExpired, "unknown",
-		billing.EventChargeRefunded, billing.EventRefundCreated, billing.EventRefundUpdated, billing.EventRefundFailed,
-		billing.EventDisputeCreated, billing.EventDisputeClosed, billing.EventAccountUpdated:
-	default:
+	if typ != "unknown" && !slices.Contains(WebhookEvents(), typ) {
 		typ = "other"
 	}
 	m.webhookEvents.WithLabelValues(typ, result).Inc()

@@ -28,6 +28,16 @@ const (
 	eventExpired        = "checkout.session.expired"
 )
 
+// WebhookEvents are the Stripe events the webhook acts on, in the order
+// docs/api.md lists them: the events the endpoint in Stripe's dashboard
+// must send (account.updated from connected accounts). Any other is
+// acknowledged and counted as "other".
+func WebhookEvents() []string {
+	return []string{eventCompleted, eventAsyncSucceeded, eventAsyncFailed, eventExpired,
+		billing.EventRefundCreated, billing.EventRefundUpdated, billing.EventRefundFailed, billing.EventChargeRefunded,
+		billing.EventDisputeCreated, billing.EventDisputeClosed, billing.EventAccountUpdated}
+}
+
 // What the webhook did with an event: the result label of
 // vmshelf_webhook_events_total and of the stored event.
 const (

@@ -195,6 +195,14 @@ var (
 
 func (w *apiWatch) check(method string, u *url.URL, reqHeader http.Header, status int, header http.Header, body []byte) {
 	problem := validateAnswer(w.plane, method, u, reqHeader, status, header, body)
+	if m := reasonField.FindSubmatch(body); problem == "" && status >= 400 && m != nil {
+		// The reference a person reads lists it too.
+		if table, err := documentedError(); err != nil {
+			problem = err.Error()
+		} else if !table[answer{status, string(m[1])}] {
+			problem = fmt.Sprintf("docs/api.md's Errors table does not list %d %s", status, m[1])
+		}
+	}
 	if problem == "" {
 		return
 	}

@@ -136,10 +136,10 @@ func TestSettingModesInHelp(t *testing.T) {
 	}
 	help := h.Text
 	for flag, want := range map[string]string{
-		"vm-cpu":              "with --vms-enable: vCPUs per replica",
-		"refund-every":        "with --vms-enable and STRIPE_SECRET_KEY: how often refunds",
-		"tus-checkpoint-mib":  "without --blobs s3://…: a resumable upload",
-		"blob-capacity-gib":   "with --blobs s3://…: what the bucket may hold",
+		"vm-cpu":             "with --vms-enable: vCPUs per replica",
+		"refund-every":       "with --vms-enable and STRIPE_SECRET_KEY: how often refunds",
+		"tus-checkpoint-mib": "without --blobs s3://…: a resumable upload",
+		"blob-capacity-gib":  "with --blobs s3://…: what the bucket may hold",
 	} {
 		_, text, _ := strings.Cut(help, "  --"+flag+" ")
 		if text = strings.Join(strings.Fields(text), " "); !strings.Contains(text, want) || strings.Index(text, want) > 60 {
