@@ -4,18 +4,16 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/slowbody"
 )
 
 // The slowbody phase: how much a flood of clients that send the Stripe
@@ -32,10 +30,6 @@ const (
 	// slowBodyCap is serve's --control-max-conns here: its default.
 	slowBodyCap = 512
 )
-
-// slowBodyHead is the webhook request the flood sends before its body.
-const slowBodyHead = "POST /market/stripe/webhook HTTP/1.1\r\nHost: vmshelf\r\nContent-Type: application/json\r\n" +
-	"Stripe-Signature: t=1,v1=00\r\nContent-Length: 900000\r\n\r\n{"
 
 // slowBodyClients is the flood's size: 2 000 clients, 1 000 in a quick run (still twice the cap).
 func slowBodyClients(quick bool) int { return map[bool]int{false: 2000, true: 1000}[quick] }
@@ -92,8 +86,12 @@ func (b *bench) phaseSlowBody() error {
 			}
 			pr := b.startPerf("slowbody", v.proc.pids())
 			m := startMeter(v.proc.pids)
-			lat, failed := probeHealthz(v.ctlAddr, slowBodyProbes, slowBodyGap)
+			probes, errs := slowbody.Probe(v.ctlAddr, slowBodyProbes, slowBodyGap)
 			use := m.end()
+			lat, failed := make([]float64, len(probes)), len(errs)
+			for i, d := range probes {
+				lat[i] = float64(d) / float64(time.Millisecond)
+			}
 			pr.stop()
 			if gen != nil {
 				gen.stop()
@@ -118,34 +116,6 @@ func (b *bench) phaseSlowBody() error {
 		t.ratio("p99", s, unloaded, "p99")
 	}
 	return nil
-}
-
-// probeHealthz times n GET /healthz on addr, each on a new connection,
-// gap apart: the latencies in ms of those answered 200, sorted, and how
-// many were not.
-func probeHealthz(addr string, n int, gap time.Duration) ([]float64, int) {
-	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 2 * time.Second}
-	var lat []float64
-	failed := 0
-	for range n {
-		start := time.Now()
-		resp, err := client.Get("http://" + addr + "/healthz")
-		if err == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("status %d", resp.StatusCode)
-			}
-		}
-		if err != nil {
-			failed++
-		} else {
-			lat = append(lat, float64(time.Since(start))/float64(time.Millisecond))
-		}
-		time.Sleep(gap) // pacing the probes
-	}
-	slices.Sort(lat)
-	return lat, failed
 }
 
 // slowBodyGen is a running `bench slowbody` process.
@@ -212,43 +182,13 @@ func runSlowBody(addr string, n int) error {
 		lim.Cur = min(lim.Max, uint64(n)+256)
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 	}
-	var made atomic.Int64
-	for range n {
-		go func() {
-			for {
-				c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(context.Background(), "tcp", addr)
-				if err != nil {
-					time.Sleep(10 * time.Millisecond) // the backlog is full: try again soon, not at once
-					continue
-				}
-				made.Add(1)
-				trickleBody(c)
-				c.Close()
-			}
-		}()
-	}
+	flood := slowbody.Start(context.Background(), addr, n, time.Second, slowbody.WebhookHead)
 	w := bufio.NewWriter(os.Stdout)
 	for {
 		time.Sleep(200 * time.Millisecond)
-		fmt.Fprintf(w, "made %d\n", made.Load())
+		fmt.Fprintf(w, "made %d\n", flood.Made.Load())
 		if err := w.Flush(); err != nil {
 			return err
-		}
-	}
-}
-
-// trickleBody writes the webhook's head and then a byte a second until a
-// write fails (serve cut the connection).
-func trickleBody(c net.Conn) {
-	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, slowBodyHead); err != nil {
-		return
-	}
-	for {
-		time.Sleep(time.Second)
-		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c.Write([]byte(" ")); err != nil {
-			return
 		}
 	}
 }
