@@ -271,6 +271,7 @@ func (s *Server) routes(reg prometheus.Registerer, gather prometheus.Gatherer) (
 	rt.handle(http.MethodPost, "/market/vms/listings", s.machineRoute(true, s.createListing))
 	rt.handle(http.MethodPost, "/market/vms/listings/close", s.machineRoute(false, s.closeListing))
 	rt.handle(http.MethodPost, "/market/vms/orders", s.machineRoute(true, s.createOrder))
+	rt.handle(http.MethodPost, "/market/vms/orders/cancel", s.machineRoute(true, s.cancelOrder))
 	rt.handle(http.MethodPost, "/market/stripe/webhook", s.webhook)
 	rt.handle(http.MethodPost, "/market/vms/console/ticket", s.tenantRoute(s.consoleTicket))
 	rt.handle(http.MethodGet, "/market/vms/console", s.console)
