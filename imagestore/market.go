@@ -432,6 +432,14 @@ type MarketStore interface {
 	// it is and nil returned; a paid, active or expired one is
 	// ErrOrderState.
 	CancelOrder(ctx context.Context, id, reason string, now time.Time) error
+	// CancelOwnOrder is a buyer's cancel of one of its own orders awaiting
+	// payment: CancelOrder's move, in the same conditional UPDATE, so of
+	// this cancel and a payment of the order (PayOrder) exactly one
+	// applies, and a payment that loses is one for a cancelled order.
+	// nil only when this call cancelled the order; ErrNotFound when
+	// buyerID has no order id (another buyer's order looks the same);
+	// ErrOrderState in any other state, cancelled included.
+	CancelOwnOrder(ctx context.Context, buyerID int64, id, reason string, now time.Time) error
 	// MarkOrderActive moves a paid order to active: its objects exist in
 	// the cluster. An active one is left as it is and nil returned; any
 	// other state is ErrOrderState.

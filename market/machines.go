@@ -68,7 +68,7 @@ var (
 	errTooManyListings = apierr.New(http.StatusConflict, "tooManyListings",
 		"this box already has "+strconv.Itoa(maxOpenListings)+" open listings; close one first")
 	errTooManyUnpaid = apierr.New(http.StatusConflict, "tooManyUnpaidOrders",
-		"this box already has "+strconv.Itoa(maxUnpaidOrders)+" orders awaiting payment; pay or let one expire first")
+		"this box already has "+strconv.Itoa(maxUnpaidOrders)+" orders awaiting payment; pay, cancel or let one expire first")
 	errHostGone = apierr.New(http.StatusConflict, "notHosting",
 		"the listing's host no longer hosts machines or has no payout account")
 	// errNeedsConsole refuses an installation ISO of the catalogue on an

@@ -28,15 +28,18 @@ type metrics struct {
 	ticketsCancelled prometheus.Counter
 	requests         *prometheus.CounterVec
 	ordersPlaced     prometheus.Counter
-	webhookEvents    *prometheus.CounterVec
-	refunds          *prometheus.CounterVec
-	disputes         prometheus.Counter
-	disputesClosed   *prometheus.CounterVec
-	consolesOpen     *prometheus.GaugeVec
-	consoleSessions  *prometheus.CounterVec
-	consoleRefusals  *prometheus.CounterVec
-	consoleBytesVec  *prometheus.CounterVec
-	log              *slog.Logger
+	// ordersCancelled counts the buyers' cancels by what became of the
+	// checkout at Stripe (checkoutOutcomes).
+	ordersCancelled *prometheus.CounterVec
+	webhookEvents   *prometheus.CounterVec
+	refunds         *prometheus.CounterVec
+	disputes        prometheus.Counter
+	disputesClosed  *prometheus.CounterVec
+	consolesOpen    *prometheus.GaugeVec
+	consoleSessions *prometheus.CounterVec
+	consoleRefusals *prometheus.CounterVec
+	consoleBytesVec *prometheus.CounterVec
+	log             *slog.Logger
 
 	// onboardingLinks counts POST /market/stripe/onboarding by result.
 	onboardingLinks *prometheus.CounterVec
@@ -66,6 +69,10 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 			Name: "vmshelf_orders_placed_total",
 			Help: "VM orders placed (capacity reserved, checkout opened or tried).",
 		}),
+		ordersCancelled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_orders_cancelled_total",
+			Help: "VM orders their buyer cancelled while awaiting payment, by what became of the checkout at Stripe: expired, paid (paid first: refunded), unconfirmed (a payment before the checkout runs out is refunded), none (no checkout).",
+		}, []string{"checkout"}),
 		// type is one of the four checkout.session events or "other",
 		// result one of the webhook's own results: a bounded label set.
 		webhookEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -113,6 +120,9 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 	for _, r := range []string{onboardingOK, onboardingRefused, onboardingUnavailable} {
 		m.onboardingLinks.WithLabelValues(r) // every result shows from the start, at 0
 	}
+	for _, c := range strings.Fields(checkoutOutcomes) {
+		m.ordersCancelled.WithLabelValues(c)
+	}
 	for _, outcome := range imagestore.DisputeOutcomes {
 		m.disputesClosed.WithLabelValues(outcome)
 	}
@@ -121,7 +131,7 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 			m.refunds.WithLabelValues(cause, outcome)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.webhookEvents,
+	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.ordersCancelled, m.webhookEvents,
 		m.refunds, m.disputes, m.disputesClosed, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, newStatsCollector(st, blobs, unfinished)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)

@@ -99,6 +99,10 @@ type Config struct {
 	// Stripe's expiry event before it settles the order itself. 0 means
 	// DefaultCheckoutTTL and DefaultCheckoutGrace.
 	CheckoutTTL, CheckoutGrace time.Duration
+	// Replica is the size of one replica the provisioner makes
+	// (--vm-cpu, --vm-memory-mib, --vm-disk-gib), which every offer
+	// shows; a zero field is left out of the offers.
+	Replica ReplicaSize
 	// VMsDomain is --vms-domain: an order's address is
 	// vm-<order>.<domain>; empty, orders have no address.
 	VMsDomain string
@@ -138,6 +142,15 @@ type Config struct {
 	// DefaultConsoleTimeout.
 	ConsoleTimeout                     time.Duration
 	ConsolesPerTenant, ConsolesPerEdge int
+}
+
+// ReplicaSize is what one replica of an order gets, at least: an image
+// whose catalogue entry asks for more memory or disk, or an own image
+// whose disk is larger, gets that.
+type ReplicaSize struct {
+	VCPU      int `json:"vcpu,omitempty"`
+	MemoryMiB int `json:"memory_mib,omitempty"`
+	DiskGiB   int `json:"disk_gib,omitempty"`
 }
 
 // DefaultMinFree is Config.MinFree's default.
@@ -271,6 +284,7 @@ func (s *Server) routes(reg prometheus.Registerer, gather prometheus.Gatherer) (
 	rt.handle(http.MethodPost, "/market/vms/listings", s.machineRoute(true, s.createListing))
 	rt.handle(http.MethodPost, "/market/vms/listings/close", s.machineRoute(false, s.closeListing))
 	rt.handle(http.MethodPost, "/market/vms/orders", s.machineRoute(true, s.createOrder))
+	rt.handle(http.MethodPost, "/market/vms/orders/cancel", s.machineRoute(true, s.cancelOrder))
 	rt.handle(http.MethodPost, "/market/stripe/webhook", s.webhook)
 	rt.handle(http.MethodPost, "/market/vms/console/ticket", s.tenantRoute(s.consoleTicket))
 	rt.handle(http.MethodGet, "/market/vms/console", s.console)

@@ -62,7 +62,9 @@ type account struct {
 	StripePayoutsEnabled bool `json:"stripe_payouts_enabled"`
 }
 
-// offerInfo is another host's open listing, as a buyer sees it.
+// offerInfo is another host's open listing, as a buyer sees it: what one
+// replica is (the edge's size of a replica; an image that needs more gets
+// more) and what it costs a month.
 type offerInfo struct {
 	ListingID string `json:"listing_id"`
 	Host      string `json:"host"`
@@ -70,6 +72,7 @@ type offerInfo struct {
 	Currency  string `json:"currency"`
 	Capacity  int    `json:"capacity"`
 	Free      int    `json:"free"`
+	ReplicaSize
 }
 
 // orderInfo is one of the buyer's orders.
@@ -284,7 +287,7 @@ func (s *Server) market(ctx context.Context, t imagestore.Tenant) ([]listingInfo
 			continue
 		}
 		offers = append(offers, offerInfo{ListingID: l.ID, Host: host.Name, UnitPrice: l.UnitPrice,
-			Currency: l.Currency, Capacity: l.Capacity, Free: l.Free()})
+			Currency: l.Currency, Capacity: l.Capacity, Free: l.Free(), ReplicaSize: s.cfg.Replica})
 	}
 	orders := make([]orderInfo, 0, len(mine))
 	for _, o := range mine {

@@ -52,6 +52,7 @@ type Store interface {
 	SetCheckout(ctx context.Context, orderID, checkoutID, checkoutURL string) error
 	PayOrder(ctx context.Context, id string, paidAt, expiresAt time.Time) (moved bool, err error)
 	CancelOrder(ctx context.Context, id, reason string, now time.Time) error
+	CancelOwnOrder(ctx context.Context, buyerID int64, id, reason string, now time.Time) error
 	OverdueOrders(ctx context.Context, now time.Time) ([]imagestore.Order, error)
 	Order(ctx context.Context, id string) (imagestore.Order, error)
 	Orders(ctx context.Context, buyerID int64) ([]imagestore.Order, error)

@@ -50,6 +50,24 @@ type Ticket struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// Order is one of the tenant's orders as the control plane's status lists
+// it: what the command line shows of it.
+type Order struct {
+	OrderID  string `json:"order_id"`
+	Name     string `json:"name"`
+	State    string `json:"state"`
+	Reason   string `json:"reason"` // why a cancelled order was cancelled
+	Host     string `json:"host"`
+	Quantity int    `json:"quantity"`
+	Image    string `json:"image"`
+	// Total is in minor units of Currency (cents).
+	Total     int64      `json:"total"`
+	Currency  string     `json:"currency"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at"` // the end of the paid month; nil until paid
+	Address   string     `json:"address"`
+}
+
 // Images lists the tenant's stored images, oldest first, from the control
 // plane's status. It asks once: no answer, or a busy or restarting edge,
 // is a *StoppedError; a refusal (the token, the route) a *RefusedError.
@@ -75,7 +93,7 @@ func (c Control) ImagesAndTickets(ctx context.Context) ([]Image, []Ticket, error
 // busy edge a *StoppedError (the image may be gone all the same: asked
 // again, the edge then says it knows no such image).
 func (c Control) Remove(ctx context.Context, uploadID string) error {
-	if err := clientFor(c.HTTPClient).idCall(ctx, c.URL, c.Token, "/market/vm-images/remove", "removed", uploadID); err != nil {
+	if err := clientFor(c.HTTPClient).idCall(ctx, c.URL, c.Token, "/market/vm-images/remove", "upload_id", "removed", uploadID); err != nil {
 		return c.failure(err, "removing image "+uploadID, "removing image "+uploadID)
 	}
 	return nil
@@ -88,8 +106,33 @@ func (c Control) Remove(ctx context.Context, uploadID string) error {
 // saying how that upload ends, as are an unknown id and the token; no
 // answer or a busy edge is a *StoppedError.
 func (c Control) Cancel(ctx context.Context, uploadID string) error {
-	if err := clientFor(c.HTTPClient).idCall(ctx, c.URL, c.Token, "/market/vm-images/ticket/cancel", "cancelled", uploadID); err != nil {
+	if err := clientFor(c.HTTPClient).idCall(ctx, c.URL, c.Token, "/market/vm-images/ticket/cancel", "upload_id", "cancelled", uploadID); err != nil {
 		return c.failure(err, "cancelling ticket "+uploadID, "cancelling ticket "+uploadID)
+	}
+	return nil
+}
+
+// Orders lists the tenant's orders, newest first, from the control plane's
+// status; a failure is as Images's.
+func (c Control) Orders(ctx context.Context) ([]Order, error) {
+	var st struct {
+		Orders []Order `json:"orders"`
+	}
+	if err := clientFor(c.HTTPClient).status(ctx, c.URL, c.Token, &st); err != nil {
+		return nil, c.failure(err, "asking the control plane for the order list", "the order list")
+	}
+	return st.Orders, nil
+}
+
+// CancelOrder cancels one of the tenant's orders awaiting payment: its
+// replicas go back to the offer and its checkout can be paid no more. An
+// order that is not awaiting payment (paid, cancelled already…) or not
+// the tenant's is a *RefusedError saying so; no answer or a busy edge a
+// *StoppedError (asked again, the edge then says the order is cancelled
+// already, if the first call got through).
+func (c Control) CancelOrder(ctx context.Context, orderID string) error {
+	if err := clientFor(c.HTTPClient).idCall(ctx, c.URL, c.Token, "/market/vms/orders/cancel", "order_id", "order_id", orderID); err != nil {
+		return c.failure(err, "cancelling order "+orderID, "cancelling order "+orderID)
 	}
 	return nil
 }
@@ -121,31 +164,39 @@ func (c Control) refusal(err error, what string) error {
 	return refusedf("the control plane refused %s: %v", what, err)
 }
 
-// images reads the images and unused tickets of the tenant's status.
-func (c *uploadClient) images(ctx context.Context, control, token string) ([]Image, []Ticket, error) {
+// status reads the tenant's status answer into v.
+func (c *uploadClient) status(ctx context.Context, control, token string, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, shortCall)
 	defer cancel()
 	resp, err := c.controlCall(ctx, control, "/market/vms/status", token, struct{}{})
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	defer drain(resp)
 	if resp.StatusCode != http.StatusOK {
-		return nil, nil, answerError(resp)
+		return answerError(resp)
 	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, answerLimit)).Decode(v); err != nil {
+		return netFailure(fmt.Errorf("reading the status: %w", err), nil)
+	}
+	return nil
+}
+
+// images reads the images and unused tickets of the tenant's status.
+func (c *uploadClient) images(ctx context.Context, control, token string) ([]Image, []Ticket, error) {
 	var st struct {
 		Images  []json.RawMessage `json:"images"`
 		Tickets []Ticket          `json:"tickets"` // absent from an older edge's status
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, answerLimit)).Decode(&st); err != nil {
-		return nil, nil, netFailure(fmt.Errorf("reading the status: %w", err), nil)
+	if err := c.status(ctx, control, token, &st); err != nil {
+		return nil, nil, err
 	}
 	imgs := make([]Image, 0, len(st.Images))
 	for _, raw := range st.Images {
 		var out bytes.Buffer
 		img := Image{}
 		if json.Unmarshal(raw, &img) != nil || json.Compact(&out, raw) != nil {
-			return nil, nil, &apiError{Status: resp.StatusCode, Msg: "the control plane's status lists an image this client cannot read", Offset: -1}
+			return nil, nil, &apiError{Status: http.StatusOK, Msg: "the control plane's status lists an image this client cannot read", Offset: -1}
 		}
 		img.Raw = out.Bytes()
 		imgs = append(imgs, img)
@@ -168,12 +219,13 @@ func (c *uploadClient) image(ctx context.Context, control, token, uploadID strin
 	return nil, nil
 }
 
-// idCall posts {"upload_id": uploadID} to the control plane's path (remove
-// an image, cancel a ticket), whose 200 answer names the id under field.
-func (c *uploadClient) idCall(ctx context.Context, control, token, path, field, uploadID string) error {
+// idCall posts {key: id} to the control plane's path (remove an image,
+// cancel a ticket by "upload_id", cancel an order by "order_id"), whose
+// 200 answer names the id under field.
+func (c *uploadClient) idCall(ctx context.Context, control, token, path, key, field, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, shortCall)
 	defer cancel()
-	resp, err := c.controlCall(ctx, control, path, token, map[string]string{"upload_id": uploadID})
+	resp, err := c.controlCall(ctx, control, path, token, map[string]string{key: id})
 	if err != nil {
 		return err
 	}
@@ -185,8 +237,8 @@ func (c *uploadClient) idCall(ctx context.Context, control, token, path, field, 
 	if err := json.NewDecoder(io.LimitReader(resp.Body, answerLimit)).Decode(&ans); err != nil {
 		return netFailure(fmt.Errorf("reading the answer: %w", err), nil)
 	}
-	if ans[field] != uploadID {
-		return &apiError{Status: resp.StatusCode, Msg: "the control plane's answer does not name " + uploadID + " as " + field, Offset: -1}
+	if ans[field] != id {
+		return &apiError{Status: resp.StatusCode, Msg: "the control plane's answer does not name " + id + " as " + field, Offset: -1}
 	}
 	return nil
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// Request is one POST the fake received on /v1/refunds, /v1/accounts or
-// /v1/account_links, as it came: also the repeats, and the ones it
-// refused or failed.
+// Request is one POST the fake received on /v1/refunds, /v1/accounts,
+// /v1/account_links or a session's /expire, as it came: also the
+// repeats, and the ones it refused or failed.
 type Request struct {
 	Path        string
 	Form        url.Values

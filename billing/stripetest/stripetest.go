@@ -265,7 +265,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/checkout/sessions/"):
 		s.get(w, strings.TrimPrefix(path, "/v1/checkout/sessions/"), expands(r.Form))
 	case r.Method == http.MethodPost && strings.HasPrefix(path, "/v1/checkout/sessions/") && strings.HasSuffix(path, "/expire"):
-		s.expire(w, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/checkout/sessions/"), "/expire"), expands(r.Form))
+		s.expire(w, r, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/checkout/sessions/"), "/expire"), expands(r.Form))
 	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/accounts/"):
 		s.account(w, strings.TrimPrefix(path, "/v1/accounts/"))
 	case r.Method == http.MethodPost && path == "/v1/accounts":
@@ -316,9 +316,10 @@ func (s *Server) get(w http.ResponseWriter, id string, expand []string) {
 	writeJSON(w, s.sessionJSON(cs, contains(expand, "payment_intent")))
 }
 
-func (s *Server) expire(w http.ResponseWriter, id string, expand []string) {
+func (s *Server) expire(w http.ResponseWriter, r *http.Request, id string, expand []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.record(r)
 	cs, ok := s.sessions[id]
 	switch {
 	case !ok:

@@ -555,8 +555,8 @@ func readCode(t *testing.T) *codeFacts {
 			values: appendedReasons(t, market, "machinesProblems", statuses)},
 		{schema: "Ready", field: "reasons", from: "the reasons market.machinesProblems appends",
 			values: appendedReasons(t, market, "machinesProblems", statuses)},
-		{schema: "Order", field: "reason", from: "the reason argument of market's cancel and release",
-			values: reasonArgs(t, market, []string{"cancel", "release"})},
+		{schema: "Order", field: "reason", from: "the reason argument of market's cancel, release and cancelByBuyer",
+			values: reasonArgs(t, market, []string{"cancel", "release", "cancelByBuyer"})},
 		{schema: "WebhookAnswer", field: "result", from: "market's result constants but resultRefused (the 400s' metric label)",
 			values: webhookResults(market)},
 	}

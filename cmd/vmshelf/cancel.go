@@ -34,6 +34,6 @@ The token is read from the --token-file (never from a flag or the environment).`
 
 // cancel is 'vmshelf cancel'.
 func cancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return idCommand{name: "cancel", doc: cancelHelp, what: "of the tickets to cancel", done: "cancelled",
+	return idCommand{name: "cancel", doc: cancelHelp, kind: uploadIDs, what: "of the tickets to cancel", done: "cancelled",
 		hint: "; a ticket's UPLOAD_ID, not the ticket itself", call: uploadclient.Control.Cancel}.run(ctx, args, stdout)
 }

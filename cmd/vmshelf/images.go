@@ -179,22 +179,38 @@ func utcMinute(t time.Time) string { return t.UTC().Format("2006-01-02 15:04") }
 
 // rm is 'vmshelf rm'.
 func rm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return idCommand{name: "rm", doc: rmHelp, what: "of the images to remove", done: "removed",
+	return idCommand{name: "rm", doc: rmHelp, kind: uploadIDs, what: "of the images to remove", done: "removed",
 		call: uploadclient.Control.Remove}.run(ctx, args, stdout)
 }
 
-// idCommand is a command that acts on UPLOAD_IDs one after the other: rm,
-// cancel.
+// idKind is the kind of id an idCommand takes: its name in messages, its
+// form, and where a user finds one.
+type idKind struct {
+	name  string // "UPLOAD_ID"
+	valid func(string) bool
+	form  string // "24 hex characters"
+	where string // "see 'vmshelf images'"
+}
+
+// The ids the commands take.
+var (
+	uploadIDs = idKind{name: "UPLOAD_ID", valid: imagestore.ValidUploadID, form: "24 hex characters", where: "see 'vmshelf images'"}
+	orderIDs  = idKind{name: "ORDER_ID", valid: imagestore.ValidOrderID, form: "'o' and 16 hex characters", where: "see 'vmshelf orders list'"}
+)
+
+// idCommand is a command that acts on ids one after the other: rm and
+// cancel on UPLOAD_IDs, orders cancel on ORDER_IDs.
 type idCommand struct {
 	name string
 	doc  cli.Doc
-	what string // "of the images to remove": what the UPLOAD_IDs name
+	kind idKind
+	what string // "of the images to remove": what the ids name
 	hint string // follows a malformed id's usage error
 	done string // printed before each id acted on
 	call func(uploadclient.Control, context.Context, string) error
 }
 
-// run checks every UPLOAD_ID first, then calls for each in order, printing
+// run checks every id first, then calls for each in order, printing
 // "done ID" for each until the first failure, which names the ids not
 // tried.
 func (ic idCommand) run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -202,18 +218,19 @@ func (ic idCommand) run(ctx context.Context, args []string, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
+	k := ic.kind
 	if len(ids) == 0 {
-		return usagef("%s needs the UPLOAD_IDs %s (see 'vmshelf images')", ic.name, ic.what)
+		return usagef("%s needs the %ss %s (%s)", ic.name, k.name, ic.what, k.where)
 	}
 	for _, id := range ids {
 		switch {
-		case imagestore.ValidUploadID(id):
+		case k.valid(id):
 		case len(id) == 64 && strings.Trim(id, "0123456789abcdefABCDEF") == "":
 			// A ticket or a token pasted by mistake: a secret, never echoed.
-			return usagef("%s: an argument of 64 hex characters is a ticket or token (not shown here), not an UPLOAD_ID "+
-				"(24 hex characters; see 'vmshelf images'%s)", ic.name, ic.hint)
+			return usagef("%s: an argument of 64 hex characters is a ticket or token (not shown here), not an %s "+
+				"(%s; %s%s)", ic.name, k.name, k.form, k.where, ic.hint)
 		default:
-			return usagef("%s: %q is not an UPLOAD_ID (24 hex characters; see 'vmshelf images'%s)", ic.name, id, ic.hint)
+			return usagef("%s: %q is not an %s (%s; %s%s)", ic.name, id, k.name, k.form, k.where, ic.hint)
 		}
 	}
 	c, err := cf.dial(ic.name)

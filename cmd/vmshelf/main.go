@@ -43,6 +43,7 @@ var commands = []cli.Command{
 	{Name: "images", Doc: imagesHelp, Run: images},
 	{Name: "rm", Doc: rmHelp, Run: rm},
 	{Name: "cancel", Doc: cancelHelp, Run: cancel},
+	{Name: "orders", Doc: ordersHelp, Sub: ordersCommands},
 	{Name: "quarantine", Doc: quarantineHelp, Sub: quarantineCommands},
 	{Name: "version", Doc: versionHelp, Run: version},
 }

@@ -779,20 +779,30 @@ func TestE2EReadmeMarket(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n")
 	if len(lines) != 2 {
-		t.Fatalf("the walk-through printed %d lines, want the order and the status:\n%s", len(lines), stdout.String())
+		t.Fatalf("the walk-through printed %d lines, want the status and the cancel:\n%s", len(lines), stdout.String())
 	}
+	// The answers the walk-through keeps in variables went to stderr
+	// (tee), the listing's first.
+	kept := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	var o orderAnswer
-	decode(t, []byte(lines[0]), &o)
+	decode(t, []byte(kept[len(kept)-1]), &o)
 	if o.OrderID == "" || o.State != "awaitingPayment" || !strings.HasPrefix(o.CheckoutURL, "https://") || o.Total != 1800 || o.Currency != "eur" {
-		t.Errorf("the walk-through's order answer %s; want awaitingPayment, an https checkout_url, 1800 eur", lines[0])
+		t.Errorf("the walk-through's order answer %s; want awaitingPayment, an https checkout_url, 1800 eur", kept[len(kept)-1])
 	}
 	var st marketStatus
-	if err := json.Unmarshal([]byte(lines[1]), &st); err != nil {
-		t.Fatalf("the walk-through's status %q: %v", lines[1], err)
+	if err := json.Unmarshal([]byte(lines[0]), &st); err != nil {
+		t.Fatalf("the walk-through's status %q: %v", lines[0], err)
+	}
+	if lines[1] != "cancelled "+o.OrderID {
+		t.Errorf("the walk-through's cancel printed %q, want cancelled %s", lines[1], o.OrderID)
+	}
+	after := marketStatusOf(t, s, &answers{}, s.token)
+	if len(after.Orders) != 1 || after.Orders[0].State != "cancelled" || len(after.Offers) != 1 || after.Offers[0].Free != 5 {
+		t.Errorf("after the walk-through's cancel: orders %+v, offers %+v; want the order cancelled and all 5 replicas free", after.Orders, after.Offers)
 	}
 	if !st.Available || len(st.Orders) != 1 || st.Orders[0].OrderID != o.OrderID || st.Orders[0].State != "awaitingPayment" ||
 		st.Orders[0].CheckoutURL != o.CheckoutURL || st.Orders[0].Quantity != 3 || st.Orders[0].Host != "host" {
-		t.Errorf("the walk-through's status %s; want the order awaitingPayment with its checkout_url", lines[1])
+		t.Errorf("the walk-through's status %s; want the order awaitingPayment with its checkout_url", lines[0])
 	}
 	if len(st.Offers) != 1 || st.Offers[0].Free != 2 || st.Offers[0].UnitPrice != 600 {
 		t.Errorf("the walk-through's offers %+v; want the host's listing at 600 with 2 free", st.Offers)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ import (
 
 // pageMarket is serve with the machine market on against the fake Stripe,
 // a host tenant with an active payout account and the dev tenant as
-// buyer.
+// buyer; args are more flags of serve.
 type pageMarket struct {
 	s     *server
 	fake  *stripetest.Server
@@ -29,7 +30,7 @@ type pageMarket struct {
 	host  string // the host's token
 }
 
-func startPageMarket(t *testing.T) *pageMarket {
+func startPageMarket(t *testing.T, args ...string) *pageMarket {
 	t.Helper()
 	key, whsec := stripeTestSecrets()
 	const account = "acct_pageHost2"
@@ -40,8 +41,8 @@ func startPageMarket(t *testing.T) *pageMarket {
 	t.Cleanup(func() { fake.Close() })
 	env := append(append([]string{}, noStripeEnv...), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+secretFile(t, whsec))
 	ctl := freeAddr(t)
-	s := startServeAt(t, filepath.Join(t.TempDir(), "data"), freeAddr(t), ctl, []string{"--vms-enable", "--stripe-api-base", fake.URL,
-		"--checkout-return-url", "http://" + ctl + "/machines", "--vms-domain", "vms.example.org"}, env...)
+	s := startServeAt(t, filepath.Join(t.TempDir(), "data"), freeAddr(t), ctl, append([]string{"--vms-enable", "--stripe-api-base", fake.URL,
+		"--checkout-return-url", "http://" + ctl + "/machines"}, args...), env...)
 	s.secret(key)
 	s.secret(whsec)
 	return &pageMarket{s: s, fake: fake, whsec: whsec, host: addHost(t, s, "host", account)}
@@ -386,7 +387,11 @@ func TestPageListing(t *testing.T) {
 	var rep struct {
 		commonReport
 		FormVisible bool `json:"formVisible"`
-		Listed      []struct {
+		Fee         struct {
+			Text, Receive        string
+			Visible, DescribedBy bool
+		} `json:"fee"`
+		Listed []struct {
 			ID          string `json:"id"`
 			Open        string `json:"open"`
 			Text        string `json:"text"`
@@ -404,6 +409,11 @@ func TestPageListing(t *testing.T) {
 	rep.LayoutListed.above(t, "a host with an open listing", "listings", "order")
 	if !rep.FormVisible {
 		t.Error("#listing-form is hidden for a host with a payout account")
+	}
+	// 7.50 a replica-month: the platform's fee is half, the host gets 3.75.
+	if f := rep.Fee; !f.Visible || !f.DescribedBy || f.Receive != "375" || !strings.Contains(f.Text, "Half of each sale goes to the platform") ||
+		!regexp.MustCompile(`you receive \D*3\.75\D* per replica-month`).MatchString(f.Text) {
+		t.Errorf("under the price 7.50 the listing form says %+v; want that half goes to the platform and the host receives 3.75 per replica-month", f)
 	}
 	if atEdge.UnitPrice != 750 || atEdge.Capacity != 3 || !atEdge.Open {
 		t.Errorf("status has the listing %+v; want unit_price 750, capacity 3, open", atEdge)

@@ -320,6 +320,7 @@ func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs *open
 		Currency:          f.currency,
 		CheckoutReturnURL: f.pageURL(),
 		VMsDomain:         f.vmsDomain,
+		Replica:           market.ReplicaSize{VCPU: f.vmCPU, MemoryMiB: f.vmMemoryMiB, DiskGiB: f.vmDiskGiB},
 		OnPaid:            onPaid,
 		ClusterReady:      clusterReady,
 		RefundDeadline:    f.refundDeadline,

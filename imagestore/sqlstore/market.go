@@ -411,11 +411,40 @@ func (s *Store) CancelOrder(ctx context.Context, id, reason string, now time.Tim
 		return fmt.Errorf("cancel order: %w", err)
 	}
 	return s.write(ctx, "cancel order", func(tx *Tx) error {
-		return transition(ctx, tx, id, func(st imagestore.OrderState) bool {
+		return cancelAwaiting(ctx, tx, id, reason, at, func(st imagestore.OrderState) bool {
 			return st == imagestore.OrderCancelled
-		}, `
+		})
+	})
+}
+
+// cancelAwaiting is the one conditional UPDATE that cancels an order
+// awaiting payment, for every cancel: PayOrder's UPDATE asks for the same
+// state, so of a cancel and a payment exactly one changes the row. left
+// is transition's.
+func cancelAwaiting(ctx context.Context, tx *Tx, id, reason string, at int64, left func(imagestore.OrderState) bool) error {
+	return transition(ctx, tx, id, left, `
 UPDATE orders SET state = 'cancelled', reason = ?, ended_at = ? WHERE id = ? AND state = 'awaitingPayment'`,
-			reason, at, id)
+		reason, at, id)
+}
+
+// CancelOwnOrder: the buyer's awaitingPayment → cancelled; see
+// imagestore.MarketStore.
+func (s *Store) CancelOwnOrder(ctx context.Context, buyerID int64, id, reason string, now time.Time) error {
+	at, err := nanos("now", now)
+	if err != nil {
+		return fmt.Errorf("cancel own order: %w", err)
+	}
+	return s.write(ctx, "cancel own order", func(tx *Tx) error {
+		// An order's buyer never changes, so reading it first decides
+		// nothing the UPDATE's own WHERE on the state must.
+		buyer, err := queryOne(ctx, tx, "order", scanValue[int64], `SELECT buyer_id FROM orders WHERE id = ?`, id)
+		switch {
+		case err != nil:
+			return err
+		case buyer != buyerID:
+			return fmt.Errorf("order of another buyer: %w", imagestore.ErrNotFound)
+		}
+		return cancelAwaiting(ctx, tx, id, reason, at, never)
 	})
 }
 

@@ -620,6 +620,13 @@ func testOrderStates(t *testing.T, s imagestore.Store) {
 				},
 			},
 			[]imagestore.OrderState{imagestore.OrderCancelled}},
+		{"CancelOwnOrder", func(id string) error { return s.CancelOwnOrder(ctx, buyer.ID, id, "buyerCancelled", later) },
+			map[imagestore.OrderState]func(imagestore.Order) imagestore.Order{
+				imagestore.OrderAwaitingPayment: func(o imagestore.Order) imagestore.Order {
+					o.State, o.Reason, o.EndedAt = imagestore.OrderCancelled, "buyerCancelled", later
+					return o
+				},
+			}, nil},
 		{"MarkOrderActive", func(id string) error { return s.MarkOrderActive(ctx, id) },
 			map[imagestore.OrderState]func(imagestore.Order) imagestore.Order{
 				imagestore.OrderPaid: func(o imagestore.Order) imagestore.Order {
@@ -1129,5 +1136,93 @@ func testPayOrderOnce(t *testing.T, s imagestore.Store) {
 	must(t, "CancelOrder", s.CancelOrder(ctx, c.ID, "checkoutExpired", t0))
 	if m, err := s.PayOrder(ctx, c.ID, t0, month); !errors.Is(err, imagestore.ErrOrderState) || m {
 		t.Errorf("PayOrder on a cancelled order = %v, %v; want false, ErrOrderState", m, err)
+	}
+}
+
+// testCancelOwnOrder: only its buyer cancels an order awaiting payment;
+// to the host and every other tenant it is unknown, and stays as it was.
+// The cancel gives the capacity back at once, and the order can be paid
+// no more; a second cancel is refused like a cancel of a paid order.
+func testCancelOwnOrder(t *testing.T, s imagestore.Store) {
+	ctx := t.Context()
+	h := newHost(t, s, "host")
+	buyer, other := newTenant(t, s, "buyer"), newTenant(t, s, "other")
+	l := newListing(t, s, h, "l1", 5, t0)
+	o := placeOrder(t, s, orderOf(l, h, buyer, "o1", 3, t0), "")
+	month := t0.Add(30 * 24 * time.Hour)
+	for _, who := range []imagestore.Tenant{other, h} {
+		wantErr(t, "CancelOwnOrder by "+who.Name, s.CancelOwnOrder(ctx, who.ID, o.ID, "buyerCancelled", t0), imagestore.ErrNotFound)
+	}
+	checkOrder(t, "Order after others' cancels", getOrder(t, s, o.ID), o)
+	if got := getListing(t, s, l.ID); got.Reserved != 3 || got.Free() != 2 {
+		t.Fatalf("after others' cancels the listing has %d reserved, %d free; want 3, 2", got.Reserved, got.Free())
+	}
+	wantErr(t, "CancelOwnOrder of an unknown order", s.CancelOwnOrder(ctx, buyer.ID, "o9", "buyerCancelled", t0), imagestore.ErrNotFound)
+
+	at := t0.Add(time.Minute)
+	must(t, "CancelOwnOrder", s.CancelOwnOrder(ctx, buyer.ID, o.ID, "buyerCancelled", at))
+	o.State, o.Reason, o.EndedAt = imagestore.OrderCancelled, "buyerCancelled", at
+	checkOrder(t, "Order after its buyer's cancel", getOrder(t, s, o.ID), o)
+	if got := getListing(t, s, l.ID); got.Reserved != 0 || got.Free() != 5 {
+		t.Errorf("after the cancel the listing has %d reserved, %d free; want 0, 5", got.Reserved, got.Free())
+	}
+	wantErr(t, "CancelOwnOrder again", s.CancelOwnOrder(ctx, buyer.ID, o.ID, "buyerCancelled", at), imagestore.ErrOrderState)
+	wantErr(t, "PayOrder after the cancel", s.MarkOrderPaid(ctx, o.ID, at, month), imagestore.ErrOrderState)
+	checkOrder(t, "Order after a cancel and a payment", getOrder(t, s, o.ID), o)
+}
+
+// testCancelRacesPayment: a buyer's cancel and the payment of the same
+// order, started together, many times over: exactly one of them applies
+// to each order, the other is ErrOrderState, and the listing counts
+// exactly the orders that were paid. A store that reads the state and
+// writes it in two steps lets both through (a paid order cancelled, its
+// capacity given away twice).
+func testCancelRacesPayment(t *testing.T, s imagestore.Store) {
+	const n = 12
+	ctx := t.Context()
+	h := newHost(t, s, "host")
+	buyer := newTenant(t, s, "buyer")
+	l := newListing(t, s, h, "l1", n, t0)
+	month := t0.Add(30 * 24 * time.Hour)
+	var orders []imagestore.Order
+	for i := range n {
+		orders = append(orders, placeOrder(t, s, orderOf(l, h, buyer, fmt.Sprintf("o%02d", i), 1, t0), ""))
+	}
+	start := make(chan struct{})
+	cancelErrs, payErrs := make([]error, n), make([]error, n)
+	moved := make([]bool, n)
+	var wg sync.WaitGroup
+	for i, o := range orders {
+		wg.Go(func() {
+			<-start
+			cancelErrs[i] = s.CancelOwnOrder(ctx, buyer.ID, o.ID, "buyerCancelled", t0)
+		})
+		wg.Go(func() {
+			<-start
+			moved[i], payErrs[i] = s.PayOrder(ctx, o.ID, t0, month)
+		})
+	}
+	close(start)
+	wg.Wait()
+	paid := 0
+	for i, o := range orders {
+		got := getOrder(t, s, o.ID)
+		switch {
+		case cancelErrs[i] == nil && errors.Is(payErrs[i], imagestore.ErrOrderState) && !moved[i]:
+			if got.State != imagestore.OrderCancelled {
+				t.Errorf("order %s: the cancel won, but the order is %s", o.ID, got.State)
+			}
+		case payErrs[i] == nil && moved[i] && errors.Is(cancelErrs[i], imagestore.ErrOrderState):
+			paid++
+			if got.State != imagestore.OrderPaid {
+				t.Errorf("order %s: the payment won, but the order is %s", o.ID, got.State)
+			}
+		default:
+			t.Errorf("order %s: cancel %v, payment moved %v with %v; want exactly one to apply and the other ErrOrderState",
+				o.ID, cancelErrs[i], moved[i], payErrs[i])
+		}
+	}
+	if got := getListing(t, s, l.ID); got.Reserved != 0 || got.Running != paid {
+		t.Errorf("listing after the races: %d reserved, %d running; want 0 and the %d paid", got.Reserved, got.Running, paid)
 	}
 }

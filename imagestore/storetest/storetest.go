@@ -70,6 +70,8 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"ListingCounts", testListingCounts},
 		{"OrderStates", testOrderStates},
 		{"PayOrderOnce", testPayOrderOnce},
+		{"CancelOwnOrder", testCancelOwnOrder},
+		{"CancelRacesPayment", testCancelRacesPayment},
 		{"PaymentIntent", testPaymentIntent},
 		{"OrderBlocked", testOrderBlocked},
 		{"RefundStates", testRefundStates},

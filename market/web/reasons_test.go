@@ -29,11 +29,11 @@ func TestEveryReasonHasWords(t *testing.T) {
 		table[m[1]] = true
 	}
 	patterns := []*regexp.Regexp{
-		regexp.MustCompile(`Status\w+, "([a-z]\w+)"`),   // apierr.New/Wrap(status, "reason", …)
-		regexp.MustCompile(`Reason\w+\s*=\s*"(\w+)"`),   // the QCOW2 gate's reasons
-		regexp.MustCompile(`\bcancel\([^()]*, "(\w+)"`), // why an order was cancelled
-		regexp.MustCompile(`reason := "(\w+)"`),         // the webhook's cancellation
-		regexp.MustCompile(`ans\.Machines = "(\w+)"`),   // readiness of the market
+		regexp.MustCompile(`Status\w+, "([a-z]\w+)"`),      // apierr.New/Wrap(status, "reason", …)
+		regexp.MustCompile(`Reason\w+\s*=\s*"(\w+)"`),      // the QCOW2 gate's reasons
+		regexp.MustCompile(`\bcancel\w*\([^()]*, "(\w+)"`), // why an order was cancelled (cancel, cancelByBuyer)
+		regexp.MustCompile(`reason := "(\w+)"`),            // the webhook's cancellation
+		regexp.MustCompile(`ans\.Machines = "(\w+)"`),      // readiness of the market
 	}
 	codes := map[string]string{}
 	for _, dir := range []string{"../../gateway", "..", "../../imagestore/qcow2", "../../internal/apierr", "../../internal/headerrule"} {

@@ -44,7 +44,7 @@
     clusterUnreachable: 'The edge cannot reach its cluster right now; paid machines start once it can.',
     notHosting: 'Only a box in the mesh that shares its disk and hosts machines (with an appliance node) can list machines, and the host of that offer no longer does.',
     noPayoutAccount: 'This box has no Stripe account that can receive payouts, so it cannot list machines.',
-    orderUnknown: 'You have no such order: only the buyer of a machine opens its console.',
+    orderUnknown: 'You have no such order: only the buyer of a machine opens its console or cancels its order.',
     replicaUnknown: 'The order has no such machine.',
     replicaNotRunning: 'The machine is not running; its console opens once it runs.',
     consoleBusy: 'Too many consoles are open; close one and try again.',
@@ -57,12 +57,14 @@
     noCapacity: 'That offer does not have that many replicas free any more.',
     ownListing: 'A box cannot order machines from its own listing.',
     tooManyListings: 'This box already has the most open listings allowed; close one first.',
-    tooManyUnpaidOrders: 'This box already has the most orders awaiting payment; pay or let one expire first.',
+    tooManyUnpaidOrders: 'This box already has the most orders awaiting payment; pay, cancel or let one expire first.',
+    orderNotAwaitingPayment: 'Only an order awaiting payment can be cancelled; this one is not (any more).',
     belowMinimumCharge: 'The price is below the smallest charge Stripe accepts in this currency.',
     paymentRefused: 'The payment provider refused to open the checkout; the order was cancelled.',
     badCheckoutURL: 'The edge answered a checkout address that is not an https address, so the page does not open it. Tell the edge\'s operator; the order expires unpaid.',
     checkoutFailed: 'The checkout could not be opened; the order was cancelled.',
     checkoutExpired: 'The checkout expired before it was paid.',
+    buyerCancelled: 'You cancelled the order before paying; its replicas went back to the offer.',
     paymentFailed: 'The payment failed.',
     imageUnknown: 'That image does not exist (any more) on this box.',
     imageInUse: 'An order that is awaiting payment, paid or running uses this image; remove it once the order has ended.',
@@ -522,11 +524,19 @@
       el('strong', { class: 'not-offered-name', text: n.name }), ': ', el('span', { class: 'not-offered-reason', text: n.reason }))))
   }
 
+  // sizeWords is one replica's size in words ({vcpu, memory_mib,
+  // disk_gib}, as offers carry it); '' when the edge sent none.
+  function sizeWords (z) {
+    if (!z || !z.vcpu) return ''
+    return `${z.vcpu} vCPU${z.vcpu === 1 ? '' : 's'}, ${bytes(z.memory_mib * MiB)} memory, ${bytes(z.disk_gib * GiB)} disk`
+  }
+
   function renderOffers (st) {
     const offers = st.offers || []
     $('#offer-list').replaceChildren(...offers.map((o) => el('li', { 'data-listing-id': o.listing_id, 'data-free': o.free },
       el('div', { class: 'card-head' }, el('span', { class: 'offer-host', text: o.host }),
         el('span', { class: 'offer-price', text: `${money(o.unit_price, o.currency)} per replica-month` })),
+      el('p', { class: 'meta offer-size', text: `Each replica: ${sizeWords(o)}, more where the system needs it`, hidden: !sizeWords(o) }),
       el('p', { class: 'meta offer-free', text: `${o.free} of ${o.capacity} replicas free` }))))
     show($('#offer-empty'), offers.length === 0)
   }
@@ -554,9 +564,74 @@
     const offers = (st.offers || []).filter((o) => o.free > 0)
     keepSelect($('#order-listing'), offers.map((o) => el('option', { value: o.listing_id, 'data-free': o.free,
       text: `${o.host}: ${money(o.unit_price, o.currency)} per replica-month, ${o.free} free` })))
+    let why = ''
+    if (groups.length === 0) why = 'noImage'
+    else if ((st.offers || []).length === 0) why = 'noOffers'
+    else if (offers.length === 0) why = 'full'
+    orderDisabled(why)
+    orderChosen()
+  }
+
+  // ORDER_DISABLED says why "Order and pay" is off, beside the button
+  // (its aria-describedby), by what is missing.
+  const ORDER_DISABLED = {
+    noImage: 'Nothing to start a machine from: this edge offers no system and this box has no image yet. Upload one above.',
+    noOffers: 'No other box offers machines right now, so there is nothing to order.',
+    full: 'Every offer is full: all its replicas are running or reserved by orders awaiting payment. They come back when such an order is cancelled or its checkout expires.'
+  }
+
+  // orderDisabled turns "Order and pay" off for why (a key of
+  // ORDER_DISABLED), saying so, or on ('').
+  function orderDisabled (why) {
+    const b = $('#order-submit')
+    const p = $('#order-disabled')
+    b.disabled = !!why
+    p.textContent = ORDER_DISABLED[why] || ''
+    if (why) p.dataset.why = why
+    else delete p.dataset.why
+    show(p, !!why)
+  }
+
+  // neededSize is one replica of offer started from image id: the offer's
+  // size, with the memory and disk the catalogue says the system needs,
+  // and a disk at least as large as an own image's.
+  function neededSize (offer, id) {
+    if (!offer.vcpu) return ''
+    let mem = offer.memory_mib
+    let disk = offer.disk_gib
+    const c = ((state.catalogue && state.catalogue.catalogue) || []).find((e) => e.id === id)
+    if (c) {
+      mem = Math.max(mem, c.min_memory_mib || 0)
+      disk = Math.max(disk, c.min_disk_gib || 0)
+    }
+    const img = ((state.status && state.status.images) || []).find((i) => i.upload_id === id)
+    if (img) disk = Math.max(disk, Math.ceil(img.virtual_size / GiB))
+    return sizeWords({ vcpu: offer.vcpu, memory_mib: mem, disk_gib: disk })
+  }
+
+  // orderChosen follows the order form's choices: the replicas the chosen
+  // offer has free bound the quantity, and #order-summary says before
+  // paying what the order buys: each replica's size and the total, the
+  // quantity times the price per replica-month.
+  function orderChosen () {
     const sel = $('#order-listing').selectedOptions[0]
     $('#order-quantity').max = String(Math.min(10, sel ? Number(sel.dataset.free) : 10))
-    $('#order-submit').disabled = offers.length === 0 || groups.length === 0
+    const sum = $('#order-summary')
+    const offer = ((state.status && state.status.offers) || []).find((o) => o.listing_id === $('#order-listing').value)
+    const q = Number($('#order-quantity').value)
+    if (!offer || !Number.isInteger(q) || q < 1) {
+      sum.textContent = ''
+      delete sum.dataset.total
+      show(sum, false)
+      return
+    }
+    const size = neededSize(offer, $('#order-image').value)
+    const total = offer.unit_price * q
+    sum.dataset.total = String(total)
+    sum.dataset.currency = offer.currency
+    sum.textContent = (size ? `Each replica: ${size}. ` : '') +
+      `Total: ${q} × ${money(offer.unit_price, offer.currency)} = ${money(total, offer.currency)} for one month, paid at Stripe Checkout.`
+    show(sum, true)
   }
 
   function currencyOf (st) {
@@ -581,6 +656,7 @@
     renderPayouts(acc, !!why && acc.in_mesh && acc.sharing && !!acc.appliance)
     const cur = currencyOf(st)
     $('#listing-price-label').textContent = `Price per replica-month (${cur.toUpperCase()})`
+    listingFee()
     $('#listing-list').replaceChildren(...(st.listings || []).map((l) => el('li', { 'data-listing-id': l.listing_id, 'data-open': l.open },
       el('div', { class: 'card-head' },
         el('span', { class: 'listing-price', text: `${money(l.unit_price, l.currency)} per replica-month` }),
@@ -732,9 +808,11 @@
           el('span', { class: 'order-state state', 'data-state': o.state,
             text: o.refund && o.refund.held_by_dispute ? 'Refund held: payment disputed' : ORDER_STATES[o.state] || o.state })),
         el('p', { class: 'meta' }, `${o.quantity} × ${imageLabel(st, o)} on ${o.host} · ${money(o.total, o.currency)} · ordered ${when(o.created_at)}`),
-        el('p', { class: 'meta' }, 'Address: ', el('span', { class: 'order-address', text: o.address || 'none (this edge gives machines no address)' })),
+        el('p', { class: 'meta' }, 'Address: ', el('span', { class: 'order-address', text: o.address || 'no public address on this edge: use the console' })),
         el('p', { class: 'meta' }, 'Paid until: ', el('span', { class: 'order-expires', text: o.expires_at ? when(o.expires_at) : 'not paid yet' })),
         payLink(o),
+        o.state === 'awaitingPayment' ? el('div', { class: 'actions' }, el('button', { type: 'button', class: 'order-cancel',
+          'data-order-id': o.order_id, 'aria-label': `Cancel the unpaid order ${o.name}`, text: 'Cancel order' })) : null,
         ...orderNotes(o),
         el('p', { class: 'order-note', text: note, hidden: !note }),
         replicas.length ? el('ul', { class: 'replicas', 'aria-label': `Replicas of ${o.name}` }, ...replicas.map((r, i) =>
@@ -846,6 +924,25 @@
     if (!$('#upload-file').disabled) $('#upload-file').focus()
   }
 
+  // cancelOrder cancels an order awaiting payment: its replicas go back to
+  // the offer at once and its checkout can be paid no more (one paid in
+  // the moment before is refunded by the edge).
+  async function cancelOrder (btn) {
+    btn.disabled = true
+    const ans = await api('/market/vms/orders/cancel', { order_id: btn.dataset.orderId })
+    // After the refresh, whose answer clears the message.
+    await refresh()
+    if (!ans.ok) {
+      btn.disabled = false
+      setMessage('The order was not cancelled: ' + refusal(ans))
+      return
+    }
+    const o = ans.data || {}
+    setMessage(o.state === 'cancelled'
+      ? `The order “${o.name}” is cancelled; its ${count(o.quantity, 'replica is', 'replicas are')} free again.`
+      : `The order “${o.name}” is cancelled, but it had been paid a moment before: the payment is refunded.`, 'info')
+  }
+
   async function closeListing (btn) {
     btn.disabled = true
     const ans = await api('/market/vms/listings/close', { listing_id: btn.dataset.listingId })
@@ -862,6 +959,25 @@
     const m = /^\s*(\d{1,7})(?:[.,](\d+))?\s*$/.exec(text)
     if (!m || (m[2] && m[2].length > d)) return NaN
     return Number(m[1]) * 10 ** d + Number((m[2] || '').padEnd(d, '0') || 0)
+  }
+
+  // listingFee tells the host, under the price, that half of each sale is
+  // the platform's fee and what it receives of the price typed: the
+  // platform's half is rounded down to the cent (billing.Split).
+  function listingFee () {
+    const cur = currencyOf(state.status || {})
+    const price = parsePrice($('#listing-price').value, cur)
+    const p = $('#listing-fee')
+    let text = 'Half of each sale goes to the platform as its fee (rounded down to the cent); you receive the other half.'
+    if (Number.isInteger(price) && price > 0) {
+      const yours = price - Math.floor(price / 2)
+      text = `Half of each sale goes to the platform as its fee: at ${money(price, cur)} per replica-month you receive ` +
+        `${money(yours, cur)} per replica-month, the platform ${money(price - yours, cur)} (its half of an order's total is rounded down to the cent).`
+      p.dataset.receive = String(yours)
+    } else {
+      delete p.dataset.receive
+    }
+    p.textContent = text
   }
 
   async function createListing (ev) {
@@ -1605,12 +1721,17 @@
       if (b) closeListing(b)
     })
     $('#listing-form').addEventListener('submit', createListing)
+    $('#listing-price').addEventListener('input', listingFee)
+    $('#machine-list').addEventListener('click', (ev) => {
+      const b = ev.target.closest('button.order-cancel')
+      if (b) cancelOrder(b)
+    })
     $('#onboarding-start').addEventListener('click', () => startOnboarding())
     $('#order-form').addEventListener('submit', placeOrder)
-    $('#order-listing').addEventListener('change', () => {
-      const sel = $('#order-listing').selectedOptions[0]
-      $('#order-quantity').max = String(Math.min(10, sel ? Number(sel.dataset.free) : 10))
-    })
+    for (const id of ['#order-listing', '#order-image', '#order-quantity']) {
+      $(id).addEventListener('change', orderChosen)
+      $(id).addEventListener('input', orderChosen)
+    }
 
     // Back from Stripe Checkout: say how it went, and drop the query.
     const q = new URLSearchParams(location.search)
@@ -1618,7 +1739,7 @@
       const id = q.get('order') || ''
       setMessage(q.get('checkout') === 'success'
         ? `Thank you: order ${id} is paid once Stripe confirms it; its machines then start.`
-        : `The checkout of order ${id} was cancelled; it is released when its checkout expires.`, 'info')
+        : `The checkout of order ${id} was left unpaid: pay it or cancel it under “Your machines” (unpaid, it is released when its checkout expires).`, 'info')
       history.replaceState(null, '', location.pathname)
     }
     // Back from Stripe's onboarding ("return": finished or not, only

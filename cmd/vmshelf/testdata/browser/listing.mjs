@@ -1,5 +1,6 @@
 // Scenario: the host's listing form. A box that hosts machines and has a
-// payout account lists 3 replicas at "7.50" on the page; #listing-list
+// payout account types "7.50" and is told what it receives of it (half of
+// each sale is the platform's), and lists 3 replicas at that price; #listing-list
 // shows it (the Go test checks status); Close closes it (the Go test checks
 // that it left the offers). With an open listing, what the host hosts
 // comes first on the page.
@@ -13,6 +14,11 @@ b.main(async (track) => {
   await b.signIn(page);
   const formVisible = await page.locator('#listing-form').isVisible();
   await page.locator('#listing-price').fill('7.50');
+  const fee = await page.evaluate(() => {
+    const p = document.getElementById('listing-fee');
+    const described = (document.getElementById('listing-price').getAttribute('aria-describedby') || '').split(/\s+/);
+    return { text: p.textContent.trim(), receive: p.dataset.receive || '', visible: p.checkVisibility(), describedBy: described.includes(p.id) };
+  });
   await page.locator('#listing-capacity').fill('3');
   await page.locator('#listing-submit').click();
   await page.waitForSelector('#listing-result[data-state="done"]', { timeout: 20000 });
@@ -39,5 +45,5 @@ b.main(async (track) => {
   }, id);
   const closed = await b.control('closed', { listing_id: id });
   await ctx.close();
-  return { formVisible, listed, atEdge, result, after, closed, layoutListed };
+  return { formVisible, fee, listed, atEdge, result, after, closed, layoutListed };
 });
