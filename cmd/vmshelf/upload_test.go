@@ -1075,7 +1075,7 @@ func TestE2EReadmeResumableUploads(t *testing.T) {
 		t.Fatalf("README's resumable section has %d sh blocks, want 4 (vmshelf upload, curl, vmshelf images and rm, cancel)", len(blocks))
 	}
 	script := strings.Join(blocks[:3], "\n")
-	for _, want := range []string{"Upload-Length: $SIZE", "head -c $N", "curl -sS --fail -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload", "./bin/vmshelf images", "./bin/vmshelf rm"} {
+	for _, want := range []string{"Upload-Length: $SIZE", "head -c $HALF", "curl -sS --fail -I", "tail -c +$((OFFSET + 1))", "./bin/vmshelf upload", "./bin/vmshelf images", "./bin/vmshelf rm"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("README's sequence lacks %q", want)
 		}
