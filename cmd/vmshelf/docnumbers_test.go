@@ -34,7 +34,8 @@ func docFiles(t *testing.T) map[string]string {
 	t.Helper()
 	root := filepath.Join("..", "..")
 	var names []string
-	for _, glob := range []string{"README.md", "docs/*.md", "docs/*.yaml", "docs/deploy/*.md", "docs/deploy/*.yaml"} {
+	for _, glob := range []string{"README.md", "docs/*.md", "docs/*.yaml", "docs/deploy/*.md", "docs/deploy/*.yaml",
+		"docs/deploy/*/*.yaml", "docs/deploy/*/*/*.yaml", "docs/deploy/*/*.env"} {
 		m, err := filepath.Glob(filepath.Join(root, glob))
 		if err != nil {
 			t.Fatal(err)
@@ -116,6 +117,7 @@ var foreignFlags = map[string]string{
 	"provisioner-name": "local-path-provisioner", "configmap-name": "local-path-provisioner",
 	"service-account-name": "local-path-provisioner",
 	"entrypoints":          "Traefik", "entry": "Traefik (--entryPoints.…)", "certificatesresolvers": "Traefik", "providers": "Traefik",
+	"timeout": "kubectl", "cluster-cidr": "k3s and rke2",
 }
 
 // flagMention finds the flags a document names as vmshelf's: a code span
@@ -469,13 +471,13 @@ func benchPeak(t *testing.T) benchTarget {
 // TestDocDeployMemory: the kit's memory settings agree with serve and the
 // benchmark: GOMEMLIMIT (when a Deployment sets it; serve's own limit
 // when not) and the measured peak fit under the container's memory limit,
-// and docs/deploy/README.md quotes vmshelf.yaml's request and limit.
+// and docs/deploy/README.md quotes the single pod's request and limit.
 func TestDocDeployMemory(t *testing.T) {
 	docs := docFiles(t)
 	peak := benchPeak(t).measured
 	resources := regexp.MustCompile(`requests:\s*\n(?:\s+cpu: .*\n)?\s+memory: (\d+)Mi\s*\n\s+limits:\s*\n\s+memory: (\d+)Mi`)
 	gomemlimit := regexp.MustCompile(`name: GOMEMLIMIT\s*\n\s+value: "?(\d+)MiB"?`)
-	for _, name := range []string{"docs/deploy/vmshelf.yaml", "docs/deploy/vmshelf-scale-out.yaml"} {
+	for _, name := range []string{"docs/deploy/base/vmshelf.yaml", "docs/deploy/components/scale-out/vmshelf-scale-out.yaml"} {
 		m := resources.FindStringSubmatch(docs[name])
 		if m == nil {
 			t.Errorf("%s: no memory request and limit found", name)
@@ -491,7 +493,7 @@ func TestDocDeployMemory(t *testing.T) {
 			t.Errorf("%s: soft limit %d MiB, measured peak %.0f MiB, request %d MiB: want the first two under the limit %d MiB, and the request at most it",
 				name, soft, peak, request, limit)
 		}
-		if name == "docs/deploy/vmshelf.yaml" {
+		if name == "docs/deploy/base/vmshelf.yaml" {
 			quoted := regexp.MustCompile(`(\d+) MiB requested, (\d+) MiB limit`).FindStringSubmatch(prose("", docs["docs/deploy/README.md"]))
 			if quoted == nil || quoted[1] != m[1] || quoted[2] != m[2] {
 				t.Errorf("docs/deploy/README.md quotes %q; %s requests %s Mi with a limit of %s Mi", quoted, name, m[1], m[2])

@@ -64,8 +64,8 @@ type kubeKind struct {
 	custom             bool // a CRD's kind: no strategic merge patch
 }
 
-// kubeKinds are the provisioner's kinds (docs/deploy/rbac.yaml grants the
-// same six).
+// kubeKinds are the provisioner's kinds (docs/deploy/components/market/rbac.yaml
+// grants the same six).
 var kubeKinds = []kubeKind{
 	{gv: "v1", resource: "namespaces", kind: "Namespace"},
 	{gv: "v1", resource: "secrets", kind: "Secret", namespaced: true},

@@ -129,8 +129,8 @@ func startJudge(t *testing.T, j kubeVirtJudge) *judgeServer {
 	registerCRDs(t, srv.Admin, append(j.crds(t), standInCRDs()...))
 	s := kitScheme(t)
 	applyKit(t, srv.Admin, s, operatorNamespaces())
-	applyKit(t, srv.Admin, s, loadKitFile(t, s, "rbac.yaml"))
-	kvCR := loadKitFile(t, s, "kubevirt-cr.yaml")
+	applyKit(t, srv.Admin, s, provisionerIdentity(t, s))
+	kvCR := loadKitFile(t, s, "components/market/kubevirt-cr.yaml")
 	applyKit(t, srv.Admin, s, kvCR)
 	kv, ok := kvCR[0].obj.(*kubevirtv1.KubeVirt)
 	if len(kvCR) != 1 || !ok {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,15 +35,6 @@ import (
 
 // kitDir is the deployment kit, docs/deploy, seen from this package.
 const kitDir = "../../docs/deploy"
-
-// kitFiles are the kit's manifests in the order the guide applies them.
-// TestKitFilesListed keeps it complete.
-var kitFiles = []string{"rbac.yaml", "storageclass.yaml", "kubevirt-cr.yaml", "cdi-cr.yaml", "vmshelf.yaml", "vmshelf-scale-out.yaml",
-	"ingress.yaml", "traefik-k3s.yaml", "traefik-rke2.yaml"}
-
-// kustomizationFile is kubectl apply -k's list of the kit, no manifest of
-// its own (TestKitKustomization).
-const kustomizationFile = "kustomization.yaml"
 
 // kitScheme knows every type a manifest of the kit may hold: Kubernetes'
 // own, KubeVirt's and CDI's, CRDs, and k3s's and rke2's HelmChartConfig.
@@ -116,17 +106,9 @@ func isEmptyDocument(doc []byte) (bool, error) {
 	return len(j) == 0 || string(j) == "null", nil
 }
 
-// loadKit decodes every file of the kit, in the guide's order.
-func loadKit(t testing.TB) []kitObject {
-	t.Helper()
-	s := kitScheme(t)
-	var all []kitObject
-	for _, f := range kitFiles {
-		all = append(all, loadKitFile(t, s, f)...)
-	}
-	return all
-}
-
+// loadKitFile decodes one manifest of the kit (a path below docs/deploy)
+// strictly; the tests that need a part of the kit alone (the RBAC, the
+// KubeVirt CR) read it so.
 func loadKitFile(t testing.TB, s *runtime.Scheme, name string) []kitObject {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(kitDir, name))
@@ -141,6 +123,14 @@ func loadKitFile(t testing.TB, s *runtime.Scheme, name string) []kitObject {
 		t.Fatalf("%s holds no object", name)
 	}
 	return objs
+}
+
+// provisionerIdentity is vmshelf's ServiceAccount, in its namespace, bound
+// to the provisioner's ClusterRole: base's namespace.yaml and the market's
+// rbac.yaml, what the market overlay applies of them.
+func provisionerIdentity(t testing.TB, s *runtime.Scheme) []kitObject {
+	t.Helper()
+	return append(loadKitFile(t, s, "base/namespace.yaml"), loadKitFile(t, s, "components/market/rbac.yaml")...)
 }
 
 // kitResource is where the API server serves a kind of the kit.
@@ -316,28 +306,6 @@ func waitEstablished(ctx context.Context, w watch.Interface) bool {
 	}
 }
 
-// TestKitFilesListed: every manifest in docs/deploy is one the tests
-// decode and apply; a new file cannot ship unchecked. (kustomization.yaml
-// is kubectl apply -k's list of them: TestKitKustomization.)
-func TestKitFilesListed(t *testing.T) {
-	found, err := filepath.Glob(filepath.Join(kitDir, "*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, f := range found {
-		if filepath.Base(f) != kustomizationFile {
-			names = append(names, filepath.Base(f))
-		}
-	}
-	want := slices.Clone(kitFiles)
-	slices.Sort(want)
-	slices.Sort(names)
-	if !slices.Equal(names, want) {
-		t.Fatalf("docs/deploy has %v; the tests check %v", names, want)
-	}
-}
-
 // TestStrictDecoder: the decoder the kit is read with refuses what a
 // lenient one would drop without a word.
 func TestStrictDecoder(t *testing.T) {
@@ -382,12 +350,15 @@ func operatorNamespaces() []kitObject {
 	return out
 }
 
-// TestKitAccepted: a real kube-apiserver accepts every object of the kit,
-// in the guide's order, with strict field validation, and serves it back.
-// KubeVirt's CRDs are its own (kubeVirtCRDs); CDI's and helm-controller's
-// are stand-ins (standInCRDs).
+// TestKitAccepted: a real kube-apiserver accepts every object of each
+// overlay, as kubectl apply -k renders it, with strict field validation,
+// and serves it back: a fresh API server for each, as each is a cluster's
+// whole kit. KubeVirt's CRDs are its own (kubeVirtCRDs); CDI's and
+// helm-controller's are stand-ins (standInCRDs).
 func TestKitAccepted(t *testing.T) {
-	applyReadBack(t, loadKit(t))
+	for _, name := range kitOverlays {
+		t.Run(name, func(t *testing.T) { applyReadBack(t, loadOverlay(t, name)) })
+	}
 }
 
 // applyReadBack creates objs on a fresh API server, in order, with

@@ -21,7 +21,8 @@ import (
 // and the design state, so that an edit that breaks one fails here and
 // names it.
 
-// The provisioner's ClusterRole, exactly (docs/deploy/rbac.yaml).
+// The names the kit and the design share (the provisioner's ClusterRole is
+// docs/deploy/components/market/rbac.yaml).
 const (
 	provisionerRole      = "vmshelf-provisioner"
 	vmshelfNamespace     = "vmshelf"
@@ -31,6 +32,8 @@ const (
 	vmDiskPath           = "/home/shared/vms"
 	localPathImage       = "rancher/local-path-provisioner:v0.0.37"
 	localPathProvisioner = "losos.dev/vm-local-path"
+	localPathDeployment  = "losos-vm-local-path"
+	applianceLabel       = "losos.dev/appliance"
 )
 
 // provisionerRights: group → resources, each with exactly these verbs.
@@ -166,15 +169,7 @@ func TestKitStorageClass(t *testing.T) {
 
 	// The provisioner Deployment serves that name, as its own ServiceAccount,
 	// from its own ConfigMap: each named one exists in its namespace.
-	var dep *appsv1.Deployment
-	for _, o := range objs {
-		if d, ok := o.obj.(*appsv1.Deployment); ok && o.file == "storageclass.yaml" {
-			dep = d
-		}
-	}
-	if dep == nil {
-		t.Fatal("storageclass.yaml has no Deployment")
-	}
+	dep := kitFind[*appsv1.Deployment](t, objs, localPathDeployment)
 	c := dep.Spec.Template.Spec.Containers[0]
 	if c.Image != localPathImage {
 		t.Errorf("image %q, want %q", c.Image, localPathImage)
@@ -264,8 +259,18 @@ func TestKitKubeVirtAndCDI(t *testing.T) {
 	}
 }
 
+// TestKitVmshelf: vmshelf's single pod, with image hosting alone and with
+// the market: one replica over one volume on the edge's own box, locked
+// down, its probes and Services; the market's flags and Stripe's secrets
+// from a Secret in the market only (TestKitHosting says what hosting
+// lacks).
 func TestKitVmshelf(t *testing.T) {
-	objs := loadKit(t)
+	for _, name := range []string{"hosting", "market"} {
+		t.Run(name, func(t *testing.T) { checkVmshelf(t, name, loadOverlay(t, name)) })
+	}
+}
+
+func checkVmshelf(t *testing.T, overlay string, objs []kitObject) {
 	dep := kitFind[*appsv1.Deployment](t, objs, "vmshelf")
 	spec := dep.Spec.Template.Spec
 	if dep.Namespace != vmshelfNamespace || spec.ServiceAccountName != vmshelfSA {
@@ -280,16 +285,16 @@ func TestKitVmshelf(t *testing.T) {
 	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
 		t.Error("service links on: they put VMSHELF_* variables into the environment vmshelf reads flags from")
 	}
+	if len(spec.NodeSelector) != 1 || spec.NodeSelector[applianceLabel] == "" {
+		t.Errorf("node selector %v, want %s of the edge's own box: the volume stays on the node it was made on", spec.NodeSelector, applianceLabel)
+	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%d containers", len(spec.Containers))
 	}
 	c := spec.Containers[0]
 
-	if len(c.Args) == 0 || c.Args[0] != "serve" || !slices.Contains(c.Args, "--vms-enable") {
-		t.Errorf("args %v, want serve --vms-enable ...", c.Args)
-	}
-	if v, _ := argValue(c.Args, "--vm-storage-class"); v != vmStorageClass {
-		t.Errorf("--vm-storage-class %q, want %s", v, vmStorageClass)
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		t.Errorf("args %v, want serve ...", c.Args)
 	}
 	if _, ok := argValue(c.Args, "--kubeconfig"); ok {
 		t.Error("--kubeconfig set: in the cluster the ServiceAccount's in-cluster config is the one")
@@ -299,27 +304,11 @@ func TestKitVmshelf(t *testing.T) {
 			t.Errorf("argument %q: Stripe's secrets never come from a flag", a)
 		}
 	}
-
-	// Stripe's secrets: from the Secret, never a value in the file.
-	stripe := map[string]bool{}
-	for _, e := range c.Env {
-		if !strings.HasPrefix(e.Name, "STRIPE_") {
-			continue
-		}
-		stripe[e.Name] = true
-		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-			t.Errorf("%s is not from a secretKeyRef (value %q)", e.Name, e.Value)
-		} else if e.ValueFrom.SecretKeyRef.Optional != nil && *e.ValueFrom.SecretKeyRef.Optional {
-			t.Errorf("%s is optional: a missing Secret would start vmshelf without payments", e.Name)
-		}
-	}
-	for _, name := range []string{"STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET"} {
-		if !stripe[name] {
-			t.Errorf("%s not in the environment", name)
-		}
-	}
 	if len(c.EnvFrom) > 0 {
 		t.Errorf("envFrom %+v: every variable is named", c.EnvFrom)
+	}
+	if overlay == "market" {
+		checkMarketPod(t, spec)
 	}
 
 	// Locked down.
@@ -405,12 +394,84 @@ func TestKitVmshelf(t *testing.T) {
 	}
 }
 
+// checkMarketPod: the market's vmshelf runs the provisioner, with its
+// storage class and the ServiceAccount's token (its in-cluster config),
+// and Stripe's secrets from the Secret, never a value in a file, and not
+// optional: without the Secret the pod does not start, rather than sell
+// machines it cannot charge for.
+func checkMarketPod(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	c := spec.Containers[0]
+	if !slices.Contains(c.Args, "--vms-enable") {
+		t.Errorf("args %v, want --vms-enable", c.Args)
+	}
+	if v, _ := argValue(c.Args, "--vm-storage-class"); v != vmStorageClass {
+		t.Errorf("--vm-storage-class %q, want %s", v, vmStorageClass)
+	}
+	if a := spec.AutomountServiceAccountToken; a != nil && !*a {
+		t.Error("the ServiceAccount's token is not mounted: the provisioner has no in-cluster config")
+	}
+	stripe := map[string]bool{}
+	for _, e := range c.Env {
+		if !strings.HasPrefix(e.Name, "STRIPE_") {
+			continue
+		}
+		stripe[e.Name] = true
+		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			t.Errorf("%s is not from a secretKeyRef (value %q)", e.Name, e.Value)
+		} else if e.ValueFrom.SecretKeyRef.Optional != nil && *e.ValueFrom.SecretKeyRef.Optional {
+			t.Errorf("%s is optional: a missing Secret would start vmshelf without payments", e.Name)
+		}
+	}
+	for _, name := range []string{"STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET"} {
+		if !stripe[name] {
+			t.Errorf("%s not in the environment", name)
+		}
+	}
+}
+
+// TestKitHosting: image hosting alone needs no Secret and nothing of the
+// cluster: its pod names no Secret (it starts where no vmshelf-stripe
+// exists), runs neither the provisioner nor any of its flags, mounts no
+// ServiceAccount token, and the overlay grants no rights and makes no
+// KubeVirt, CDI or storage class of the market.
+func TestKitHosting(t *testing.T) {
+	objs := loadOverlay(t, "hosting")
+	spec := kitFind[*appsv1.Deployment](t, objs, "vmshelf").Spec.Template.Spec
+	c := spec.Containers[0]
+	for _, flag := range []string{"--vms-enable", "--vms-domain", "--vm-storage-class", "--kubeconfig"} {
+		if _, ok := argValue(c.Args, flag); ok || slices.Contains(c.Args, flag) {
+			t.Errorf("hosting runs with %s (args %q)", flag, c.Args)
+		}
+	}
+	for _, e := range c.Env {
+		if strings.HasPrefix(e.Name, "STRIPE_") || e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			t.Errorf("hosting's pod reads %s (%+v): it must start with no Secret in the namespace", e.Name, e.ValueFrom)
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil || v.Projected != nil {
+			t.Errorf("hosting's pod mounts volume %s from a Secret", v.Name)
+		}
+	}
+	if a := spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("hosting's pod mounts the ServiceAccount's token, which image hosting never uses")
+	}
+	for _, o := range objs {
+		switch o.obj.(type) {
+		case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding,
+			*kubevirtv1.KubeVirt, *cdiv1beta1.CDI, *storagev1.StorageClass:
+			t.Errorf("hosting holds %v, which only the market needs", o)
+		}
+	}
+}
+
 // TestKitScaleOut: the scaled-out Deployment runs several replicas over
-// PostgreSQL and S3, every secret of it from a Secret, and keeps nothing
-// in the pod.
+// PostgreSQL and S3, every secret of it from a Secret, keeps nothing in
+// the pod and is bound to no node; the single pod's volume is gone.
 func TestKitScaleOut(t *testing.T) {
-	objs := loadKit(t)
-	dep := kitFind[*appsv1.Deployment](t, objs, "vmshelf-replicas")
+	objs := loadOverlay(t, "market-scale-out")
+	dep := kitFind[*appsv1.Deployment](t, objs, "vmshelf")
 	if dep.Spec.Replicas == nil || *dep.Spec.Replicas < 2 {
 		t.Errorf("replicas %v, want several", dep.Spec.Replicas)
 	}
@@ -448,4 +509,13 @@ func TestKitScaleOut(t *testing.T) {
 			t.Errorf("volume %s is a PersistentVolumeClaim: a replica keeps nothing of its own", v.Name)
 		}
 	}
+	for _, o := range objs {
+		if _, ok := o.obj.(*corev1.PersistentVolumeClaim); ok {
+			t.Errorf("the scale-out holds %v, which no replica uses", o)
+		}
+	}
+	if len(spec.NodeSelector) > 0 {
+		t.Errorf("node selector %v: with nothing on a volume, the replicas may run anywhere", spec.NodeSelector)
+	}
+	checkMarketPod(t, spec)
 }

@@ -129,7 +129,7 @@ func TestProvisionerAgainstAPIServer(t *testing.T) {
 	srv := Start(t)
 	registerCRDs(t, srv.Admin, operatorCRDs(t))
 	s := kitScheme(t)
-	applyKit(t, srv.Admin, s, loadKitFile(t, s, "rbac.yaml"))
+	applyKit(t, srv.Admin, s, provisionerIdentity(t, s))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -75,7 +75,7 @@ func TestRBAC(t *testing.T) {
 	srv := Start(t)
 	registerCRDs(t, srv.Admin, operatorCRDs(t))
 	s := kitScheme(t)
-	applyKit(t, srv.Admin, s, loadKitFile(t, s, "rbac.yaml"))
+	applyKit(t, srv.Admin, s, provisionerIdentity(t, s))
 
 	sa := srv.AsServiceAccount(vmshelfNamespace, vmshelfSA)
 	saDyn, err := dynamic.NewForConfig(sa)
