@@ -48,7 +48,10 @@ type Store struct {
 	rstmts  *sqlstore.Stmts // the reads' statements, prepared on db
 	path    string
 	reserve *reserve // nil without WithReserve
-	health  sqlstore.Health
+	// callTimeout bounds every call (WithCallTimeout); 0: sqlstore's
+	// default.
+	callTimeout time.Duration
+	health      sqlstore.Health
 	// The background checkpoint (see checkpointEvery): closing stop ends
 	// it, stopped is closed once it has.
 	stop, stopped   chan struct{}
@@ -157,10 +160,10 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 		stop: make(chan struct{}), stopped: make(chan struct{}), checkpointEvery: checkpointEvery}
 	// One writer: concurrent tickets share a commit (see
 	// sqlstore.GroupCommit).
-	s.Store = sqlstore.New(engine{s}, sqlstore.GroupCommit())
 	for _, o := range opts {
 		o(s)
 	}
+	s.Store = sqlstore.New(engine{s}, sqlstore.GroupCommit(), sqlstore.CallTimeout(s.callTimeout))
 	go s.checkpoint()
 	// A disk already full at start leaves the store without its reserve
 	// for now; RefillReserve takes it once there is room.
@@ -262,7 +265,7 @@ func (s *Store) Close() error {
 func (s *Store) Ping(ctx context.Context) error {
 	var v int
 	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		err = withFault(fmt.Errorf("sqlite: ping: %w", err))
+		err = sqlstore.Unanswered(ctx, withFault(fmt.Errorf("sqlite: ping: %w", err)))
 		s.health.Note(err, false)
 		return err
 	}
@@ -340,7 +343,7 @@ func (e engine) Read(ctx context.Context, op string, fn func(tx *sqlstore.Tx) er
 // anew by the driver, cost as much as a short select.
 func (e engine) ReadStatement(ctx context.Context, op string, fn func(tx *sqlstore.Tx) error) error {
 	s := e.s
-	err := fn(sqlstore.NewStatement(s.db, dialect).WithStmts(s.rstmts))
+	err := fn(sqlstore.NewStatement(ctx, s.db, dialect).WithStmts(s.rstmts))
 	if err != nil {
 		err = withFault(fmt.Errorf("sqlite: %s: %w", op, err))
 	}
@@ -364,7 +367,7 @@ func (s *Store) tx(ctx context.Context, db *sql.DB, op string, opts *sql.TxOptio
 		return withFault(fmt.Errorf("sqlite: %s: begin: %w", op, err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := fn(sqlstore.NewTx(tx, dialect).WithStmts(stmts)); err != nil {
+	if err := fn(sqlstore.NewTx(ctx, tx, dialect).WithStmts(stmts)); err != nil {
 		return withFault(fmt.Errorf("sqlite: %s: %w", op, err))
 	}
 	if err := tx.Commit(); err != nil {
