@@ -37,6 +37,9 @@ var (
 	// answerIncomplete: the body ended before the length it announced.
 	answerIncomplete = apierr.New(fasthttp.StatusBadRequest, "incompleteBody",
 		"the connection ended before the whole image arrived")
+	// answerLocked: another request, or another replica, is still
+	// writing the upload; the client retries.
+	answerLocked = apierr.New(fasthttp.StatusLocked, "locked", "another request for this upload is still running; retry")
 	// answerTakenOver: a newer request of the same upload took over.
 	answerTakenOver = apierr.Wrap(errTakenOver, fasthttp.StatusLocked, "takenOver",
 		"a newer request for this upload took it over; this one stopped")

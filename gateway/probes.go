@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -69,11 +68,7 @@ func (g *Gateway) handleProbe(ctx *fasthttp.RequestCtx, path string) {
 func (g *Gateway) notReady() []*apierr.Error {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	var storeErr, blobErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { storeErr = g.store.Ping(ctx) })
-	wg.Go(func() { blobErr = g.blobs.Ping(ctx) })
-	wg.Wait()
+	storeErr, blobErr := readiness.Ask(ctx, g.store.Ping, g.blobs.Ping)
 	var out []*apierr.Error
 	for _, p := range []*apierr.Error{readiness.Store(storeErr), readiness.Blobs(blobErr)} {
 		if p != nil {

@@ -234,7 +234,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 	defer g.releaseSlot(dirUpload)
 	holder, ok := g.locks.acquire(sess.UploadID, ctx.Conn(), takeoverWait)
 	if !ok {
-		g.refuseUpload(ctx, apierr.New(fasthttp.StatusLocked, "locked", "another request for this upload is still running; retry"), start, "")
+		g.refuseUpload(ctx, answerLocked, start, "")
 		return
 	}
 	defer g.locks.release(sess.UploadID, holder)
@@ -528,7 +528,7 @@ func (g *Gateway) handleTerminate(ctx *fasthttp.RequestCtx, id string) {
 	}
 	holder, ok := g.locks.acquire(sess.UploadID, ctx.Conn(), takeoverWait)
 	if !ok {
-		writeError(ctx, apierr.New(fasthttp.StatusLocked, "locked", "another request for this upload is still running; retry"))
+		writeError(ctx, answerLocked)
 		return
 	}
 	defer g.locks.release(sess.UploadID, holder)

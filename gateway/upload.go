@@ -133,7 +133,10 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 
 	img, n, aerr := g.receive(ctx, tk, claim)
 	if aerr != nil {
-		if answeredUnreachable(aerr) {
+		// Neither the store's outage nor a lease an earlier try still
+		// holds is the upload's fault: its ticket works again for the
+		// retry the answer asks for.
+		if answeredUnreachable(aerr) || errors.Is(aerr, answerLocked) {
 			g.undoUpload(tk.UploadID, started, false)
 		} else {
 			g.endUpload(tk.UploadID)

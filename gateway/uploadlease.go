@@ -11,6 +11,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/settle"
 )
 
 // Across replicas (Config.Replica set), a resumable upload may arrive at
@@ -87,7 +88,7 @@ func (g *Gateway) takeUploadLease(ctx *fasthttp.RequestCtx, uploadID string, onL
 	l, err := g.store.AcquireLease(octx, uploadLeaseName(uploadID), g.cfg.Replica, uploadLeaseTTL, now)
 	if errors.Is(err, imagestore.ErrLeaseHeld) {
 		wait := max(1, int(l.ExpiresAt.Sub(now).Seconds()+0.999))
-		return nil, apierr.New(fasthttp.StatusLocked, "locked", "another replica is still writing this upload; retry").WithRetryAfter(wait)
+		return nil, answerLocked.WithMsg("another replica is still writing this upload; retry").WithRetryAfter(wait)
 	}
 	if err != nil {
 		return nil, storeFailure(err, "could not take the upload for this request")
@@ -227,18 +228,29 @@ func (l *uploadLease) fenceWriter(w imagestore.BlobWriter) {
 }
 
 // release ends the term: the next PATCH, on any replica, may start at
-// once.
+// once. A release the store did not answer is tried again in the
+// background (undos) until the term would have lapsed by itself: the
+// retry an answer storeUnreachable asks for must not meet 423 for the
+// term of the request it retries.
 func (l *uploadLease) release() {
 	if l == nil {
 		return
 	}
 	close(l.stop)
 	<-l.done
-	octx, cancel := l.g.op()
-	defer cancel()
-	if err := l.g.store.ReleaseLease(octx, l.lease.Name, l.lease.Holder, l.lease.Token); err != nil {
-		// It lapses by itself within uploadLeaseTTL.
-		l.g.log.Warn("release upload lease", "lease", l.lease.Name, "err", err)
+	release := func() error {
+		octx, cancel := l.g.op()
+		defer cancel()
+		return l.g.store.ReleaseLease(octx, l.lease.Name, l.lease.Holder, l.lease.Token)
+	}
+	err := release()
+	switch {
+	case errors.Is(err, imagestore.ErrStoreUnavailable):
+		l.g.undos.Go(settle.Job{Name: "release upload lease", Attrs: []any{"lease", l.lease.Name},
+			Until: time.Now().Add(l.expiresAt().Sub(l.g.cfg.Now())), Done: "upload lease released",
+			Left: "it lapses by itself", Run: release})
+	case err != nil:
+		l.g.log.Warn("release upload lease; it lapses by itself", "lease", l.lease.Name, "err", err)
 	}
 }
 

@@ -415,15 +415,16 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // first, then the image storage's (one that does not answer, or else a
 // full disk); none when it is ready.
 func (s *Server) notReady(ctx context.Context) []*apierr.Error {
-	storeErr := s.st.Ping(ctx)
 	// The blob store's own Ping is cheap and cached (a probe flood asks
 	// it once); Available is asked only of a store that answers, since
 	// over S3 it lists the bucket.
 	var avail int64
-	blobErr := s.blobs.Ping(ctx)
-	if blobErr == nil {
-		avail, blobErr = s.blobs.Available(ctx)
-	}
+	storeErr, blobErr := readiness.Ask(ctx, s.st.Ping, func(ctx context.Context) (err error) {
+		if err = s.blobs.Ping(ctx); err == nil {
+			avail, err = s.blobs.Available(ctx)
+		}
+		return err
+	})
 	var out []*apierr.Error
 	if p := readiness.Store(storeErr); p != nil {
 		out = append(out, p)

@@ -6,6 +6,7 @@
 package readiness
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -42,6 +43,18 @@ func Blobs(err error) *apierr.Error {
 		return nil
 	}
 	return apierr.Wrap(err, http.StatusServiceUnavailable, "blobStoreUnreachable", "the image storage (the S3 bucket or the image directory) does not answer")
+}
+
+// Ask asks the record store and the image storage at once, each within
+// ctx: asked one after the other, a store that holds its probe for the
+// whole bound would leave none to the image storage, which would then
+// look unreachable too.
+func Ask(ctx context.Context, store, blobs func(context.Context) error) (storeErr, blobErr error) {
+	var wg sync.WaitGroup
+	wg.Go(func() { storeErr = store(ctx) })
+	wg.Go(func() { blobErr = blobs(ctx) })
+	wg.Wait()
+	return storeErr, blobErr
 }
 
 // Watch logs a plane's readiness when it changes: "not ready" (Warn)
