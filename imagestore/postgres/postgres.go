@@ -44,8 +44,9 @@ const maxConns = 16
 // (PostgreSQL's statement_timeout, set as each connection starts): the
 // records' statements touch a handful of rows and end in milliseconds, so
 // one still running after this is wedged, and its caller gets the store's
-// error instead of waiting for ever. It matches SQLite's busy timeout
-// (imagestore/sqlite), so both stores fail a stuck call alike, and it
+// error instead of waiting for ever. It matches the default deadline of a
+// whole call (sqlstore.DefaultCallTimeout), which cuts it client-side
+// first when it is shorter (--store-timeout), and it
 // fits several times into the market's bounds on the work it does for
 // Stripe (market's webhookBound and checkoutBound, a minute).
 const statementTimeout = 10 * time.Second
