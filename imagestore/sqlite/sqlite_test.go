@@ -1048,7 +1048,7 @@ func TestReadStatementAlone(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for round := range 2 { // unprepared, then prepared
-				err := tc.fn(sqlstore.NewStatement(s.db, dialect).WithStmts(tc.stmts))
+				err := tc.fn(sqlstore.NewStatement(ctx, s.db, dialect).WithStmts(tc.stmts))
 				if (err == nil) != tc.ok {
 					t.Fatalf("round %d: err = %v, want ok %v", round+1, err, tc.ok)
 				}
