@@ -111,9 +111,9 @@ func TestPragmas(t *testing.T) {
 		}{
 			{"journal_mode", "wal"},
 			{"foreign_keys", "1"},
-			{"synchronous", "2"}, // FULL
-			{"busy_timeout", "10000"},
-			{"cache_size", "-512"}, // KiB: see dsn
+			{"synchronous", "2"},     // FULL
+			{"busy_timeout", "5000"}, // half the default call deadline of 10 s
+			{"cache_size", "-512"},   // KiB: see dsn
 		} {
 			var got string
 			if err := c.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(&got); err != nil {
