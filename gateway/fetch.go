@@ -141,7 +141,7 @@ func (g *Gateway) sendPart(ctx *fasthttp.RequestCtx, token string, img imagestor
 	}
 	// The shared blob must not be seeked: sendfile(2) reads from the
 	// file offset, so a large transfer opens the file for itself.
-	octx, cancel := g.op()
+	octx, cancel := g.blobOp()
 	own, err := g.blobs.Open(octx, img.UploadID)
 	cancel()
 	blob.Close()
@@ -200,7 +200,9 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability, now
 	if fc.uploadID != "" && img.UploadID != fc.uploadID {
 		return imagestore.Image{}, nil, unknown()
 	}
-	blob, err := g.open.get(octx, img.UploadID)
+	bctx, bcancel := g.blobOp()
+	defer bcancel()
+	blob, err := g.open.get(bctx, img.UploadID)
 	if err != nil {
 		// A record without its file is our fault, never the client's.
 		return imagestore.Image{}, nil, storageFailure(err, "could not open the image")

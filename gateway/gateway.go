@@ -52,7 +52,7 @@ type Config struct {
 	MaxTransfers    int           // uploads + fetches running at once (503 above)
 	ImagesPerTenant int           // quota re-checked at commit (409 above)
 	Headroom        int64         // free bytes an upload must leave; DefaultHeadroom if 0
-	// StoreTimeout bounds one store or blob call made for a request
+	// StoreTimeout bounds one record store call made for a request
 	// (default 10 s, the record store's own call deadline): a store that
 	// hangs costs a request that long, then the request is answered 503
 	// storeUnreachable.
@@ -138,11 +138,25 @@ type Gateway struct {
 	onSlotFreed func(direction string)
 }
 
-// defaultStoreTimeout bounds one store or blob call made for a request,
+// defaultStoreTimeout bounds one record store call made for a request,
 // unless Config.StoreTimeout says otherwise.
 const defaultStoreTimeout = 10 * time.Second
 
-// op returns the context for one store or blob call, bounded by
+// blobCallBackstop bounds one image storage call that moves no image
+// bytes. The storage bounds its own calls and says when one timed out (S3:
+// its CallTimeout, 10 s, then ErrBlobsUnavailable, answered 503
+// blobStoreUnreachable); a caller's deadline that ended first would read
+// as the caller giving up (500). So this is only a backstop, longer than
+// the storage's own.
+const blobCallBackstop = 30 * time.Second
+
+// blobOp returns the context for one image storage call (see
+// blobCallBackstop), lazily timed as op's.
+func (g *Gateway) blobOp() (context.Context, context.CancelFunc) {
+	return lazyctx.WithTimeout(blobCallBackstop, nil)
+}
+
+// op returns the context for one record store call, bounded by
 // Config.StoreTimeout. A *fasthttp.RequestCtx is never used as a
 // context.Context: fasthttp reuses it once the handler returns, while
 // database/sql may still hold it. Its timer starts only if the call waits

@@ -161,7 +161,7 @@ func (g *Gateway) grant(c *spaceClaim, size int64, keep bool) (*spaceClaim, *api
 			WithCause(fmt.Errorf("tenant %d: %d bytes held by its running uploads, %d more asked, at most %d",
 				c.tenant, mine, growth, g.cfg.TenantReserveMax))
 	}
-	octx, cancel := g.op()
+	octx, cancel := g.blobOp()
 	defer cancel()
 	avail, err := g.blobs.Available(octx)
 	if err != nil {

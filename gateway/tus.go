@@ -131,7 +131,9 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 		return
 	}
 	g.metrics.consumed.Inc()
-	w, err := g.blobs.Create(octx, sess.UploadID)
+	bctx, bcancel := g.blobOp()
+	defer bcancel()
+	w, err := g.blobs.Create(bctx, sess.UploadID)
 	if err != nil {
 		g.endSession(sess.UploadID)
 		g.refuseUpload(ctx, storageFailure(err, "could not start storing the image"), start, "")
@@ -277,7 +279,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 		return
 	}
 	defer claim.release()
-	octx, cancel := g.op()
+	octx, cancel := g.blobOp()
 	defer cancel()
 	w, err := g.blobs.Resume(octx, sess.UploadID, sess.Offset)
 	if err != nil {
@@ -471,7 +473,7 @@ func (g *Gateway) endRefused(w imagestore.BlobWriter, uploadID string, lease *up
 // not make it durable (a full disk, above all): those bytes would hold
 // space for nothing, since the next PATCH starts at the durable offset.
 func (g *Gateway) cutBack(uploadID string, offset int64) {
-	octx, cancel := g.op()
+	octx, cancel := g.blobOp()
 	defer cancel()
 	w, err := g.blobs.Resume(octx, uploadID, offset) // Resume cuts past offset
 	if err == nil {
@@ -711,7 +713,7 @@ func (g *Gateway) sweepSessions() {
 // try bounded as one store call.
 func (g *Gateway) removePartial(uploadID string) func() error {
 	return func() error {
-		octx, cancel := g.op()
+		octx, cancel := g.blobOp()
 		defer cancel()
 		return g.blobs.RemovePartial(octx, uploadID)
 	}

@@ -62,7 +62,7 @@ func (g *Gateway) undoUpload(uploadID string, startedAt time.Time, partial bool)
 			}
 			// The blob may have been committed: its remove intent is
 			// written; delete it now, or the removal sweep does.
-			octx, cancel = g.op()
+			octx, cancel = g.blobOp()
 			defer cancel()
 			if err := g.blobs.Delete(octx, uploadID); err != nil {
 				g.log.Warn("image of an upload answered storeUnreachable not deleted yet; the removal sweep deletes it", "upload_id", uploadID, "err", err)

@@ -279,7 +279,7 @@ func outcomeOf(e *apierr.Error) string {
 // receive streams the body through the checks into a new blob and, after
 // the last byte, commits and records it. On any error nothing is left.
 func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim *spaceClaim) (_ imagestore.Image, _ int64, aerr *apierr.Error) {
-	octx, cancel := g.op()
+	octx, cancel := g.blobOp()
 	w, err := g.blobs.Create(octx, tk.UploadID)
 	cancel()
 	if err != nil {
