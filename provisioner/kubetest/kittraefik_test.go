@@ -329,15 +329,21 @@ func TestKitTraefikService(t *testing.T) {
 }
 
 // TestKitTrustedProxies: vmshelf believes the address Traefik forwards
-// when, and only when, the connection comes from Traefik's pod network:
-// every overlay's --trusted-proxies, read by vmshelf's own parser, takes
-// a Traefik pod's address (k3s's and rke2's default cluster-cidr,
-// 10.42.0.0/16) as a proxy and an outside address as the client.
+// when, and only when, the connection comes from Traefik's pod network,
+// and only in the header Traefik writes: every overlay's
+// --trusted-proxies and --forwarded-header, read by vmshelf's own
+// parsers, take a Traefik pod's address (k3s's and rke2's default
+// cluster-cidr, 10.42.0.0/16) as a proxy and an outside address as the
+// client, and ignore a Forwarded header, which Traefik passes on from the
+// client untouched.
 func TestKitTrustedProxies(t *testing.T) {
 	client := netip.MustParseAddr("203.0.113.9")
 	forwarded := func(name string) []string {
-		if name == "X-Forwarded-For" {
+		switch name {
+		case "X-Forwarded-For":
 			return []string{"198.51.100.7"}
+		case "Forwarded":
+			return []string{"for=192.0.2.66"} // the client's own
 		}
 		return nil
 	}
@@ -348,13 +354,18 @@ func TestKitTrustedProxies(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: --trusted-proxies %q: %v", name, list, err)
 		}
+		header, given := argValue(args, "--forwarded-header")
+		trust := clientaddr.Trust{Proxies: proxies}
+		if trust.Header, err = clientaddr.ParseHeader(header); err != nil || !given || trust.Header != clientaddr.XForwardedFor {
+			t.Errorf("%s: --forwarded-header %q (given: %v, %v), want X-Forwarded-For, the one Traefik writes", name, header, given, err)
+		}
 		for _, pod := range []string{"10.42.0.17", "10.42.255.3"} {
-			if got := proxies.Client(netip.MustParseAddr(pod), forwarded); got.String() != "198.51.100.7" {
+			if got := trust.Client(netip.MustParseAddr(pod), forwarded); got.String() != "198.51.100.7" {
 				t.Errorf("%s: from Traefik's pod %s vmshelf sees %s, not the client Traefik forwards", name, pod, got)
 			}
 		}
-		if got := proxies.Client(client, forwarded); got != client {
-			t.Errorf("%s: from %s, outside the cluster, vmshelf believes its X-Forwarded-For (%s)", name, client, got)
+		if got := trust.Client(client, forwarded); got != client {
+			t.Errorf("%s: from %s, outside the cluster, vmshelf believes a forwarded address (%s)", name, client, got)
 		}
 	}
 }
