@@ -133,7 +133,7 @@ bench:
 # check that the test named in each fails (see README "Tests"): CI's
 # choice, every patch that guards a file changed since .ci/mutate-baseline
 # and a rotating slice of the rest, in about 15 minutes; the others are
-# checked to apply. `make mutate-all`: every patch (about 27 minutes); on a
+# checked to apply. `make mutate-all`: every patch (README "Planted bugs" has its time); on a
 # clean tree where all are killed it rewrites .ci/mutate-baseline, to be
 # committed. After the tool check and under CI=true, as `make test`: a
 # mutation is killed by the assertion its test names, never survives by a

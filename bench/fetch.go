@@ -152,7 +152,7 @@ end
 // its token), a static request built once (no request()) and no
 // response() (wrk parses no body per answer). done() reports as rangeLua's
 // does; a body that is not the range is seen in bytes per request.
-const fixedLua = `-- one fixed range, static request: what the issue's "wrk -t1 -c8, token in the path" runs
+const fixedLua = `-- one fixed range, static request: the cheapest client wrk has: "wrk -t1 -c8, token in the path"
 wrk.path = os.getenv("BENCH_PATH")
 wrk.headers["Range"] = "bytes=0-" .. (tonumber(os.getenv("BENCH_BLOCK")) - 1)
 function done(summary, latency, requests)

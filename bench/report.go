@@ -64,7 +64,7 @@ type Table struct {
 	started time.Time `json:"-"`
 }
 
-// Target is one of the issue's targets with its verdict.
+// Target is one of the bench's targets with its verdict.
 type Target struct {
 	Name      string  `json:"name"`
 	Measured  float64 `json:"measured"`

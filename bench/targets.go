@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// targets evaluates the issue's targets from this run's tables.
+// targets evaluates the targets from this run's tables.
 func (b *bench) targets() {
 	r := b.rep
 	add := func(name, unit, op string, threshold float64, measured float64, from string) {
@@ -62,9 +62,10 @@ func (b *bench) targets() {
 	add("fetch throughput ÷ nginx (whole file, warm cache)", "×", ">=", 0.95, ratio("fetch_warm", "mbps", fVmshelf, fNginx), "fetch_warm: MB/s")
 	add("fetch throughput ÷ nginx (whole file, cold cache)", "×", ">=", 0.95, ratio("fetch_cold", "mbps", fVmshelf, fNginx), "fetch_cold: MB/s")
 	add("server CPU per GiB uploaded ÷ nginx's", "×", "<=", 1.2, ratio("upload", "cpu", upVmshelf, upNginx), "upload: server CPU s/GiB")
-	// Issue 29 tightened the 4 KiB figures (CPU per request ≤ 1.2 ×
+	// The 4 KiB figures are the tighter ones (CPU per request ≤ 1.2 ×
 	// nginx's, in both client setups; req/s ≥ 0.85 × with the fixed
-	// range); the 64 KiB ones keep round two's.
+	// range): what importers read most; the 64 KiB ones keep the earlier
+	// bounds.
 	for _, block := range rangeSizes {
 		id := rangeTableID(block)
 		rps, cpu := 0.8, 1.5

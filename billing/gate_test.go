@@ -13,7 +13,7 @@ var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 const testHost = "acct_1HostBox0000001"
 
-// example is SPEC's order: 6.00 EUR × 3 = 18.00, 9.00 to the platform and
+// example is the documented order: 6.00 EUR × 3 = 18.00, 9.00 to the platform and
 // 9.00 to the host.
 func example() Checkout {
 	return Checkout{
@@ -34,7 +34,7 @@ func TestSplit(t *testing.T) {
 	for _, tc := range []struct {
 		total, fee, host int64
 	}{
-		{1800, 900, 900}, // SPEC's example
+		{1800, 900, 900}, // the documented example
 		{1801, 900, 901}, // the odd cent is the host's
 		{50, 25, 25},
 		{51, 25, 26},
@@ -56,7 +56,7 @@ func TestGateAccepts(t *testing.T) {
 		name string
 		edit func(*Checkout)
 	}{
-		{"SPEC's example", func(*Checkout) {}},
+		{"the documented example", func(*Checkout) {}},
 		{"odd total, fee rounded down", func(c *Checkout) { c.UnitAmount, c.Quantity, c.Fee = 1801, 1, 900 }},
 		{"exactly Stripe's minimum", func(c *Checkout) { c.UnitAmount, c.Quantity, c.Fee = 50, 1, 25 }},
 		{"exactly Stripe's maximum", func(c *Checkout) { c.UnitAmount, c.Quantity, c.Fee = MaxAmount, 1, MaxAmount/2 }},

@@ -5,7 +5,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/unavailable"
 )
 
 // The answers the gateway's own logic tells apart: how a transfer is
@@ -35,6 +37,9 @@ var (
 	// answerIncomplete: the body ended before the length it announced.
 	answerIncomplete = apierr.New(fasthttp.StatusBadRequest, "incompleteBody",
 		"the connection ended before the whole image arrived")
+	// answerLocked: another request, or another replica, is still
+	// writing the upload; the client retries.
+	answerLocked = apierr.New(fasthttp.StatusLocked, "locked", "another request for this upload is still running; retry")
 	// answerTakenOver: a newer request of the same upload took over.
 	answerTakenOver = apierr.Wrap(errTakenOver, fasthttp.StatusLocked, "takenOver",
 		"a newer request for this upload took it over; this one stopped")
@@ -49,7 +54,26 @@ var (
 	// answerImageQuota: the tenant holds as many images as it may.
 	answerImageQuota = apierr.New(fasthttp.StatusConflict, "imageQuota",
 		"you already hold as many images as this edge allows; remove one first")
+	// answerStoreUnreachable: the record store did not answer, or this
+	// replica could not keep its lease on the upload in it. An upload
+	// answered so keeps nothing but what a resumable one had made
+	// durable (its Upload-Offset), and its ticket is given back
+	// (undoUpload), so that the client's retry with it works.
+	answerStoreUnreachable = unavailable.Store
 )
+
+// storeFailure is the answer to a store call that failed: the store's
+// passing outage (503 storeUnreachable, Retry-After), a full disk (507),
+// or else our own fault, 500 with msg.
+func storeFailure(err error, msg string) *apierr.Error {
+	if aerr := unavailable.Answer(err); aerr != nil {
+		return aerr
+	}
+	if errors.Is(err, imagestore.ErrNoSpace) {
+		return writeFailure(err)
+	}
+	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", msg)
+}
 
 // isAny reports whether e is one of the declared answers.
 func isAny(e *apierr.Error, answers ...*apierr.Error) bool {

@@ -192,7 +192,7 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability, now
 		return imagestore.Image{}, nil, unknown()
 	}
 	if err != nil {
-		return imagestore.Image{}, nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the token up")
+		return imagestore.Image{}, nil, storeFailure(err, "could not look the token up")
 	}
 	// The header form names its image: a token of another image is as
 	// useless there as an unknown one, and answered (and counted) alike.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,8 @@ import (
 	"github.com/vmshelf/vmshelf/internal/headerrule"
 	"github.com/vmshelf/vmshelf/internal/lazyctx"
 	"github.com/vmshelf/vmshelf/internal/logsample"
+	"github.com/vmshelf/vmshelf/internal/readiness"
+	"github.com/vmshelf/vmshelf/internal/settle"
 )
 
 const (
@@ -50,8 +53,9 @@ type Config struct {
 	ImagesPerTenant int           // quota re-checked at commit (409 above)
 	Headroom        int64         // free bytes an upload must leave; DefaultHeadroom if 0
 	// StoreTimeout bounds one store or blob call made for a request
-	// (default 30 s): a store that hangs costs a request that long, then
-	// the request is answered with an error.
+	// (default 10 s, the record store's own call deadline): a store that
+	// hangs costs a request that long, then the request is answered 503
+	// storeUnreachable.
 	StoreTimeout time.Duration
 	// Unknown tickets and tokens an address may present: MissBurst at once,
 	// then one per MissEvery. Defaults: 20 and 1s.
@@ -122,9 +126,12 @@ type Gateway struct {
 	bufs        sync.Pool
 	open        *openBlobs // blobs kept open between small fetches
 	srv         *fasthttp.Server
+	// readiness logs the verdicts of /readyz once per change.
+	readiness *readiness.Watch
 	// leftovers aborts, after their answers, the blobs of uploads that
-	// failed for an unreachable image storage.
-	leftovers *leftovers
+	// failed for an unreachable image storage; undos takes back what
+	// uploads answered storeUnreachable may have left (undoUpload).
+	leftovers, undos *settle.Queue
 
 	// onSlotFreed, if set, is told the direction of every transfer that
 	// gave its slot back; tests wait on it instead of sleeping.
@@ -133,7 +140,7 @@ type Gateway struct {
 
 // defaultStoreTimeout bounds one store or blob call made for a request,
 // unless Config.StoreTimeout says otherwise.
-const defaultStoreTimeout = 30 * time.Second
+const defaultStoreTimeout = 10 * time.Second
 
 // op returns the context for one store or blob call, bounded by
 // Config.StoreTimeout. A *fasthttp.RequestCtx is never used as a
@@ -179,7 +186,8 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer) (*Gateway
 		bufs:     sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }},
 		open:     newOpenBlobs(blobs, imagestore.TokenCacheTTL),
 	}
-	g.leftovers = &leftovers{stop: g.stopping, log: g.log, backoff: firstAbortBackoff}
+	g.leftovers, g.undos = g.newLeftovers(), g.newUndos()
+	g.readiness = readiness.NewWatch(g.log.With("probe", "readyz"))
 	g.srv = g.newServer()
 	return g, nil
 }
@@ -307,16 +315,17 @@ func connState(c net.Conn, s fasthttp.ConnState) {
 // transfers end or ctx is done, then closes what is left. Resumable
 // uploads do not make it wait: their PATCHes stop at once, save their
 // progress and answer 503, and the clients resume after the restart.
-// The aborts of failed uploads still running after their answers
-// (leftovers) stop retrying, and the one try each may be in is waited
-// for, within ctx too.
+// The aborts of failed uploads (leftovers) and the undos of uploads
+// answered storeUnreachable (undos) still running after their answers
+// stop retrying, and the one try each may be in is waited for, within
+// ctx too.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
 	g.stopOnce.Do(func() { close(g.stopping) })
 	g.locks.stopAll()
 	err := g.srv.ShutdownWithContext(ctx)
 	g.open.closeAll()
-	return errors.Join(err, g.leftovers.wait(ctx))
+	return errors.Join(err, g.leftovers.Wait(ctx), g.undos.Wait(ctx))
 }
 
 // route dispatches on exact path shapes: a capability (or, for the fetch
@@ -328,6 +337,11 @@ func (g *Gateway) route(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if g.cors(ctx) { // a preflight, answered
+		return
+	}
+	switch path := string(ctx.Path()); path {
+	case healthzPath, readyzPath:
+		g.handleProbe(ctx, path)
 		return
 	}
 	kind, capability := classify(string(ctx.Path()))
@@ -420,7 +434,7 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 		}
 	case kind == routeSession && ctx.IsPatch():
 		_, _, aerr = g.admitPatch(ctx, capability)
-	case kind == routeNone:
+	case kind == routeNone && !slices.Contains(probePaths, string(ctx.Path())):
 		aerr = apierr.New(fasthttp.StatusNotFound, "notFound", "no such route on the data plane")
 	}
 	if aerr == nil {

@@ -11,7 +11,7 @@ import (
 
 // TestUploadHostileSynthetic sends the pure-Go part of the shared corpus —
 // header and structure mutations — through the real upload route: each
-// gets the status and reason SPEC names, or 201, and a refusal leaves
+// gets the status and reason docs/api.md names, or 201, and a refusal leaves
 // nothing behind. It needs no external tool.
 func TestUploadHostileSynthetic(t *testing.T) {
 	uploadCorpus(t, qcow2test.Synthetic())

@@ -17,8 +17,25 @@ var errTakenOver = errors.New("upload taken over by a newer request")
 // line must say what happened, not that a newer request took over.
 var errShuttingDown = errors.New("the data plane is shutting down")
 
-// stopFlag is raised by a request that takes a resumable upload over.
-type stopFlag = atomic.Bool
+// stopFlag is raised, with its cause, to stop a request's read from
+// outside: by a request that takes a resumable upload over
+// (errTakenOver), or by the end of the request's lease on its upload
+// (errLeaseEnded). The first cause raised stays.
+type stopFlag struct{ cause atomic.Pointer[error] }
+
+// raise stops the read for cause, unless it was stopped already.
+func (f *stopFlag) raise(cause error) { f.cause.CompareAndSwap(nil, &cause) }
+
+// err is the cause the flag was raised with; nil while it is not.
+func (f *stopFlag) err() error {
+	if f == nil {
+		return nil
+	}
+	if c := f.cause.Load(); c != nil {
+		return *c
+	}
+	return nil
+}
 
 // idleReader moves the connection's read deadline on as bytes arrive, so a
 // transfer ends only after IdleTimeout without a byte, however long it runs.
@@ -30,14 +47,15 @@ type idleReader struct {
 	idle    time.Duration
 	now     func() time.Time
 	movedAt time.Time
-	// stop, if set, is raised by a takeover, which then also moves this
-	// connection's read deadline to now to wake a blocked read.
+	// stop, if set, is raised by a takeover or the end of the lease,
+	// which then also moves this connection's read deadline to now to
+	// wake a blocked read.
 	stop *stopFlag
 }
 
 func (ir *idleReader) Read(p []byte) (int, error) {
-	if ir.stop != nil && ir.stop.Load() {
-		return 0, errTakenOver
+	if err := ir.stop.err(); err != nil {
+		return 0, err
 	}
 	// Moving a deadline costs a timer reset; doing it at most every
 	// idle/16 keeps the effective timeout within 94..100% of IdleTimeout.
@@ -48,8 +66,8 @@ func (ir *idleReader) Read(p []byte) (int, error) {
 		ir.movedAt = now
 		// A takeover that set its deadline before ours must still win:
 		// it raised the flag first, so look again.
-		if ir.stop != nil && ir.stop.Load() {
-			return 0, errTakenOver
+		if err := ir.stop.err(); err != nil {
+			return 0, err
 		}
 	}
 	return ir.r.Read(p)

@@ -160,11 +160,10 @@ func (g *Gateway) read(ctx *fasthttp.RequestCtx, in *intake, wb *writeBehind, ch
 		switch {
 		case rerr == io.EOF:
 			return nil
-		case (errors.Is(rerr, errTakenOver) || (stop != nil && stop.Load() && isTimeout(rerr))) && g.closing.Load():
-			return answerShuttingDown.WithMsg("the edge is restarting; the bytes so far are kept: resume with HEAD and PATCH").
-				WithCause(errShuttingDown)
-		case errors.Is(rerr, errTakenOver) || (stop != nil && stop.Load() && isTimeout(rerr)):
-			return answerTakenOver
+		case rerr != nil && stop.err() != nil:
+			// Stopped from outside: the timeout is the deadline the stop
+			// moved to now, never the client's idleness.
+			return g.stopped(stop.err())
 		case rerr != nil && isTimeout(rerr):
 			return answerIdle.WithMsg("no data arrived for " + g.cfg.IdleTimeout.String() + "; the upload was abandoned").
 				WithCause(rerr)
@@ -172,6 +171,19 @@ func (g *Gateway) read(ctx *fasthttp.RequestCtx, in *intake, wb *writeBehind, ch
 			return incomplete(rerr)
 		}
 	}
+}
+
+// stopped is the answer to a read stopped for cause (stopFlag): the end
+// of the request's lease, a shutdown, or a newer request's takeover.
+func (g *Gateway) stopped(cause error) *apierr.Error {
+	switch {
+	case errors.Is(cause, errLeaseEnded):
+		return leaseEnded(cause)
+	case g.closing.Load():
+		return answerShuttingDown.WithMsg("the edge is restarting; the bytes so far are kept: resume with HEAD and PATCH").
+			WithCause(errShuttingDown)
+	}
+	return answerTakenOver
 }
 
 // finish runs after the last byte: the header must have been decided, the
@@ -209,10 +221,14 @@ func (g *Gateway) finish(w imagestore.BlobWriter, in *intake, img imagestore.Ima
 		if errors.Is(err, imagestore.ErrQuota) {
 			return imagestore.Image{}, answerImageQuota
 		}
-		return imagestore.Image{}, recordFailure(err)
+		return imagestore.Image{}, recordFailure(fmt.Errorf("%w: %w", errCommittedUnrecorded, err))
 	}
 	return img, nil
 }
+
+// errCommittedUnrecorded: the image's blob was committed, and the store
+// did not confirm its record.
+var errCommittedUnrecorded = errors.New("the image was stored but its record not confirmed")
 
 // dropUnrecorded handles a committed blob whose record the store did not
 // write. Only a refusal the store is sure of (the quota, a full disk: its
@@ -224,6 +240,9 @@ func (g *Gateway) finish(w imagestore.BlobWriter, in *intake, img imagestore.Ima
 // "absent", so the file and its intent stay, and start-up or the next
 // look at the records settles it without deleting a recorded image.
 func (g *Gateway) dropUnrecorded(ctx context.Context, id string, addErr error) {
+	if errors.Is(addErr, imagestore.ErrStoreUnavailable) {
+		return // answered storeUnreachable: the upload's undo settles it (undo.go)
+	}
 	if !errors.Is(addErr, imagestore.ErrQuota) && !errors.Is(addErr, imagestore.ErrNoSpace) {
 		g.log.Error("the image's record may or may not have been written; its file is kept for start-up to settle",
 			"upload_id", id, "err", addErr)
@@ -237,10 +256,8 @@ func (g *Gateway) dropUnrecorded(ctx context.Context, id string, addErr error) {
 }
 
 // recordFailure is the answer to a store write of the commit that failed:
-// a full disk is the client's 507, anything else ours.
+// a full disk is the client's 507, a store that did not answer 503,
+// anything else ours.
 func recordFailure(err error) *apierr.Error {
-	if errors.Is(err, imagestore.ErrNoSpace) {
-		return writeFailure(err)
-	}
-	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not record the image")
+	return storeFailure(err, "could not record the image")
 }

@@ -139,7 +139,7 @@ func TestUnreachableUploadAnswersFirst(t *testing.T) {
 func TestUnreachableAbortRetried(t *testing.T) {
 	needQemu(t)
 	e := newEnv(t, nil)
-	e.g.leftovers.backoff = 10 * time.Millisecond
+	e.g.leftovers.First = 10 * time.Millisecond
 	u := newUnreachableBlobs(e.g.blobs)
 	u.failing.Store(3)
 	e.g.blobs = u

@@ -33,6 +33,11 @@ type Store interface {
 	AddImage(ctx context.Context, img imagestore.Image, quota int) error
 	IntendCommit(ctx context.Context, uploadID string, at time.Time) error
 	EndIntent(ctx context.Context, uploadID string, kind imagestore.IntentKind) error
+	// UndoUpload takes back an upload answered storeUnreachable (undo.go).
+	UndoUpload(ctx context.Context, uploadID string, startedAt time.Time) (bool, error)
+
+	// Ping answers the data plane's /readyz.
+	Ping(ctx context.Context) error
 
 	// Fetches.
 	ImageForToken(ctx context.Context, token imagestore.Hash, now time.Time) (imagestore.Image, time.Time, error)
@@ -51,6 +56,8 @@ type Blobs interface {
 	Open(ctx context.Context, id string) (imagestore.Blob, error)
 	Delete(ctx context.Context, id string) error
 	Available(ctx context.Context) (int64, error)
+	// Ping answers the data plane's /readyz.
+	Ping(ctx context.Context) error
 }
 
 // blobOpener is what the cache of open blobs (openBlobs) needs of them.

@@ -123,7 +123,11 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 		Length: length, HashState: emptyHashState(), CreatedAt: now.UTC(), ExpiresAt: now.Add(sessionTTL).UTC(),
 	}, now)
 	if err != nil {
-		g.refuseUpload(ctx, ticketError(err), start, "")
+		aerr := ticketError(err)
+		if answeredUnreachable(aerr) {
+			g.undoUpload(tk.UploadID, now, false) // the session may land late
+		}
+		g.refuseUpload(ctx, aerr, start, "")
 		return
 	}
 	g.metrics.consumed.Inc()
@@ -148,16 +152,21 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 	defer g.locks.release(sess.UploadID, holder)
 	lease, aerr := g.takeUploadLease(ctx, sess.UploadID, holder.takeOver)
 	if aerr != nil {
-		// The session stays; the client resumes it with HEAD and PATCH.
 		_ = w.Close()
 		g.refuseUpload(ctx, aerr, start, "")
+		// The answer names no session: it goes, and its ticket comes back.
+		g.undoUpload(sess.UploadID, now, true)
 		return
 	}
 	defer lease.release()
 	lease.fenceWriter(w)
 	in := g.newIntake(length, exceedsLength(length))
 	in.hold(claim)
-	g.continueSession(ctx, sess, w, in, holder, lease, start, fasthttp.StatusCreated)
+	if aerr := g.continueSession(ctx, sess, w, in, holder, lease, start, fasthttp.StatusCreated); answeredUnreachable(aerr) {
+		// Its answer names no session either (refuseStaying keeps the
+		// Location of a 507 only).
+		g.undoUpload(sess.UploadID, now, true)
+	}
 }
 
 // handleHead is HEAD on a session: how far the upload got.
@@ -225,7 +234,7 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 	defer g.releaseSlot(dirUpload)
 	holder, ok := g.locks.acquire(sess.UploadID, ctx.Conn(), takeoverWait)
 	if !ok {
-		g.refuseUpload(ctx, apierr.New(fasthttp.StatusLocked, "locked", "another request for this upload is still running; retry"), start, "")
+		g.refuseUpload(ctx, answerLocked, start, "")
 		return
 	}
 	defer g.locks.release(sess.UploadID, holder)
@@ -283,14 +292,17 @@ func (g *Gateway) handlePatch(ctx *fasthttp.RequestCtx, id string) {
 	}
 	in.hold(claim)
 	lease.fenceWriter(w)
-	g.continueSession(ctx, sess, w, in, holder, lease, start, fasthttp.StatusNoContent)
+	if aerr := g.continueSession(ctx, sess, w, in, holder, lease, start, fasthttp.StatusNoContent); committedUnrecorded(aerr) {
+		g.undoUpload(sess.UploadID, sess.CreatedAt, false) // StartSession's now, the ticket's use
+	}
 }
 
 // continueSession streams the body into the session's blob and then, as
 // the bytes decide: finishes the image, saves the progress for a later
-// PATCH, or ends the session when the image is refused.
+// PATCH, or ends the session when the image is refused. It returns the
+// refusal it answered, nil after a success.
 func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.UploadSession, w imagestore.BlobWriter,
-	in *intake, holder *patchHolder, lease *uploadLease, start time.Time, okStatus int) {
+	in *intake, holder *patchHolder, lease *uploadLease, start time.Time, okStatus int) *apierr.Error {
 	inFlight := g.metrics.inFlight.WithLabelValues(dirUpload)
 	inFlight.Inc()
 	defer inFlight.Dec()
@@ -312,25 +324,31 @@ func (g *Gateway) continueSession(ctx *fasthttp.RequestCtx, sess imagestore.Uplo
 			g.metrics.duration.WithLabelValues(dirUpload).Observe(g.cfg.Now().Sub(start).Seconds())
 			g.logUpload(ctx, img.UploadID, nil, in.n-from, start, "size", img.Size, "resumable", true)
 			g.tusProgress(ctx, in.n, okStatus)
-			return
+			return nil
 		}
-		aerr, ends = ferr, true
+		// A commit the store did not answer is no verdict on the image:
+		// the session stays at its last checkpoint for the retry, unless
+		// its blob was committed already (its bytes are no longer a
+		// session's): then the upload is undone, and its ticket works
+		// again (the caller undoes it).
+		aerr, ends = ferr, !answeredUnreachable(ferr) || committedUnrecorded(ferr)
 	}
 	if aerr != nil && (ends || endsSession(aerr)) {
 		g.endRefused(w, sess.UploadID, lease, aerr)
 		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start, "resumable", true)
 		g.refuseUpload(ctx, aerr, start, sess.UploadID)
-		return
+		return aerr
 	}
 	offset := g.keepSession(p, allIn)
 	if aerr != nil {
 		g.logUpload(ctx, sess.UploadID, aerr, in.n-from, start, "resumable", true)
 		ctx.Response.Header.Set("Upload-Offset", strconv.FormatInt(offset, 10))
 		g.refuseStaying(ctx, aerr, start, sess.UploadID)
-		return
+		return aerr
 	}
 	g.metrics.transfers.WithLabelValues(dirUpload, outcomeOK).Inc()
 	g.tusProgress(ctx, offset, okStatus)
+	return nil
 }
 
 // sessionProgress is what a PATCH has made durable of its session.
@@ -510,7 +528,7 @@ func (g *Gateway) handleTerminate(ctx *fasthttp.RequestCtx, id string) {
 	}
 	holder, ok := g.locks.acquire(sess.UploadID, ctx.Conn(), takeoverWait)
 	if !ok {
-		writeError(ctx, apierr.New(fasthttp.StatusLocked, "locked", "another request for this upload is still running; retry"))
+		writeError(ctx, answerLocked)
 		return
 	}
 	defer g.locks.release(sess.UploadID, holder)
@@ -550,7 +568,7 @@ func (g *Gateway) lookupSession(ctx *fasthttp.RequestCtx, id string) (imagestore
 	case err == nil && !now.Before(sess.ExpiresAt): // expired, not yet swept
 		return imagestore.UploadSession{}, apierr.New(fasthttp.StatusNotFound, "sessionUnknown", "no such upload session, or it ended or expired")
 	case err != nil:
-		return sess, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the upload session up")
+		return sess, storeFailure(err, "could not look the upload session up")
 	}
 	return sess, nil
 }
@@ -624,7 +642,7 @@ func (l *patchLocks) acquire(id string, conn net.Conn, wait time.Duration) (*pat
 			return me, true
 		}
 		l.mu.Unlock()
-		h.takeOver()
+		h.takeOver(errTakenOver)
 		select {
 		case <-h.done:
 		case <-deadline.C:
@@ -638,14 +656,15 @@ func (l *patchLocks) stopAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, h := range l.held {
-		h.takeOver()
+		h.takeOver(errTakenOver)
 	}
 }
 
-// takeOver stops the holder's read: the flag first, then the deadline
-// that wakes a read waiting for bytes (see idleReader.Read).
-func (h *patchHolder) takeOver() {
-	h.stop.Store(true)
+// takeOver stops the holder's read for cause (errTakenOver, or the end of
+// its lease): the flag first, then the deadline that wakes a read
+// waiting for bytes (see idleReader.Read).
+func (h *patchHolder) takeOver(cause error) {
+	h.stop.raise(cause)
 	_ = h.conn.SetReadDeadline(time.Now())
 }
 

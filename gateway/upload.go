@@ -15,6 +15,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/qcow2"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/unavailable"
 )
 
 // bufSize is the chunk an upload reads, hashes and writes at a time: large
@@ -82,10 +83,8 @@ func ticketError(err error) *apierr.Error {
 		return apierr.New(fasthttp.StatusGone, "ticketUsed", "this upload ticket was already used or cancelled; ask for a new one")
 	case errors.Is(err, imagestore.ErrTicketExpired):
 		return apierr.New(fasthttp.StatusGone, "ticketExpired", "this upload ticket has expired; ask for a new one")
-	case errors.Is(err, imagestore.ErrNoSpace):
-		return writeFailure(err)
 	}
-	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not look the ticket up")
+	return storeFailure(err, "could not look the ticket up")
 }
 
 // handleUpload is PUT /market/vm-images/upload/{ticket}: the body is the
@@ -115,18 +114,33 @@ func (g *Gateway) handleUpload(ctx *fasthttp.RequestCtx, ticket string) {
 	inFlight.Inc()
 	defer inFlight.Dec()
 
+	// started marks this start of the upload in the store (the ticket's
+	// use): an undo takes back this one and no other.
+	started := g.cfg.Now()
 	octx, cancel := g.op()
-	tk, err := g.store.ConsumeTicket(octx, imagestore.HashSecret(ticket), g.cfg.Now())
+	consumed, err := g.store.ConsumeTicket(octx, imagestore.HashSecret(ticket), started)
 	cancel()
 	if err != nil {
-		g.refuseUpload(ctx, ticketError(err), start, "")
+		aerr := ticketError(err)
+		if answeredUnreachable(aerr) {
+			g.undoUpload(tk.UploadID, started, false) // the use may land late
+		}
+		g.refuseUpload(ctx, aerr, start, "")
 		return
 	}
+	tk = consumed
 	g.metrics.consumed.Inc()
 
 	img, n, aerr := g.receive(ctx, tk, claim)
 	if aerr != nil {
-		g.endUpload(tk.UploadID)
+		// Neither the store's outage nor a lease an earlier try still
+		// holds is the upload's fault: its ticket works again for the
+		// retry the answer asks for.
+		if answeredUnreachable(aerr) || errors.Is(aerr, answerLocked) {
+			g.undoUpload(tk.UploadID, started, false)
+		} else {
+			g.endUpload(tk.UploadID)
+		}
 		g.refuseUpload(ctx, aerr, start, tk.UploadID)
 		g.logUpload(ctx, tk.UploadID, aerr, n, start)
 		return
@@ -274,8 +288,14 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim 
 	defer func() { g.dropWrite(w, tk.UploadID, aerr) }() // a no-op once committed
 	// Over a shared store the upload's lease says this replica is alive
 	// and writing it (the leader ends the running mark of one whose lease
-	// lapsed: uploadSweep), and fences its S3 writes.
-	lease, aerr := g.takeUploadLease(ctx, tk.UploadID, func() { _ = ctx.Conn().SetReadDeadline(time.Now()) })
+	// lapsed: uploadSweep), and fences its S3 writes. Its end stops the
+	// read at once (stop), and is answered as such, never as the
+	// client's idleness.
+	stop := &stopFlag{}
+	lease, aerr := g.takeUploadLease(ctx, tk.UploadID, func(cause error) {
+		stop.raise(cause)
+		_ = ctx.Conn().SetReadDeadline(time.Now())
+	})
 	if aerr != nil {
 		return imagestore.Image{}, 0, aerr
 	}
@@ -283,12 +303,18 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim 
 	lease.fenceWriter(w)
 	in := g.newIntake(g.cfg.UploadMax, g.tooLarge())
 	in.hold(claim)
-	if aerr := g.pump(ctx, in, w, nil, nil); aerr != nil {
+	if aerr := g.pump(ctx, in, w, nil, stop); aerr != nil {
 		return imagestore.Image{}, in.n, aerr
 	}
 	// fasthttp ends a fixed-length body that was cut short with a clean EOF.
 	if cl := int64(ctx.Request.Header.ContentLength()); cl >= 0 && in.n != cl {
 		return imagestore.Image{}, in.n, incomplete(io.ErrUnexpectedEOF)
+	}
+	// A lease that ended once the body was in stops the commit too: on a
+	// local disk no write asks the fence, and the answer must not be a
+	// 201 after the log said the request stops.
+	if aerr := g.fenceCommit(lease); aerr != nil {
+		return imagestore.Image{}, in.n, aerr
 	}
 	img, aerr := g.finish(w, in, imagestore.Image{UploadID: tk.UploadID, TenantID: tk.TenantID, Name: tk.Name, EFI: tk.EFI})
 	return img, in.n, aerr
@@ -302,7 +328,7 @@ func (g *Gateway) receive(ctx *fasthttp.RequestCtx, tk imagestore.Ticket, claim 
 // tried again until the storage answers.
 func (g *Gateway) dropWrite(w imagestore.BlobWriter, uploadID string, cause *apierr.Error) {
 	if cause != nil && errors.Is(cause, imagestore.ErrBlobsUnavailable) {
-		g.leftovers.remove(uploadID, w.Abort)
+		g.removeLater(uploadID, w.Abort)
 		return
 	}
 	g.removeNowOrLater(uploadID, w.Abort)
@@ -315,7 +341,7 @@ func (g *Gateway) removeNowOrLater(uploadID string, remove func() error) {
 	err := remove()
 	switch {
 	case errors.Is(err, imagestore.ErrBlobsUnavailable):
-		g.leftovers.remove(uploadID, remove)
+		g.removeLater(uploadID, remove)
 	case err != nil:
 		g.log.Error("remove upload", "upload_id", uploadID, "err", err)
 	}
@@ -358,8 +384,16 @@ func blobFailure(err error, msg string) *apierr.Error {
 // storageFailure is the answer to a blob call that failed for another
 // reason than a full disk: 503 blobStoreUnreachable, which a client may
 // retry, when the image storage did not answer in time (S3 hung or down,
-// the same reason /readyz gives), else 500 with msg.
+// the same reason /readyz gives); 503 storeUnreachable when the write's
+// fence could not ask the record store (over S3, every durable step asks
+// it whether this replica still holds the upload); else 500 with msg.
 func storageFailure(err error, msg string) *apierr.Error {
+	if errors.Is(err, errLeaseEnded) {
+		return leaseEnded(err)
+	}
+	if aerr := unavailable.Answer(err); aerr != nil {
+		return aerr
+	}
 	if errors.Is(err, imagestore.ErrBlobsUnavailable) {
 		return apierr.Wrap(err, fasthttp.StatusServiceUnavailable, "blobStoreUnreachable",
 			"the edge's image storage did not answer in time; try again in a minute").WithRetryAfter(60)

@@ -155,12 +155,12 @@ func checkStored(t *testing.T, e *env, code int, body map[string]any, id, sha st
 	}
 }
 
-// errorOf decodes SPEC's error body.
+// errorOf decodes the edge's error body ({"error", "reason"}).
 func errorOf(t *testing.T, r io.Reader) apierr.Body {
 	t.Helper()
 	var b apierr.Body
 	if err := json.NewDecoder(r).Decode(&b); err != nil {
-		t.Fatalf("error body is not SPEC's JSON: %v", err)
+		t.Fatalf("error body is not the edge's JSON: %v", err)
 	}
 	if b.Error == "" || b.Reason == "" {
 		t.Fatalf("error body %+v lacks error or reason", b)
@@ -168,7 +168,7 @@ func errorOf(t *testing.T, r io.Reader) apierr.Body {
 	return b
 }
 
-// TestUploadRefusedBeforeBody: each check SPEC places before the body
+// TestUploadRefusedBeforeBody: each check the upload makes before the body
 // answers (1) instead of 100 Continue, (2) without Expect, after no more
 // than fasthttp's pre-read of the body and without waiting for the rest,
 // and (3) to curl sending the whole body. No body byte is taken, the
@@ -246,7 +246,7 @@ func TestUploadRefusedBeforeBody(t *testing.T) {
 					t.Errorf("%s: %d %q, want %d %s", how, status, reason, tc.status, tc.reason)
 				}
 			}
-			reasonIn := func(b []byte) string { // "" for a body that is not SPEC's JSON (a 100 Continue)
+			reasonIn := func(b []byte) string { // "" for a body that is not the edge's JSON (a 100 Continue)
 				var eb apierr.Body
 				_ = json.Unmarshal(b, &eb)
 				return eb.Reason

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/settle"
 )
 
 // Across replicas (Config.Replica set), a resumable upload may arrive at
@@ -40,21 +42,43 @@ func uploadLeaseName(uploadID string) string { return "upload/" + uploadID }
 type uploadLease struct {
 	g      *Gateway
 	lease  imagestore.Lease
+	fences bool // the blob writer asks the fence (Fenceable: S3)
 	mu     sync.Mutex
 	lost   error // set once the term is over: every fence then fails
 	stop   chan struct{}
 	done   chan struct{}
-	onLost func() // stops the request's read
+	onLost func(cause error) // stops the request's read
 }
 
-var errLeaseLapsed = errors.New("this replica's lease on the upload lapsed")
+// The two ways a term ends before its request does; both are an
+// errLeaseEnded. A lapsed lease is one the store says is no longer this
+// request's (its renewal came too late, after a long pause, and another
+// replica or the leader's sweep may have acted on it). One that could not
+// be checked is one whose renewals the store did not answer until too
+// little of it was left to make a step durable safely: nobody else holds
+// it yet, but this request cannot prove it holds it either.
+var (
+	errLeaseEnded     = errors.New("this replica's lease on the upload ended")
+	errLeaseLapsed    = fmt.Errorf("%w: it lapsed", errLeaseEnded)
+	errLeaseUnchecked = fmt.Errorf("%w: the record store did not answer in time to renew or check it", errLeaseEnded)
+)
+
+// leaseEnded is the answer of a request whose lease ended (cause): the
+// record store did not confirm in time that this replica still writes the
+// upload, so the request stops at once and keeps nothing it had not made
+// durable; the client retries, on any replica.
+func leaseEnded(cause error) *apierr.Error {
+	return answerStoreUnreachable.WithMsg("the edge's record store did not confirm in time that this request still holds the upload; " +
+		"it stopped and kept nothing it had not made durable (a resumable upload keeps its Upload-Offset): try again in a few seconds").
+		WithCause(cause)
+}
 
 // takeUploadLease starts the request's term as the upload's writer, or
 // answers why not: 423 while another replica writes it (with the time its
-// lease runs out as Retry-After), 500 when the store cannot be asked. With
-// one replica it returns nil, nil. onLost is called (once) if the term
-// ends before release: the request must stop reading.
-func (g *Gateway) takeUploadLease(ctx *fasthttp.RequestCtx, uploadID string, onLost func()) (*uploadLease, *apierr.Error) {
+// lease runs out as Retry-After), 503 when the store cannot be asked.
+// With one replica it returns nil, nil. onLost is called (once) if the
+// term ends before release: the request must stop reading.
+func (g *Gateway) takeUploadLease(ctx *fasthttp.RequestCtx, uploadID string, onLost func(cause error)) (*uploadLease, *apierr.Error) {
 	if g.cfg.Replica == "" {
 		return nil, nil
 	}
@@ -64,10 +88,10 @@ func (g *Gateway) takeUploadLease(ctx *fasthttp.RequestCtx, uploadID string, onL
 	l, err := g.store.AcquireLease(octx, uploadLeaseName(uploadID), g.cfg.Replica, uploadLeaseTTL, now)
 	if errors.Is(err, imagestore.ErrLeaseHeld) {
 		wait := max(1, int(l.ExpiresAt.Sub(now).Seconds()+0.999))
-		return nil, apierr.New(fasthttp.StatusLocked, "locked", "another replica is still writing this upload; retry").WithRetryAfter(wait)
+		return nil, answerLocked.WithMsg("another replica is still writing this upload; retry").WithRetryAfter(wait)
 	}
 	if err != nil {
-		return nil, apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", "could not take the upload for this request")
+		return nil, storeFailure(err, "could not take the upload for this request")
 	}
 	ul := &uploadLease{g: g, lease: l, stop: make(chan struct{}), done: make(chan struct{}), onLost: onLost}
 	go ul.renew()
@@ -97,11 +121,15 @@ func (l *uploadLease) renew() {
 			l.mu.Lock()
 			l.lease = nl
 			l.mu.Unlock()
-		case errors.Is(err, imagestore.ErrLeaseLost) || !now.Add(fenceMargin).Before(l.expiresAt()):
-			l.end(err)
+		case errors.Is(err, imagestore.ErrLeaseLost):
+			l.end(errLeaseLapsed, err)
+			return
+		case !now.Add(fenceMargin).Before(l.expiresAt()):
+			l.end(errLeaseUnchecked, err)
 			return
 		default:
-			l.g.log.Warn("renew upload lease", "lease", l.lease.Name, "err", err)
+			l.g.log.Warn("upload lease not renewed yet; it still runs", "lease", l.lease.Name,
+				"expires_in", l.expiresAt().Sub(now).Round(time.Millisecond).String(), "err", err)
 		}
 	}
 }
@@ -112,24 +140,44 @@ func (l *uploadLease) expiresAt() time.Time {
 	return l.lease.ExpiresAt
 }
 
-// end closes the term early and stops the request.
-func (l *uploadLease) end(err error) {
+// end closes the term early, for how (errLeaseLapsed, errLeaseUnchecked)
+// and the store's err, and stops the request. Its one log line says
+// which, and what the lease guards on this replica's blobs: over S3 every
+// durable step of the write; on a local disk no write (no other replica
+// writes this one's files), but the upload's place in its tenant's
+// quota, which the leader's sweep ends once the lease has lapsed. Either
+// way the request stops, so that its answer and the log agree.
+func (l *uploadLease) end(how, err error) {
 	l.mu.Lock()
 	first := l.lost == nil
 	if first {
-		l.lost = errors.Join(errLeaseLapsed, err)
+		l.lost = fmt.Errorf("%w: %w", how, err)
 	}
+	cause, fences := l.lost, l.fences
 	l.mu.Unlock()
-	if first {
-		l.g.log.Warn("upload lease lost: this request stops writing", "lease", l.lease.Name, "err", err)
-		if l.onLost != nil {
-			l.onLost()
-		}
+	if !first {
+		return
+	}
+	guards := "every durable write of the upload (S3)"
+	if !fences {
+		guards = "no write on a local disk, but the upload's place in its tenant's quota"
+	}
+	msg := "upload lease lapsed: this request stops and keeps nothing it had not made durable"
+	if errors.Is(how, errLeaseUnchecked) {
+		msg = "upload lease could not be renewed in time, the record store does not answer: this request stops before the lease runs out and keeps nothing it had not made durable"
+	}
+	l.g.log.Warn(msg, "lease", l.lease.Name, "guards", guards, "err", err)
+	if l.onLost != nil {
+		l.onLost(cause)
 	}
 }
 
 // fence is checked before every durable step: the term must be the
-// upload's current one with fenceMargin to run.
+// upload's current one with fenceMargin to run. A check the store could
+// not answer (imagestore.ErrStoreUnavailable: "could not ask", not
+// "lost", such as a connection the store's restart broke) is asked again
+// every fenceRetry while ctx and the term allow; the term ends once the
+// margin is reached, as renew does. Any other failure fails the step.
 func (l *uploadLease) fence(ctx context.Context) error {
 	if l == nil {
 		return nil
@@ -140,35 +188,69 @@ func (l *uploadLease) fence(ctx context.Context) error {
 	if lost != nil {
 		return lost
 	}
-	if err := l.g.store.CheckLease(ctx, name, token, l.g.cfg.Now().Add(fenceMargin)); err != nil {
-		if errors.Is(err, imagestore.ErrLeaseLost) {
-			l.end(err)
+	for {
+		now := l.g.cfg.Now()
+		err := l.g.store.CheckLease(ctx, name, token, now.Add(fenceMargin))
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, imagestore.ErrLeaseLost):
+			l.end(errLeaseLapsed, err)
+			return fmt.Errorf("%w: %w", errLeaseLapsed, err)
+		case !errors.Is(err, imagestore.ErrStoreUnavailable):
+			return fmt.Errorf("check the upload's lease: %w", err) // a fault of ours, not the store's outage
+		case !now.Add(fenceMargin).Before(l.expiresAt()):
+			l.end(errLeaseUnchecked, err)
+			return fmt.Errorf("%w: %w", errLeaseUnchecked, err)
 		}
-		return errors.Join(errLeaseLapsed, err)
+		t := time.NewTimer(fenceRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: %w", errLeaseUnchecked, err)
+		case <-t.C:
+		}
 	}
-	return nil
 }
+
+// fenceRetry is the wait before a fence asks again a store that did not
+// answer.
+const fenceRetry = 250 * time.Millisecond
 
 // fenceWriter hands the fence to a writer that others can write too.
 func (l *uploadLease) fenceWriter(w imagestore.BlobWriter) {
 	if f, ok := w.(imagestore.Fenceable); ok && l != nil {
 		f.SetFence(l.fence)
+		l.mu.Lock()
+		l.fences = true
+		l.mu.Unlock()
 	}
 }
 
 // release ends the term: the next PATCH, on any replica, may start at
-// once.
+// once. A release the store did not answer is tried again in the
+// background (undos) until the term would have lapsed by itself: the
+// retry an answer storeUnreachable asks for must not meet 423 for the
+// term of the request it retries.
 func (l *uploadLease) release() {
 	if l == nil {
 		return
 	}
 	close(l.stop)
 	<-l.done
-	octx, cancel := l.g.op()
-	defer cancel()
-	if err := l.g.store.ReleaseLease(octx, l.lease.Name, l.lease.Holder, l.lease.Token); err != nil {
-		// It lapses by itself within uploadLeaseTTL.
-		l.g.log.Warn("release upload lease", "lease", l.lease.Name, "err", err)
+	release := func() error {
+		octx, cancel := l.g.op()
+		defer cancel()
+		return l.g.store.ReleaseLease(octx, l.lease.Name, l.lease.Holder, l.lease.Token)
+	}
+	err := release()
+	switch {
+	case errors.Is(err, imagestore.ErrStoreUnavailable):
+		l.g.undos.Go(settle.Job{Name: "release upload lease", Attrs: []any{"lease", l.lease.Name},
+			Until: time.Now().Add(l.expiresAt().Sub(l.g.cfg.Now())), Done: "upload lease released",
+			Left: "it lapses by itself", Run: release})
+	case err != nil:
+		l.g.log.Warn("release upload lease; it lapses by itself", "lease", l.lease.Name, "err", err)
 	}
 }
 

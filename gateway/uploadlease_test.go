@@ -14,8 +14,9 @@ import (
 // TestPutHoldsLease: among replicas (Config.Replica set) a running plain
 // upload holds its lease under the name the leader's sweep asks about, so
 // the sweep leaves its quota place alone; and an upload whose lease lapses
-// (its renewals come too late: the store's clock has passed it) stops
-// writing and gives its place back.
+// (its renewals come too late: the store's clock has passed it) stops at
+// once, answered 503 storeUnreachable (never 408 idle: its bytes were
+// flowing), keeps nothing, and gives its ticket back for the retry.
 func TestPutHoldsLease(t *testing.T) {
 	needQemu(t)
 	head := mustRead(t, makeImage(t, "64M"))
@@ -43,12 +44,13 @@ func TestPutHoldsLease(t *testing.T) {
 	// The lease lapses: the PUT's next renewal finds it expired, and the
 	// PUT stops.
 	e.clock.advance(uploadLeaseTTL + time.Second)
-	if resp, body := rc.answer("the PUT whose lease lapsed"); resp.StatusCode/100 == 2 {
-		t.Fatalf("the PUT whose lease lapsed answered %d %s", resp.StatusCode, body)
-	}
+	resp, body := rc.answer("the PUT whose lease lapsed")
+	wantStoreUnreachable(t, "the PUT whose lease lapsed", resp, body)
+	e.logHas("upload lease lapsed: this request stops", "upload/"+id)
 	e.waitSlotFreed(dirUpload)
-	if err := newTicket(); err != nil {
-		t.Fatalf("ticket after the PUT stopped: %v, want its place back", err)
+	e.waitTicketBack(up)
+	if err := newTicket(); !errors.Is(err, imagestore.ErrQuota) {
+		t.Fatalf("ticket after the PUT stopped: %v, want ErrQuota: its ticket holds the place for the retry", err)
 	}
 	e.assertNothingLeft()
 }

@@ -42,6 +42,16 @@ var (
 	// or failed on its side (an S3 server's 5xx). A passing condition,
 	// which clients may retry, unlike a failure of ours.
 	ErrBlobsUnavailable = errors.New("the image storage did not answer")
+	// ErrStoreUnavailable is a Store call the record store could not
+	// take: it did not answer within the call's deadline, refused or
+	// reset the connection, or was shutting down or starting up. A
+	// passing condition, which clients may retry, unlike a failure of
+	// ours (a busy SQLite file, whose lock another process of ours holds,
+	// is not one: only its deadline passing is). "Could not ask" is not
+	// "not done": the write of such a call may still land (a stalled
+	// server that resumes), so a caller that answers its client an error
+	// undoes what the call may have done (WithdrawTicket, UndoUpload).
+	ErrStoreUnavailable = errors.New("the record store did not answer")
 )
 
 // DefaultHeadroom is the free space an upload must leave on the disk of
@@ -290,6 +300,28 @@ type Store interface {
 	// lease from just after consuming the ticket; startedBefore leaves it
 	// the time to take it.
 	EndUnleasedUploads(ctx context.Context, leasePrefix string, now, startedBefore time.Time) (int, error)
+	// WithdrawTicket ends tk, issued under ticket by a CreateTicket whose
+	// answer never reached its client, whether that write landed, failed
+	// or is still to land (a stalled server that resumes): afterwards the
+	// ticket is cancelled at now, out of every count, and a CreateTicket
+	// of it fails (ErrExists). A ticket an upload used is left alone (its
+	// client had the answer after all). ErrNotFound if the tenant does not
+	// exist.
+	WithdrawTicket(ctx context.Context, tk Ticket, ticket Hash, now time.Time) error
+	// UndoUpload undoes, in one transaction, what the upload uploadID
+	// started at startedAt (ConsumeTicket or StartSession with that now)
+	// left in the records, for an upload answered an error after which
+	// nothing may be kept: the image record, if its commit landed after
+	// all (ErrInUse, and nothing changes, if an order holds it already),
+	// the session, if the upload made one, and the ticket's use: the
+	// ticket is unused again, so that the client's retry with it works.
+	// Where a blob may have been committed (the record was there, or the
+	// commit intent), the intent becomes a remove intent and removeBlob
+	// is true: the caller deletes the blob and ends the intent (the
+	// removal sweep does it otherwise). A ticket not marked used at
+	// startedAt (another start since, a sweep) is left as it is, with
+	// everything else.
+	UndoUpload(ctx context.Context, uploadID string, startedAt time.Time) (removeBlob bool, err error)
 	// SweepTickets counts unused tickets that expired since the last sweep
 	// and forgets tickets that ended more than retain before now.
 	SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (newlyExpired int, err error)

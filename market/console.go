@@ -54,6 +54,7 @@ const (
 	closeEnded      websocket.StatusCode = 4410 // the order ended
 	closeNoConsole  websocket.StatusCode = 4502 // the cluster gave no console
 	closeStalled    websocket.StatusCode = 4504 // a side stopped taking bytes
+	closeNoStore    websocket.StatusCode = 4503 // the record store did not answer
 )
 
 var (
@@ -234,6 +235,13 @@ func (s *Server) console(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := context.WithoutCancel(r.Context())
 	ct, err := s.st.ConsumeConsoleTicket(ctx, imagestore.HashSecret(secret), s.cfg.Now().UTC())
+	if errors.Is(err, imagestore.ErrStoreUnavailable) {
+		// "Could not ask" is no unknown ticket: the page may open the
+		// console again once the store answers.
+		s.metrics.consoleRefused("unknown", "store")
+		_ = c.Close(closeNoStore, "the edge's record store does not answer; open the console again in a few seconds")
+		return
+	}
 	if err != nil {
 		s.metrics.consoleRefused("unknown", "ticket")
 		_ = c.Close(closeTicket, "this console's address is unknown, used or expired; open the console again")
@@ -241,6 +249,11 @@ func (s *Server) console(w http.ResponseWriter, r *http.Request) {
 	}
 	kind := string(ct.Kind)
 	o, err := s.consoleOrder(ctx, ct.TenantID, ct.OrderID, ct.Replica)
+	if errors.Is(err, imagestore.ErrStoreUnavailable) {
+		s.metrics.consoleRefused(kind, "store")
+		_ = c.Close(closeNoStore, "the edge's record store does not answer; open the console again in a few seconds")
+		return
+	}
 	if err != nil {
 		s.metrics.consoleRefused(kind, "notRunning")
 		_ = c.Close(closeNotRunning, "the machine is not running; its console opens once it runs")

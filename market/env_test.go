@@ -270,7 +270,7 @@ func (e *env) post(path, token, body string) response {
 	return e.do(http.MethodPost, path, token, strings.NewReader(body))
 }
 
-// wantError checks the SPEC error shape: status, JSON content type, exactly
+// wantError checks the edge's error shape: status, JSON content type, exactly
 // the two fields, the reason, and a non-empty sentence.
 func wantError(t *testing.T, r response, status int, reason string) {
 	t.Helper()
@@ -289,7 +289,7 @@ func wantError(t *testing.T, r response, status int, reason string) {
 	}
 	var b apierr.Body
 	if err := json.Unmarshal(r.body, &b); err != nil {
-		t.Fatalf("error body does not have the SPEC fields' types: %v: %s", err, r.body)
+		t.Fatalf("error body does not have the error fields' types: %v: %s", err, r.body)
 	}
 	if b.Reason != reason {
 		t.Errorf("reason %q, want %q (body %s)", b.Reason, reason, r.body)

@@ -291,7 +291,7 @@ func TestCloseListing(t *testing.T) {
 	}
 }
 
-// TestOrderCheckout: SPEC's example, 6.00 EUR × 3, opens one Checkout
+// TestOrderCheckout: the documented example, 6.00 EUR × 3, opens one Checkout
 // Session that is a destination charge of 1800 with a fee of exactly
 // 900 to the host's account, named by the order; the capacity is
 // reserved while it is open.

@@ -105,7 +105,7 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 		}, []string{"kind", "end"}),
 		consoleRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vmshelf_console_refusals_total",
-			Help: "Console tickets or WebSockets refused, by kind and reason: ticket, notRunning, busy, cluster.",
+			Help: "Console tickets or WebSockets refused, by kind and reason: ticket, notRunning, busy, cluster, store.",
 		}, []string{"kind", "reason"}),
 		consoleBytesVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vmshelf_console_bytes_total",

@@ -108,11 +108,16 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h(sw, r)
 }
 
+// statusClientGone is the request counter's code of a request whose
+// client left before its answer (nginx's 499): it got nothing.
+const statusClientGone = 499
+
 // statusWriter remembers the status a handler wrote, for the request
 // counter.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	gone   bool // the answer did not reach the client (clientGone)
 	// bodyRead is set once a handler read the request body to its end:
 	// until then an error answer closes the connection rather than wait
 	// for the rest of a body nobody needs.
@@ -154,7 +159,18 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // deadlines).
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// clientGone notes that w's answer did not reach its client, which then
+// counts as statusClientGone whatever was written.
+func clientGone(w http.ResponseWriter) {
+	if sw, ok := w.(*statusWriter); ok {
+		sw.gone = true
+	}
+}
+
 func (w *statusWriter) code() int {
+	if w.gone {
+		return statusClientGone
+	}
 	if w.status == 0 {
 		return http.StatusOK // a handler that wrote nothing answered 200
 	}

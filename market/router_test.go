@@ -3,7 +3,7 @@ package market
 import "testing"
 
 // Unknown paths are 404 and known paths with other methods 405, both in the
-// SPEC error shape; matching is exact, without ServeMux's prefixes and
+// edge's error shape; matching is exact, without ServeMux's prefixes and
 // redirects.
 func TestRouting(t *testing.T) {
 	e := newEnv(t)

@@ -5,12 +5,14 @@
 package market
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +23,9 @@ import (
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/baseurl"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
+	"github.com/vmshelf/vmshelf/internal/readiness"
+	"github.com/vmshelf/vmshelf/internal/settle"
+	"github.com/vmshelf/vmshelf/internal/unavailable"
 	"github.com/vmshelf/vmshelf/market/catalogue"
 	"github.com/vmshelf/vmshelf/market/web"
 )
@@ -177,6 +182,14 @@ type Server struct {
 	afterRefunds func()
 	// consoles counts the consoles open on this replica.
 	consoles consoleGate
+	// readiness logs the verdicts of /readyz once per change.
+	readiness *readiness.Watch
+	// withdrawals take back, after the answer, the tickets whose answer
+	// did not reach their client (tickets.go); stop ends their retries
+	// (Shutdown).
+	withdrawals *settle.Queue
+	stop        chan struct{}
+	stopOnce    sync.Once
 }
 
 // New checks cfg and builds the control plane over st and blobs. Its
@@ -192,7 +205,9 @@ func New(cfg Config, st Store, blobs Blobs, reg prometheus.Registerer, gather pr
 	}
 	var err error
 	s := &Server{cfg: cfg, st: st, blobs: blobs, log: cfg.Log,
-		tickets: newTenantLimiter(cfg.TicketRate, cfg.TicketBurst), refusals: newRefusalLog(cfg.Log)}
+		tickets: newTenantLimiter(cfg.TicketRate, cfg.TicketBurst), refusals: newRefusalLog(cfg.Log),
+		readiness: readiness.NewWatch(cfg.Log.With("probe", "readyz")), stop: make(chan struct{})}
+	s.withdrawals = s.newWithdrawals()
 	if s.metrics, err = newMetrics(reg, st, blobs, cfg.UnfinishedWrites, cfg.Log); err != nil {
 		return nil, err
 	}
@@ -303,6 +318,14 @@ func (s *Server) routes(reg prometheus.Registerer, gather prometheus.Gatherer) (
 // Handler returns the control plane's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
+// Shutdown stops the retries of the work that settles earlier answers
+// (the withdrawals of tickets) and waits, within ctx, for the try each
+// may be in. Call it once the HTTP server has stopped.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	return s.withdrawals.Wait(ctx)
+}
+
 // writeJSON answers status with v as JSON. Every answer of the control
 // plane goes through here or fail, so headers are uniform.
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
@@ -357,6 +380,9 @@ func (s *Server) logFailure(w http.ResponseWriter, r *http.Request, err error) *
 		// So is an image storage that does not answer: its outage
 		// passes, and the client retries.
 		err = errBlobsUnreachable(err)
+	case errors.Is(err, imagestore.ErrStoreUnavailable):
+		// And a record store that does not answer, on every route.
+		err = unavailable.Answer(err)
 	}
 	e := apierr.From(err)
 	e.EachHeader(w.Header().Set) // Retry-After and the like: the error's own

@@ -2,7 +2,6 @@ package market
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/readiness"
 )
 
 // statusAnswer is POST /market/vms/status: everything a box sees of the
@@ -383,16 +383,21 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 // answers, and the disk has room for the store's own writes. A 503 names
 // the reason: storeCorrupt (a damaged page was met: restore the db),
 // storeUnwritable (writes fail: I/O errors, a read-only file system),
-// noSpace (the disk is full: remove images or free space), notReady (the
-// record store does not answer), blobStoreUnreachable (the S3 bucket or
-// the image directory does not answer). Every answer lists every problem
-// in reasons, the first being the one reason (or machines) names: a store
-// and a disk can fail at once, and an operator who fixes the first should
-// not learn of the next only then. The causes go to the log only.
+// noSpace (the disk is full: remove images or free space),
+// storeUnreachable (the record store does not answer in time, refuses or
+// restarts), notReady (the record store failed otherwise),
+// blobStoreUnreachable (the S3 bucket or the image directory does not
+// answer). Every answer lists every problem in reasons, the first being
+// the one reason (or machines) names: a store and a disk can fail at
+// once, and an operator who fixes the first should not learn of the next
+// only then. The causes go to the log, once per change of verdict
+// (readiness.Watch): a probe every few seconds must not write a line
+// each.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 	defer cancel()
 	problems := s.notReady(ctx)
+	s.readiness.Note(problems)
 	machines := s.machinesProblems()
 	if len(problems) == 0 {
 		ans := readyAnswer{Status: "ok", Reasons: machines}
@@ -403,41 +408,33 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reasons := make([]string, 0, len(problems)+len(machines))
-	causes := make([]error, 0, len(problems))
 	for _, p := range problems {
 		reasons = append(reasons, p.Reason)
-		causes = append(causes, p.Err)
 	}
-	// The log line names the first reason and every cause.
-	e := s.logFailure(w, r, problems[0].WithCause(errors.Join(causes...)))
-	s.writeJSON(w, r, e.Status, notReadyAnswer{Error: e.Msg, Reason: e.Reason, Reasons: append(reasons, machines...)})
+	s.writeJSON(w, r, problems[0].Status, notReadyAnswer{Error: problems[0].Msg, Reason: problems[0].Reason, Reasons: append(reasons, machines...)})
 }
 
 // notReady is why the edge is not ready, the record store's problem
 // first, then the image storage's (one that does not answer, or else a
 // full disk); none when it is ready.
 func (s *Server) notReady(ctx context.Context) []*apierr.Error {
-	storeErr := s.st.Ping(ctx)
 	// The blob store's own Ping is cheap and cached (a probe flood asks
 	// it once); Available is asked only of a store that answers, since
 	// over S3 it lists the bucket.
 	var avail int64
-	blobErr := s.blobs.Ping(ctx)
-	if blobErr == nil {
-		avail, blobErr = s.blobs.Available(ctx)
-	}
+	storeErr, blobErr := readiness.Ask(ctx, s.st.Ping, func(ctx context.Context) (err error) {
+		if err = s.blobs.Ping(ctx); err == nil {
+			avail, err = s.blobs.Available(ctx)
+		}
+		return err
+	})
 	var out []*apierr.Error
-	switch {
-	case errors.Is(storeErr, imagestore.ErrDamaged):
-		out = append(out, apierr.Wrap(storeErr, http.StatusServiceUnavailable, "storeCorrupt", "the record store is damaged; restore it from a backup"))
-	case errors.Is(storeErr, imagestore.ErrUnwritable):
-		out = append(out, apierr.Wrap(storeErr, http.StatusServiceUnavailable, "storeUnwritable", "the record store cannot write"))
-	case storeErr != nil && !errors.Is(storeErr, imagestore.ErrNoSpace):
-		out = append(out, apierr.Wrap(storeErr, http.StatusServiceUnavailable, "notReady", "the record store is not reachable"))
+	if p := readiness.Store(storeErr); p != nil {
+		out = append(out, p)
 	}
 	switch {
 	case blobErr != nil:
-		out = append(out, apierr.Wrap(blobErr, http.StatusServiceUnavailable, "blobStoreUnreachable", "the image storage (the S3 bucket or the image directory) does not answer"))
+		out = append(out, readiness.Blobs(blobErr))
 	case avail < s.cfg.MinFree:
 		// A store write that failed for space before the room came back
 		// is no reason to wait; one while the disk is still full is this.

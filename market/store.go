@@ -29,6 +29,9 @@ type Store interface {
 
 	// Tickets, and the uploads they admit.
 	CreateTicket(ctx context.Context, tk imagestore.Ticket, ticket imagestore.Hash, quota int) error
+	// WithdrawTicket takes back a ticket whose answer did not reach its
+	// client (tickets.go).
+	WithdrawTicket(ctx context.Context, tk imagestore.Ticket, ticket imagestore.Hash, now time.Time) error
 	SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (newlyExpired int, err error)
 	OpenSessions(ctx context.Context, tenantID int64, now time.Time) ([]imagestore.UploadSession, error)
 	UnusedTickets(ctx context.Context, tenantID int64, now time.Time) ([]imagestore.Ticket, error)

@@ -145,7 +145,7 @@ func (rc *rawConn) dribble(interval time.Duration, done <-chan struct{}) <-chan 
 	return stopped
 }
 
-// answer reads one response and checks it is the SPEC error with
+// answer reads one response and checks it is the edge's error with
 // Connection: close, followed by the end of the connection.
 func (rc *rawConn) answer(status int, reason string) {
 	rc.t.Helper()

@@ -1,6 +1,7 @@
 package market
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/settle"
 )
 
 // maxNameLen is the longest image name, in characters.
@@ -76,24 +78,106 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 		CreatedAt: now,
 		ExpiresAt: now.Add(s.cfg.TicketTTL),
 	}
-	err = s.st.CreateTicket(r.Context(), tk, imagestore.HashSecret(secret), s.cfg.ImagesPerTenant)
+	hash := imagestore.HashSecret(secret)
+	err = s.st.CreateTicket(r.Context(), tk, hash, s.cfg.ImagesPerTenant)
 	switch {
 	case errors.Is(err, imagestore.ErrQuota):
 		s.fail(w, r, apierr.Wrap(err, http.StatusConflict, "imageQuota",
 			"this box's images, unused tickets and unfinished uploads already number "+
 				strconv.Itoa(s.cfg.ImagesPerTenant)+", the most allowed; cancel an unused ticket (vmshelf cancel; status lists them), finish or let an upload expire, or remove an image"))
 		return
+	case errors.Is(err, imagestore.ErrNotFound), errors.Is(err, imagestore.ErrExists):
+		s.fail(w, r, err) // refused by the records: nothing was written
+		return
 	case err != nil:
+		// "Could not ask" is not "not done": the write may have landed,
+		// or may land still.
+		s.withdraw(tk, hash, "the store did not confirm it")
 		s.fail(w, r, err)
 		return
 	}
-	s.metrics.ticketsIssued.Inc()
-	s.writeJSON(w, r, http.StatusCreated, ticketAnswer{
+	ans := ticketAnswer{
 		Ticket:    secret,
 		UploadID:  tk.UploadID,
 		UploadURL: s.cfg.PublicURL + "/market/vm-images/upload/" + secret,
 		ExpiresAt: tk.ExpiresAt,
-	})
+	}
+	if !s.deliver(w, r, http.StatusCreated, ans) {
+		s.withdraw(tk, hash, "its client was gone before the answer")
+		return
+	}
+	s.metrics.ticketsIssued.Inc()
+}
+
+// A ticket request either gets its ticket or leaves none. A ticket holds
+// one of its tenant's few places for its whole TTL, and one made behind
+// a client's back (the client saw an error, or no answer at all) holds it
+// for nothing. The hard case is a CreateTicket whose write lands while
+// its caller no longer waits: a server that stalled after the INSERT and
+// resumes after the call's deadline, or a client that left while the
+// write ran. Two ways were open:
+//
+//   - create tickets in a state that only the written answer makes
+//     usable (a second write after the answer). But a place must be
+//     counted from the first write on, or quotas race, and the second
+//     write can fail as the first did: the client would then hold a 201
+//     whose ticket does not work, the very thing the rule forbids;
+//   - undo, after the answer, what the call may have done: a compensating
+//     write, bounded by its own deadline and tried again until the store
+//     answers.
+//
+// The undo is taken: it leaves every successful request as it was (one
+// write, its answer), and costs only the requests that failed. Its write
+// is imagestore.Store.WithdrawTicket, one upsert on the ticket's upload
+// id that holds in whichever order it meets the late CreateTicket: it
+// cancels the row that landed, or writes a cancelled row that makes the
+// late write fail on the id's uniqueness. The client never saw the
+// ticket's secret, so nothing can use it meanwhile; its place comes back
+// the moment the store answers again. Only a replica that dies with an
+// undo pending leaves the ticket to its TTL.
+
+// Bounds of the withdrawals: tried again every firstWithdrawBackoff to
+// maxWithdrawBackoff while the store does not answer, until the ticket
+// would have expired anyway.
+const (
+	firstWithdrawBackoff = 500 * time.Millisecond
+	maxWithdrawBackoff   = 2 * time.Second
+)
+
+func (s *Server) newWithdrawals() *settle.Queue {
+	return settle.New(s.stop, s.log, func(err error) bool { return errors.Is(err, imagestore.ErrStoreUnavailable) },
+		firstWithdrawBackoff, maxWithdrawBackoff)
+}
+
+// withdraw takes tk back in the background (see above); why says why its
+// answer did not reach the client.
+func (s *Server) withdraw(tk imagestore.Ticket, hash imagestore.Hash, why string) {
+	// Until the ticket would have expired: its remaining TTL from now, on
+	// the process's clock (the settle queue's).
+	until := time.Now().Add(tk.ExpiresAt.Sub(s.cfg.Now()))
+	s.withdrawals.Go(settle.Job{Name: "withdraw a ticket whose answer was lost", Attrs: []any{"upload_id", tk.UploadID, "why", why},
+		Until: until, Done: "ticket whose answer was lost withdrawn",
+		Left: "it holds its tenant's place until it expires; nobody holds its secret",
+		Run: func() error {
+			return s.st.WithdrawTicket(context.Background(), tk, hash, s.cfg.Now())
+		}})
+}
+
+// deliver answers status with v, as writeJSON does, and reports whether
+// the answer reached the connection: false when the client left before
+// it (the request's context is done) or the connection refused it. The
+// request counter then counts what the client got: no answer (499).
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, status int, v any) bool {
+	if r.Context().Err() != nil {
+		clientGone(w)
+		return false
+	}
+	s.writeJSON(w, r, status, v)
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		clientGone(w)
+		return false
+	}
+	return true
 }
 
 // cleanName trims name and checks it is 1..128 printable characters. Names

@@ -35,6 +35,9 @@ var apiDocPath = filepath.Join("..", "..", "docs", "openapi.yaml")
 const (
 	dataPlane    = "data plane"
 	controlPlane = "control plane"
+	// bothPlanes is a path served on both ports (the health probes),
+	// whose operations carry both tags.
+	bothPlanes = "both planes"
 )
 
 // loadAPIDoc loads and validates docs/openapi.yaml.
@@ -59,7 +62,8 @@ func TestAPIDocValid(t *testing.T) {
 	}
 	// Each path's operations belong to one plane, and the path's servers
 	// are that plane's: a client reading the document must know where to
-	// send a request.
+	// send a request. A path of both planes (the probes) has both
+	// servers.
 	for _, path := range doc.Paths.InMatchingOrder() {
 		item := doc.Paths.Value(path)
 		plane, err := planeOf(item)
@@ -67,8 +71,18 @@ func TestAPIDocValid(t *testing.T) {
 			t.Errorf("%s: %v", path, err)
 			continue
 		}
-		if len(item.Servers) != 1 || !strings.HasPrefix(item.Servers[0].Description, plane) {
-			t.Errorf("%s: want one server whose description starts with %q", path, plane)
+		planes := []string{plane}
+		if plane == bothPlanes {
+			planes = []string{dataPlane, controlPlane}
+		}
+		if len(item.Servers) != len(planes) {
+			t.Errorf("%s: want the servers of %q", path, planes)
+			continue
+		}
+		for i, p := range planes {
+			if !strings.HasPrefix(item.Servers[i].Description, p) {
+				t.Errorf("%s: want server %d's description to start with %q", path, i, p)
+			}
 		}
 	}
 	if _, err := unroutedAnswers(doc); err != nil {
@@ -86,11 +100,18 @@ func planeOf(item *openapi3.PathItem) (string, error) {
 				tags = append(tags, tag)
 			}
 		}
-		if len(tags) != 1 || (plane != "" && tags[0] != plane) {
-			return "", fmt.Errorf("%s: want one tag of %q or %q, the same for every operation of the path; have %q",
+		this := ""
+		switch len(tags) {
+		case 1:
+			this = tags[0]
+		case 2:
+			this = bothPlanes
+		}
+		if this == "" || (plane != "" && this != plane) {
+			return "", fmt.Errorf("%s: want the tag %q or %q, or both, the same for every operation of the path; have %q",
 				method, dataPlane, controlPlane, op.Tags)
 		}
-		plane = tags[0]
+		plane = this
 	}
 	if plane == "" {
 		return "", fmt.Errorf("no operation")
@@ -201,7 +222,7 @@ func TestAPIDocCoversCode(t *testing.T) {
 			continue
 		}
 		method, path, _ := strings.Cut(op, " ")
-		if _, ok := code.routes["GET "+path]; ok && method == "HEAD" && docOps["GET "+path] == controlPlane {
+		if _, ok := code.routes["GET "+path]; ok && method == "HEAD" && (docOps["GET "+path] == controlPlane || docOps["GET "+path] == bothPlanes) {
 			continue
 		}
 		t.Errorf("%s describes %s, which the code does not serve", apiDocPath, op)
@@ -491,6 +512,31 @@ func readCode(t *testing.T) *codeFacts {
 	})
 	if len(prefixOf) < 3 {
 		t.Fatalf("classify pairs %d route kinds with prefixes; the test no longer reads the data plane's routes", len(prefixOf))
+	}
+	// The data plane's probes: the control plane's paths, on its port
+	// too (gateway's probePaths, its constants).
+	probes := 0
+	eachValue(gw, token.VAR, func(name string, v ast.Expr) {
+		if name != "probePaths" {
+			return
+		}
+		for _, e := range v.(*ast.CompositeLit).Elts {
+			p := consts[identName(e)]
+			if p == "" {
+				t.Errorf("%s: a probe path this test cannot read", at(e))
+				continue
+			}
+			probes++
+			op := "GET " + p
+			if c.routes[op] == controlPlane {
+				c.routes[op] = bothPlanes
+			} else {
+				c.routes[op], c.routeAt[op] = dataPlane, at(e)
+			}
+		}
+	})
+	if probes == 0 {
+		t.Fatal("found no gateway probePaths; the test no longer reads the data plane's probes")
 	}
 
 	// Answers.

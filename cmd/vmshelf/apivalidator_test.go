@@ -69,7 +69,7 @@ func planeRouter(doc *openapi3.T, plane string) (routers.Router, error) {
 	cp.Servers = nil
 	cp.Paths = openapi3.NewPaths()
 	for path, item := range doc.Paths.Map() {
-		if p, err := planeOf(item); err != nil || p != plane {
+		if p, err := planeOf(item); err != nil || (p != plane && p != bothPlanes) {
 			continue
 		}
 		it := *item

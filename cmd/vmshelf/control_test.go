@@ -86,6 +86,8 @@ func TestServeFlagsLimitsRefused(t *testing.T) {
 		{[]string{"--fetch-queue-wait", "-1s"}, "fetch-queue-wait"},
 		{[]string{"--fetch-queue-wait", "0"}, "fetch-queue-wait"},
 		{[]string{"--fetch-queue-wait", "soon"}, "fetch-queue-wait"},
+		{[]string{"--store-timeout", "0"}, "store-timeout"},
+		{[]string{"--store-timeout", "31s"}, "store-timeout"},
 		{[]string{"--control-max-conns", "0"}, "control-max-conns"},
 		{[]string{"--control-idle-timeout", "0s"}, "control-idle-timeout"},
 		{[]string{"--control-header-timeout", "0s"}, "control-header-timeout"},

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/postgres"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/imagestore/sqlstore"
 	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/datadir"
 )
@@ -67,9 +69,10 @@ func (r *records) shared() bool { return r.local == nil }
 // commands use it while serve runs: SQLite's WAL and busy timeout let them
 // share the file. Only serve and 'tenant add' create a store, so a
 // mistyped --data-dir is an error instead of a new, empty store.
-func openRecords(ctx context.Context, dir string, create bool, getenv func(string) string, opts ...sqlite.Option) (*records, error) {
+// callTimeout bounds every call of the records (0: the store's default).
+func openRecords(ctx context.Context, dir string, create bool, getenv func(string) string, callTimeout time.Duration, opts ...sqlite.Option) (*records, error) {
 	if url := getenv(storeURLEnv); url != "" {
-		st, err := postgres.Open(ctx, url)
+		st, err := postgres.Open(ctx, url, sqlstore.CallTimeout(callTimeout))
 		if err != nil {
 			// postgres.Open's errors never repeat the URL.
 			return nil, fmt.Errorf("open the PostgreSQL store (%s): %w", storeURLEnv, err)
@@ -84,7 +87,7 @@ func openRecords(ctx context.Context, dir string, create bool, getenv func(strin
 	if err := prepareDataDir(dir); err != nil {
 		return nil, err
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(dir, dbFile), opts...)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, dbFile), append(opts, sqlite.WithCallTimeout(callTimeout))...)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}

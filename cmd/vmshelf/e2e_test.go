@@ -649,7 +649,7 @@ func decode(t *testing.T, body []byte, v any) {
 	}
 }
 
-// wantError checks SPEC's error shape, status and reason.
+// wantError checks the edge's error shape, status and reason.
 func wantError(t *testing.T, what string, code int, body []byte, wantCode int, wantReason string) {
 	t.Helper()
 	var e struct {

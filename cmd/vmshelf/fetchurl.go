@@ -71,7 +71,7 @@ func fetchURL(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st, err := openRecords(ctx, *dataDir, false, os.Getenv)
+	st, err := openRecords(ctx, *dataDir, false, os.Getenv, 0)
 	if err != nil {
 		return err
 	}

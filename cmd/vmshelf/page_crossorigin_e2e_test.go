@@ -84,6 +84,19 @@ func TestPageCrossOrigin(t *testing.T) {
 		}
 	})
 
+	// The edge hands out an upload address where nothing listens: the
+	// page says within seconds that nothing answers there, names it, and
+	// gives the ticket back.
+	t.Run("upload address dead", func(t *testing.T) {
+		dead := otherLoopback(t)
+		s := startServe(t, filepath.Join(t.TempDir(), "data"), []string{"--public-url", "http://" + dead})
+		end, _ := crossOriginRun(t, s, s.ctlBase+"/machines", disk, "refused")
+		if end.Reason != "network" || !strings.Contains(end.Status, "Nothing answers at the edge's upload address http://"+dead) {
+			t.Errorf("the refused row says %q (%s); want that nothing answers at %s", end.Status, end.Reason, dead)
+		}
+		poll(t, 400, 50*time.Millisecond, "the try's ticket back", func() bool { return len(s.status(t, s.token).Tickets) == 0 })
+	})
+
 	t.Run("origin not allowed", func(t *testing.T) {
 		ctl := freeAddr(t)
 		_, port, _ := net.SplitHostPort(ctl)

@@ -1386,7 +1386,7 @@ func TestPageOrder(t *testing.T) {
 // its images come first, "Your machines" last; with a machine, the machine
 // comes first, in the first screen of a desktop; the not-offered list is
 // folded, the catalogue an even grid; the page shorter than the 3 100 px
-// (desktop) and 4 570 px (phone) that issue 25 measured, with room to spare
+// (desktop) and 4 570 px (phone) measured when the layout was fixed, with room to spare
 // (on a phone 4 000 px since the catalogue offers two installation ISOs and
 // a running replica has its console buttons: 3 849 px measured then).
 func wantOrderLayout(t *testing.T, s *server, before, after pageLayout, heights map[string]int) {

@@ -128,7 +128,7 @@ func openShelf(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.W
 	if err != nil {
 		return nil, err
 	}
-	st, err := openRecords(ctx, f.dataDir, true, os.Getenv, sqlite.WithReserve(storeReserve))
+	st, err := openRecords(ctx, f.dataDir, true, os.Getenv, f.storeTimeout, sqlite.WithReserve(storeReserve))
 	if errors.Is(err, imagestore.ErrDamaged) {
 		// A zero-filled or overwritten vmshelf.db: refused like a damaged one.
 		err = usagef("data dir %s: %s is damaged or is not a vmshelf database (%v); refusing to start: stop, "+
@@ -296,6 +296,7 @@ func newGateway(f *serveFlags, sh *shelf, shared imagestore.Store, reg prometheu
 		Headroom:        int64(f.headroomMiB) << 20,
 		TrustedProxies:  f.trustedProxies,
 		FetchQueueWait:  f.fetchQueueWait,
+		StoreTimeout:    f.storeTimeout,
 		Log:             log.With("plane", "data"),
 	}, shared, sh.blobs.Blobs, reg)
 }
@@ -412,6 +413,9 @@ func (p *planes) run(ctx context.Context, f *serveFlags, sh *shelf, log *slog.Lo
 		log.Warn("data plane shutdown", "err", err)
 	}
 	if err := ctl.Shutdown(sctx); err != nil {
+		log.Warn("control plane shutdown", "err", err)
+	}
+	if err := p.mk.Shutdown(sctx); err != nil {
 		log.Warn("control plane shutdown", "err", err)
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/sqlstore"
 	"github.com/vmshelf/vmshelf/internal/baseurl"
 	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
@@ -66,6 +67,7 @@ type serveFlags struct {
 	trustedProxiesList, forwardedHeaderName string
 	trustedProxies                          clientaddr.Trust // from both by validate
 	fetchQueueWait                          time.Duration
+	storeTimeout                            time.Duration
 	// The refunds: the deadline of a paid order that cannot run, how
 	// often refunds are decided and retried, and how long one Stripe
 	// call may take (a refund attempt is claimed for twice that).
@@ -156,6 +158,7 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.StringVar(&f.trustedProxiesList, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of reverse proxies whose --forwarded-header is believed; none when empty")
 	fs.StringVar(&f.forwardedHeaderName, "forwarded-header", clientaddr.XForwardedFor.String(), "the one header the trusted proxies write the client's address in: X-Forwarded-For (Traefik, nginx, the common ingress controllers) or Forwarded; the other is ignored")
 	fs.DurationVar(&f.fetchQueueWait, "fetch-queue-wait", 30*time.Second, "a fetch beyond --max-transfers waits this long for a slot before 503")
+	fs.DurationVar(&f.storeTimeout, "store-timeout", sqlstore.DefaultCallTimeout, "the longest one call to the record store may take; a request whose call does not answer within it is answered 503 storeUnreachable (at most "+maxStoreTimeout.String()+")")
 	fs.StringVar(&f.blobs, "blobs", "", "where the images live: s3://bucket/prefix for an S3 bucket shared by every replica (default <data-dir>/vm-images)")
 	fs.Float64Var(&f.blobCapacityGiB, "blob-capacity-gib", 0, "what the bucket may hold for vmshelf, in GiB, in place of a disk's free space")
 	fs.BoolVar(&f.dev, "dev", false, "create tenant 'dev' if missing and write its token to <data-dir>/dev-token")
@@ -271,6 +274,8 @@ func (f *serveFlags) validateLimits() error {
 		return usagef("--control-header-timeout must be positive and at most %v", controlReadTimeout)
 	case f.fetchQueueWait <= 0:
 		return usagef("--fetch-queue-wait must be positive (a fetch beyond the cap waits at most this long)")
+	case f.storeTimeout <= 0 || f.storeTimeout > maxStoreTimeout:
+		return usagef("--store-timeout must be positive and at most %v (a client or a proxy waiting longer gives up before the answer)", maxStoreTimeout)
 	case f.refundDeadline <= 0 || f.refundEvery <= 0 || f.stripeTimeout <= 0:
 		return usagef("--refund-deadline, --refund-every and --stripe-timeout must be positive")
 	case f.consoleIdle <= 0 || f.consoleTimeout <= 0 || f.consolesPerTenant < 1 || f.consolesPerEdge < f.consolesPerTenant:
@@ -441,3 +446,9 @@ func publicBase(public, dataAddr string) (string, error) {
 	}
 	return base, nil
 }
+
+// maxStoreTimeout bounds --store-timeout: a request may make a few store
+// calls in a row, and its answer must come while the client, and a proxy
+// before it (30 to 60 s is common), still waits for it, and within the
+// control plane's own write timeout.
+const maxStoreTimeout = 30 * time.Second

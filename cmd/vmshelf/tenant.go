@@ -107,7 +107,7 @@ func tenant(ctx context.Context, sub string, doc cli.Doc, args []string, stdout,
 	if sub != "list" && !validTenantName(name) {
 		return usagef("tenant name %q: use 1-63 characters a-z, 0-9 and '-'", name)
 	}
-	st, err := openRecords(ctx, *dataDir, sub == "add", os.Getenv)
+	st, err := openRecords(ctx, *dataDir, sub == "add", os.Getenv, 0)
 	if err != nil {
 		return err
 	}

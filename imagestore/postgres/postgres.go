@@ -15,11 +15,16 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,8 +44,9 @@ const maxConns = 16
 // (PostgreSQL's statement_timeout, set as each connection starts): the
 // records' statements touch a handful of rows and end in milliseconds, so
 // one still running after this is wedged, and its caller gets the store's
-// error instead of waiting for ever. It matches SQLite's busy timeout
-// (imagestore/sqlite), so both stores fail a stuck call alike, and it
+// error instead of waiting for ever. It matches the default deadline of a
+// whole call (sqlstore.DefaultCallTimeout), which cuts it client-side
+// first when it is shorter (--store-timeout), and it
 // fits several times into the market's bounds on the work it does for
 // Stripe (market's webhookBound and checkoutBound, a minute).
 const statementTimeout = 10 * time.Second
@@ -72,13 +78,14 @@ var migrationFiles embed.FS
 // Open connects to the database at url and brings its schema up to date,
 // under an advisory lock so that replicas starting together never race.
 // A database migrated by a newer binary is refused. The password, if url
-// holds one, appears in no error.
-func Open(ctx context.Context, url string) (*Store, error) {
-	return open(ctx, url, statementTimeout, lockTimeout)
+// holds one, appears in no error. opts are the records' (sqlstore's
+// CallTimeout).
+func Open(ctx context.Context, url string, opts ...sqlstore.Option) (*Store, error) {
+	return open(ctx, url, statementTimeout, lockTimeout, opts...)
 }
 
 // open is Open with the timeouts given (tests shorten them).
-func open(ctx context.Context, url string, statement, lock time.Duration) (*Store, error) {
+func open(ctx context.Context, url string, statement, lock time.Duration, opts ...sqlstore.Option) (*Store, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		// pgx's own message repeats the URL (with its password masked);
@@ -102,7 +109,7 @@ func open(ctx context.Context, url string, statement, lock time.Duration) (*Stor
 		return nil, fmt.Errorf("postgres: open: %w", withFault(err))
 	}
 	s := &Store{db: db}
-	s.Store = sqlstore.New(engine{s})
+	s.Store = sqlstore.New(engine{s}, opts...)
 	return s, nil
 }
 
@@ -122,7 +129,7 @@ func (s *Store) Close() error {
 func (s *Store) Ping(ctx context.Context) error {
 	var v int
 	if err := s.db.QueryRowContext(ctx, `SELECT version FROM vmshelf_schema`).Scan(&v); err != nil {
-		err = withFault(fmt.Errorf("postgres: ping: %w", err))
+		err = sqlstore.Unanswered(ctx, withFault(fmt.Errorf("postgres: ping: %w", err)))
 		s.health.Note(err, false)
 		return err
 	}
@@ -202,7 +209,7 @@ func (s *Store) tx(ctx context.Context, op string, opts *sql.TxOptions, fn func(
 		return withFault(fmt.Errorf("postgres: %s: begin: %w", op, err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := fn(sqlstore.NewTx(tx, dialect)); err != nil {
+	if err := fn(sqlstore.NewTx(ctx, tx, dialect)); err != nil {
 		return withFault(fmt.Errorf("postgres: %s: %w", op, err))
 	}
 	if err := tx.Commit(); err != nil {
@@ -255,9 +262,48 @@ func storageFault(err error) error {
 	return nil
 }
 
+// withFault wraps err in the imagestore error that names what it says of
+// the store: a storage failure (storageFault), or a server that could not
+// be reached or asked (unreachable).
 func withFault(err error) error {
 	if f := storageFault(err); f != nil {
 		return fmt.Errorf("%w: %w", f, err)
 	}
+	if unreachable(err) && !errors.Is(err, imagestore.ErrStoreUnavailable) {
+		return fmt.Errorf("%w: %w", imagestore.ErrStoreUnavailable, err)
+	}
 	return err
+}
+
+// unreachable is an error that says the server could not be asked or
+// could not answer, rather than that it refused the request: no
+// connection (refused, reset, closed under the call, a socket that is
+// not there), a server shutting down, restarting or starting up, or
+// statements it cut or let wait past their bounds (statement_timeout,
+// lock_timeout: a wedge, not an answer). All of them pass by themselves,
+// and the client may retry. A refusal of ours to log in (a password, a
+// missing database) is a misconfiguration, not one of them, and neither
+// is a context the caller cancelled.
+func unreachable(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	if code := pgCode(err); code != "" {
+		switch code {
+		case "57P01", "57P02", "57P03", // admin_shutdown, crash_shutdown, cannot_connect_now
+			"57014", "55P03", // query_canceled (statement_timeout), lock_not_available (lock_timeout)
+			"53300": // too_many_connections
+			return true
+		}
+		return strings.HasPrefix(code, "08") // connection_exception and its kinds
+	}
+	var (
+		connect *pgconn.ConnectError
+		netErr  net.Error
+	)
+	return errors.As(err, &connect) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, context.DeadlineExceeded)
 }

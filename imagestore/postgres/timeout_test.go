@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/postgres"
 )
 
@@ -33,7 +34,8 @@ func TestStoreTimeouts(t *testing.T) {
 
 // TestStatementTimeoutEndsStatement: a statement that runs past the
 // statement timeout is cut by PostgreSQL and the store reports it as its
-// own error; one that ends just within it runs.
+// own error, a store that did not answer in time
+// (imagestore.ErrStoreUnavailable); one that ends just within it runs.
 func TestStatementTimeoutEndsStatement(t *testing.T) {
 	const limit = 300 * time.Millisecond
 	s, err := postgres.OpenWithTimeouts(t.Context(), cluster.NewDatabase(t), limit, limit)
@@ -48,8 +50,9 @@ func TestStatementTimeoutEndsStatement(t *testing.T) {
 	err = s.ReadStatement(t.Context(), `SELECT pg_sleep(5)`)
 	took := time.Since(start)
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "57014" || !strings.HasPrefix(err.Error(), "postgres: test statement: ") {
-		t.Fatalf("a statement past the timeout: %v; want the store's error, PostgreSQL's query_canceled (57014)", err)
+	if !errors.As(err, &pe) || pe.Code != "57014" || !strings.Contains(err.Error(), "postgres: test statement: ") ||
+		!errors.Is(err, imagestore.ErrStoreUnavailable) {
+		t.Fatalf("a statement past the timeout: %v; want the store's error, PostgreSQL's query_canceled (57014), unavailable", err)
 	}
 	if took < limit || took > 4*time.Second {
 		t.Errorf("the statement ended after %v, want soon after the timeout %v", took, limit)

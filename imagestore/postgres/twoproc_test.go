@@ -9,7 +9,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 )
 
-// procs is how many replicas each race runs: two, as the proof
+// procs is how many replicas each race runs: two, the smallest scale-out
 // asks, is the smallest number where cross-process races exist.
 const procs = 2
 

@@ -100,7 +100,9 @@ func (w *writer) SetFence(fence func(ctx context.Context) error) {
 	w.fence = fence
 }
 
-// fenced asks the fence, if any, within the call timeout.
+// fenced asks the fence, if any, within the call timeout. Its error says
+// why the fence refused (the writer's right lapsed, or could not be
+// checked): the words are the fence's, not a verdict of this package.
 func (w *writer) fenced(ctx context.Context) error {
 	if w.fence == nil {
 		return nil
@@ -108,7 +110,7 @@ func (w *writer) fenced(ctx context.Context) error {
 	ctx, cancel := w.s.call(ctx)
 	defer cancel()
 	if err := w.fence(ctx); err != nil {
-		return fmt.Errorf("fenced off: %w", err)
+		return fmt.Errorf("write not made: %w", err)
 	}
 	return nil
 }

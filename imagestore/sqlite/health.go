@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -14,6 +15,15 @@ import (
 
 // Option configures Open.
 type Option func(*Store)
+
+// WithCallTimeout bounds every call of the records (sqlstore.CallTimeout).
+// A call that waits for the one writer connection while another write
+// holds it waits within it too; one whose statement SQLite itself gave up
+// on (another process held the file's lock for the whole busy timeout)
+// is not the store's passing outage but a lock held by one of ours.
+func WithCallTimeout(d time.Duration) Option {
+	return func(s *Store) { s.callTimeout = d }
+}
 
 // WithReserve keeps n bytes of emergency space in a file beside the
 // database (<db>-reserve). A write that fails because the disk is full

@@ -248,7 +248,7 @@ CREATE TABLE blob_intents (
 ALTER TABLE tickets ADD COLUMN cancelled_at INTEGER
 	CHECK (cancelled_at IS NULL OR (cancelled_at = used_at AND put_running = 0));
 `,
-		// Refunds, disputes and hosts' own payout accounts (issue 27).
+		// Refunds, disputes and hosts' own payout accounts.
 		// An order gains three states: refunding (decided, Stripe not yet
 		// done), refunded and refundFailed (Stripe refused; retried).
 		// A CHECK cannot be altered in SQLite, so the orders table is

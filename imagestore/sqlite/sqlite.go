@@ -36,6 +36,19 @@ import (
 // a writer waiting this long means something is wedged, not busy.
 const busyTimeout = 10 * time.Second
 
+// lockWait is the busy timeout under a call deadline of callTimeout (0:
+// sqlstore's default): busyTimeout, or half the deadline where that is
+// shorter. A lock another process of ours holds (the tenant CLI, a
+// backup) is then reported as such by SQLite (SQLITE_BUSY: a fault to look
+// at, 500), before the deadline, which stays for a store that does not
+// answer at all (a hung disk: imagestore.ErrStoreUnavailable, 503).
+func lockWait(callTimeout time.Duration) time.Duration {
+	if callTimeout <= 0 {
+		callTimeout = sqlstore.DefaultCallTimeout
+	}
+	return min(busyTimeout, callTimeout/2)
+}
+
 // Store is an imagestore.Store backed by one SQLite database file. It is
 // safe for concurrent use.
 type Store struct {
@@ -48,7 +61,10 @@ type Store struct {
 	rstmts  *sqlstore.Stmts // the reads' statements, prepared on db
 	path    string
 	reserve *reserve // nil without WithReserve
-	health  sqlstore.Health
+	// callTimeout bounds every call (WithCallTimeout); 0: sqlstore's
+	// default.
+	callTimeout time.Duration
+	health      sqlstore.Health
 	// The background checkpoint (see checkpointEvery): closing stop ends
 	// it, stopped is closed once it has.
 	stop, stopped   chan struct{}
@@ -108,13 +124,18 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
+	s := &Store{path: abs, stop: make(chan struct{}), stopped: make(chan struct{}), checkpointEvery: checkpointEvery}
+	for _, o := range opts {
+		o(s)
+	}
+	busy := lockWait(s.callTimeout)
 
 	// Writers go through one connection, so that concurrent writes queue
 	// in Go (FIFO, no sleeping) instead of in SQLite's busy handler, whose
 	// backoff sleeps (up to 100 ms each) made the ticket route's p99 jump
 	// under load. Reads use a pool and never wait for the writer (WAL).
 	// Other processes (the tenant CLI) still meet busy_timeout.
-	wdb, err := sql.Open("sqlite", dsn(abs, true, busyTimeout))
+	wdb, err := sql.Open("sqlite", dsn(abs, true, busy))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
 	}
@@ -127,7 +148,7 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 		// damage, as Verify would say of a damaged page.
 		return nil, fmt.Errorf("sqlite: open: %w", withFault(err))
 	}
-	db, err := sql.Open("sqlite", dsn(abs, false, busyTimeout))
+	db, err := sql.Open("sqlite", dsn(abs, false, busy))
 	if err != nil {
 		_ = wdb.Close()
 		return nil, fmt.Errorf("sqlite: open: %w", err)
@@ -153,14 +174,10 @@ func open(ctx context.Context, path string, steps []string, opts ...Option) (*St
 	// Reads are prepared too: a tenant's every request authenticates
 	// (TenantByToken) and a status runs half a dozen selects, and each
 	// was parsed anew, some twice (see sqlstore.Stmts).
-	s := &Store{db: db, cdb: cdb, wdb: wdb, wstmts: sqlstore.NewStmts(wdb), rstmts: sqlstore.NewStmts(db), path: abs,
-		stop: make(chan struct{}), stopped: make(chan struct{}), checkpointEvery: checkpointEvery}
+	s.db, s.cdb, s.wdb, s.wstmts, s.rstmts = db, cdb, wdb, sqlstore.NewStmts(wdb), sqlstore.NewStmts(db)
 	// One writer: concurrent tickets share a commit (see
 	// sqlstore.GroupCommit).
-	s.Store = sqlstore.New(engine{s}, sqlstore.GroupCommit())
-	for _, o := range opts {
-		o(s)
-	}
+	s.Store = sqlstore.New(engine{s}, sqlstore.GroupCommit(), sqlstore.CallTimeout(s.callTimeout))
 	go s.checkpoint()
 	// A disk already full at start leaves the store without its reserve
 	// for now; RefillReserve takes it once there is room.
@@ -262,7 +279,7 @@ func (s *Store) Close() error {
 func (s *Store) Ping(ctx context.Context) error {
 	var v int
 	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		err = withFault(fmt.Errorf("sqlite: ping: %w", err))
+		err = sqlstore.Unanswered(ctx, withFault(fmt.Errorf("sqlite: ping: %w", err)))
 		s.health.Note(err, false)
 		return err
 	}
@@ -340,7 +357,7 @@ func (e engine) Read(ctx context.Context, op string, fn func(tx *sqlstore.Tx) er
 // anew by the driver, cost as much as a short select.
 func (e engine) ReadStatement(ctx context.Context, op string, fn func(tx *sqlstore.Tx) error) error {
 	s := e.s
-	err := fn(sqlstore.NewStatement(s.db, dialect).WithStmts(s.rstmts))
+	err := fn(sqlstore.NewStatement(ctx, s.db, dialect).WithStmts(s.rstmts))
 	if err != nil {
 		err = withFault(fmt.Errorf("sqlite: %s: %w", op, err))
 	}
@@ -364,7 +381,7 @@ func (s *Store) tx(ctx context.Context, db *sql.DB, op string, opts *sql.TxOptio
 		return withFault(fmt.Errorf("sqlite: %s: begin: %w", op, err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	if err := fn(sqlstore.NewTx(tx, dialect).WithStmts(stmts)); err != nil {
+	if err := fn(sqlstore.NewTx(ctx, tx, dialect).WithStmts(stmts)); err != nil {
 		return withFault(fmt.Errorf("sqlite: %s: %w", op, err))
 	}
 	if err := tx.Commit(); err != nil {

@@ -111,9 +111,9 @@ func TestPragmas(t *testing.T) {
 		}{
 			{"journal_mode", "wal"},
 			{"foreign_keys", "1"},
-			{"synchronous", "2"}, // FULL
-			{"busy_timeout", "10000"},
-			{"cache_size", "-512"}, // KiB: see dsn
+			{"synchronous", "2"},     // FULL
+			{"busy_timeout", "5000"}, // half the default call deadline of 10 s
+			{"cache_size", "-512"},   // KiB: see dsn
 		} {
 			var got string
 			if err := c.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(&got); err != nil {
@@ -1048,7 +1048,7 @@ func TestReadStatementAlone(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for round := range 2 { // unprepared, then prepared
-				err := tc.fn(sqlstore.NewStatement(s.db, dialect).WithStmts(tc.stmts))
+				err := tc.fn(sqlstore.NewStatement(ctx, s.db, dialect).WithStmts(tc.stmts))
 				if (err == nil) != tc.ok {
 					t.Fatalf("round %d: err = %v, want ok %v", round+1, err, tc.ok)
 				}

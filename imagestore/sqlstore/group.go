@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 )
@@ -47,6 +48,7 @@ type grouped struct {
 // group queues grouped writes and runs them in batches, one at a time.
 type group struct {
 	e       Engine
+	timeout time.Duration // of a batch's transaction
 	mu      sync.Mutex
 	queue   []*grouped
 	closed  bool
@@ -56,8 +58,8 @@ type group struct {
 	commits atomic.Int64  // batches run, for tests
 }
 
-func newGroup(e Engine) *group {
-	g := &group{e: e, wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+func newGroup(e Engine, timeout time.Duration) *group {
+	g := &group{e: e, timeout: timeout, wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go g.run()
 	return g
 }
@@ -67,7 +69,11 @@ func newGroup(e Engine) *group {
 // the work runs to its commit whatever happens to the caller's context
 // (an interrupted statement would roll back the whole batch). A caller
 // whose ctx ends while its work is still queued gets ctx.Err(), and its
-// work never runs.
+// work never runs; one whose ctx ends once its work was taken gets
+// errBatchRunning and ctx.Err() at once, not the batch's answer: every
+// wait of a store call is bounded, and its work may still commit, as a
+// write sent to a server that stalled may, which its caller must allow
+// for (imagestore.ErrStoreUnavailable).
 func (g *group) do(ctx context.Context, op string, fn func(ctx context.Context, tx *Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -96,9 +102,17 @@ func (g *group) do(ctx context.Context, op string, fn func(ctx context.Context, 
 		return ctx.Err()
 	}
 	g.mu.Unlock()
-	<-w.done // taken: its batch commits or fails as a whole
-	return w.err
+	select { // taken: its batch commits or fails as a whole
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w: %w", op, errBatchRunning, ctx.Err())
+	}
 }
+
+// errBatchRunning: the caller stopped waiting for the batch that runs
+// its work, which may yet commit it.
+var errBatchRunning = errors.New("no answer yet from the batch committing it")
 
 func removeGrouped(q []*grouped, w *grouped) []*grouped {
 	for i, v := range q {
@@ -142,9 +156,11 @@ func (g *group) run() {
 
 // commit runs ws in one write transaction and answers each of them.
 func (g *group) commit(ws []*grouped) {
-	// Taken work runs whatever its callers' contexts do; Close waits for
-	// it, so nothing outlives the store.
-	ctx := context.Background()
+	// Taken work runs whatever its callers' contexts do, within a call's
+	// deadline of its own; Close waits for it, so nothing outlives the
+	// store.
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
 	own := make([]error, len(ws))
 	op := ws[0].op
 	for _, w := range ws[1:] {

@@ -262,7 +262,8 @@ func TestGroupCommitFailure(t *testing.T) {
 
 // TestGroupCommitContext: a caller whose context ends while its work is
 // queued gets the context's error, and its work never runs; one whose work
-// was taken into a batch waits for that batch's commit.
+// was taken into a batch stops waiting at once, told that its batch still
+// runs, and the batch commits its work all the same.
 func TestGroupCommitContext(t *testing.T) {
 	st, g := open(t)
 	a := tenant(t, st, "a")
@@ -291,10 +292,10 @@ func TestGroupCommitContext(t *testing.T) {
 	}
 	waitQueued(t, st, 1) // out of the queue
 	cancelTaken()
-	close(g.release)
-	if err := <-takenRes; err != nil {
-		t.Errorf("cancelled once taken: %v, want its commit's answer", err)
+	if err := <-takenRes; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "no answer yet") {
+		t.Errorf("cancelled once taken: %v, want at once that its batch has not answered yet", err)
 	}
+	close(g.release)
 	if err := <-otherRes; err != nil {
 		t.Errorf("queued beside a cancelled one: %v", err)
 	}
@@ -341,4 +342,33 @@ func TestGroupCommitClose(t *testing.T) {
 	if err := (call{tenant: a, secret: "late", id: 4}).run(t.Context(), st); !errors.Is(err, sqlstore.ErrClosed) {
 		t.Errorf("CreateTicket after Close: %v", err)
 	}
+}
+
+// TestGroupCommitDeadline: a grouped write whose batch does not commit
+// within the store's call deadline fails with ErrStoreUnavailable within
+// it, queued or taken, and so does a write of its own behind it; the
+// batch's own transaction is bounded by the same deadline.
+func TestGroupCommitDeadline(t *testing.T) {
+	const limit = 200 * time.Millisecond
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "vmshelf.db"), sqlite.WithCallTimeout(limit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	g := &gate{entered: make(chan string, 1000), release: make(chan struct{})}
+	sqlstore.WrapEngine(st.Store, func(e sqlstore.Engine) sqlstore.Engine { g.Engine = e; return g })
+	a := tenant(t, st, "a")
+
+	began := time.Now()
+	taken := hold(t, t.Context(), st, g, call{tenant: a, secret: "taken", id: 1})
+	queued := start(t.Context(), st, []call{{tenant: a, secret: "queued", id: 2}})[0]
+	for name, res := range map[string]<-chan error{"taken": taken, "queued": queued} {
+		if err := <-res; !errors.Is(err, imagestore.ErrStoreUnavailable) {
+			t.Errorf("%s past the deadline: %v, want ErrStoreUnavailable", name, err)
+		}
+	}
+	if took := time.Since(began); took > limit+time.Second {
+		t.Errorf("the writes failed after %v, want within the %v deadline", took, limit)
+	}
+	close(g.release)
 }

@@ -527,27 +527,12 @@ func (s *Store) RemoveImage(ctx context.Context, tenantID int64, uploadID string
 	// so the wall clock is good enough here.
 	revoked := time.Now().UnixNano()
 	return s.write(ctx, "remove image", func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM images WHERE tenant_id = ? AND upload_id = ?`, tenantID, uploadID)
+		dropped, err := dropImage(ctx, tx, `tenant_id = ? AND upload_id = ?`, revoked, tenantID, uploadID)
 		if err != nil {
 			return err
 		}
-		if err := mustChange(res, "image"); err != nil {
-			return err
-		}
-		// The delete is undone with the transaction if an order needs it.
-		var inUse bool
-		err = tx.QueryRowContext(ctx, `
-SELECT EXISTS (SELECT 1 FROM orders WHERE image_kind = 'upload' AND image = ? AND `+holdsSQL+`)`, uploadID).Scan(&inUse)
-		if err != nil {
-			return err
-		}
-		if inUse {
-			return fmt.Errorf("image: %w", imagestore.ErrInUse)
-		}
-		_, err = tx.ExecContext(ctx, `
-UPDATE fetch_tokens SET revoked_at = ? WHERE upload_id = ? AND revoked_at IS NULL`, revoked, uploadID)
-		if err != nil {
-			return err
+		if !dropped {
+			return fmt.Errorf("image: %w", imagestore.ErrNotFound)
 		}
 		// The file outlives the record until the caller deletes it: the
 		// intent explains it meanwhile, to start-up and to the sweep.

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 )
@@ -79,15 +80,32 @@ type Tx struct {
 	d     *Dialect
 	stmts *Stmts // nil: every statement parsed anew
 	ran   bool   // without tx: the one statement has run
+	// ctx is what every statement runs under: the context the engine
+	// began the transaction with, which carries the store call's
+	// deadline. The records' closures pass their method's context, which
+	// has none of its own; a statement under it would outlive the
+	// deadline (database/sql ends a transaction whose context is done
+	// only once its running statement returns).
+	ctx context.Context
 }
 
-// NewTx wraps tx for the records.
-func NewTx(tx *sql.Tx, d *Dialect) *Tx { return &Tx{tx: tx, d: d} }
+// NewTx wraps tx, begun under ctx, for the records.
+func NewTx(ctx context.Context, tx *sql.Tx, d *Dialect) *Tx { return &Tx{ctx: ctx, tx: tx, d: d} }
 
 // NewStatement is a Tx without a transaction, for StatementReader: it
-// runs one statement on db, and refuses a second, which would not read
-// the same snapshot as the first.
-func NewStatement(db *sql.DB, d *Dialect) *Tx { return &Tx{db: db, d: d} }
+// runs one statement on db under ctx, and refuses a second, which would
+// not read the same snapshot as the first.
+func NewStatement(ctx context.Context, db *sql.DB, d *Dialect) *Tx {
+	return &Tx{ctx: ctx, db: db, d: d}
+}
+
+// within is the context a statement of t runs under (see Tx.ctx).
+func (t *Tx) within(ctx context.Context) context.Context {
+	if t.ctx != nil {
+		return t.ctx
+	}
+	return ctx
+}
 
 // errSecondStatement refuses a second statement of a Tx made by
 // NewStatement: a read that needs two needs a transaction (Engine.Read).
@@ -168,7 +186,7 @@ func args(a []any) []any {
 
 // ExecContext runs a statement that returns no rows.
 func (t *Tx) ExecContext(ctx context.Context, q string, a ...any) (sql.Result, error) {
-	q = t.query(q)
+	ctx, q = t.within(ctx), t.query(q)
 	on, st, err := t.on(ctx, t.stmts.stmt(q))
 	if err != nil {
 		return nil, err
@@ -184,7 +202,7 @@ func (t *Tx) ExecContext(ctx context.Context, q string, a ...any) (sql.Result, e
 
 // QueryContext runs a query.
 func (t *Tx) QueryContext(ctx context.Context, q string, a ...any) (*sql.Rows, error) {
-	q = t.query(q)
+	ctx, q = t.within(ctx), t.query(q)
 	on, st, err := t.on(ctx, t.stmts.stmt(q))
 	if err != nil {
 		return nil, err
@@ -200,7 +218,7 @@ func (t *Tx) QueryContext(ctx context.Context, q string, a ...any) (*sql.Rows, e
 
 // QueryRowContext runs a query of at most one row.
 func (t *Tx) QueryRowContext(ctx context.Context, q string, a ...any) *Row {
-	q = t.query(q)
+	ctx, q = t.within(ctx), t.query(q)
 	on, st, err := t.on(ctx, t.stmts.stmt(q))
 	switch {
 	case err != nil:
@@ -265,8 +283,10 @@ func (d *DollarRebind) Rebind(q string) string {
 // Store is the records of imagestore.Store over an Engine; an engine's
 // package embeds it and adds Ping, Verify and Close.
 type Store struct {
-	e     Engine
-	group *group // nil without GroupCommit
+	e       Engine
+	timeout time.Duration // of every call: see CallTimeout
+	grouped bool          // GroupCommit
+	group   *group        // nil without GroupCommit
 }
 
 // Option configures New.
@@ -277,16 +297,61 @@ type Option func(*Store)
 // with one writer, where every commit waits for its own fsync in turn.
 // The Store then owns a goroutine, which Close stops.
 func GroupCommit() Option {
-	return func(s *Store) { s.group = newGroup(s.e) }
+	return func(s *Store) { s.grouped = true }
+}
+
+// DefaultCallTimeout is CallTimeout's default: a store call's statements
+// touch a handful of rows and end in milliseconds, so one that has not
+// answered in 10 s is facing a store that does not answer, and the
+// request waiting for it had better hear so while its client (and any
+// proxy before it, most of which give up after 30 to 60 s) still waits.
+const DefaultCallTimeout = 10 * time.Second
+
+// CallTimeout bounds every call of the records, its retries and its wait
+// for a connection included: a call still unanswered after d fails with
+// an error wrapping imagestore.ErrStoreUnavailable. d <= 0 keeps
+// DefaultCallTimeout.
+func CallTimeout(d time.Duration) Option {
+	return func(s *Store) {
+		if d > 0 {
+			s.timeout = d
+		}
+	}
 }
 
 // New returns the records over e.
 func New(e Engine, opts ...Option) *Store {
-	s := &Store{e: e}
+	s := &Store{e: e, timeout: DefaultCallTimeout}
 	for _, o := range opts {
 		o(s)
 	}
+	if s.grouped {
+		s.group = newGroup(s.e, s.timeout)
+	}
 	return s
+}
+
+// Timeout is the deadline of every call (CallTimeout).
+func (s *Store) Timeout() time.Duration { return s.timeout }
+
+// bound gives one call of the records its deadline.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// Unanswered is err, from a call made under ctx, marked as the store's
+// passing outage (imagestore.ErrStoreUnavailable) if ctx's deadline
+// passed first: a store that did not answer in time, whatever the
+// driver made of the cut (SQLite: "interrupted", PostgreSQL: a closed
+// connection). A refusal the records gave (a quota, a missing row) stays
+// what it is, and so does a call its caller cancelled. The engines use it
+// for the calls they make outside the records (Ping).
+func Unanswered(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, imagestore.ErrStoreUnavailable) || refusal(err) ||
+		!errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w in time: %w", imagestore.ErrStoreUnavailable, err)
 }
 
 // Close stops the group commit, if any: grouped writes still queued fail,
@@ -299,7 +364,9 @@ func (s *Store) Close() {
 }
 
 func (s *Store) write(ctx context.Context, op string, fn func(tx *Tx) error) error {
-	return s.e.Write(ctx, op, fn)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return Unanswered(ctx, s.e.Write(ctx, op, fn))
 }
 
 // writeGrouped is write for a short write that many callers make at once
@@ -309,23 +376,30 @@ func (s *Store) write(ctx context.Context, op string, fn func(tx *Tx) error) err
 // answers only its own work. fn gets the context to run its statements
 // with, which is not ctx once the work has been taken into a batch.
 func (s *Store) writeGrouped(ctx context.Context, op string, fn func(ctx context.Context, tx *Tx) error) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if s.group == nil {
-		return s.e.Write(ctx, op, func(tx *Tx) error { return fn(ctx, tx) })
+		return Unanswered(ctx, s.e.Write(ctx, op, func(tx *Tx) error { return fn(ctx, tx) }))
 	}
-	return s.group.do(ctx, op, fn)
+	return Unanswered(ctx, s.group.do(ctx, op, fn))
 }
 
 func (s *Store) read(ctx context.Context, op string, fn func(tx *Tx) error) error {
-	return s.e.Read(ctx, op, fn)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return Unanswered(ctx, s.e.Read(ctx, op, fn))
 }
 
 // readStatement is read for fn that runs one statement: without a
 // transaction around it where the engine can (StatementReader).
 func (s *Store) readStatement(ctx context.Context, op string, fn func(tx *Tx) error) error {
-	if r, ok := s.e.(StatementReader); ok {
-		return r.ReadStatement(ctx, op, fn)
+	r, ok := s.e.(StatementReader)
+	if !ok {
+		return s.read(ctx, op, fn)
 	}
-	return s.e.Read(ctx, op, fn)
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return Unanswered(ctx, r.ReadStatement(ctx, op, fn))
 }
 
 // queryAll runs a query and scans every row with scan.

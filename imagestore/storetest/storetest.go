@@ -106,6 +106,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 	}
 	tests = append(tests, ticketTests...)
 	tests = append(tests, tenantTests...)
+	tests = append(tests, undoTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := open(t)

@@ -173,6 +173,25 @@ func TestMutateChoice(t *testing.T) {
 		t.Errorf("a budget for all chose %q", all)
 	}
 
+	// The changed patches keep the budget too: a change that selects two
+	// of them, with room for one, runs one; the other is only checked to
+	// apply.
+	func() {
+		p := filepath.Join(dir, "a", "a.go")
+		old, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.WriteFile(p, old, 0o644)
+		if err := os.WriteFile(p, append(old, "\n"...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got := chosen(t, dir, "MUTATE_BUDGET=10", "MUTATE_JOBS=1")
+		if len(got) != 1 || (got[0] != "one" && got[0] != "two") {
+			t.Errorf("a change that selects one and two, with a budget for one, chose %q", got)
+		}
+	}()
+
 	// A run of a changed patch kills it; the rest are only checked to
 	// apply, and one that no longer does fails the run.
 	if err := os.WriteFile(filepath.Join(dir, "a", "one_test.go"), []byte(strings.Replace(

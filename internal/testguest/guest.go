@@ -1,7 +1,7 @@
 // Package testguest is a virtual machine for tests: a guest that this
 // package builds at run time, and a real QEMU (Debian's qemu-system-x86,
 // software emulation) that boots it with its screen on a VNC socket and its
-// first serial port on another. The console tests of issue 28 bridge those
+// first serial port on another. The console tests bridge those
 // two sockets to a browser the way KubeVirt's vnc and console subresources
 // do, and need a guest that shows something and answers something.
 //

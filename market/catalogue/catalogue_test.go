@@ -14,8 +14,8 @@ import (
 )
 
 // TestCatalogueBuiltin: the embedded file is a valid catalogue that carries every
-// system SPEC lists, each from its own project's host, and the systems SPEC
-// says are not offered.
+// system it offers, each from its own project's host, and the systems it says are
+// not offered.
 func TestCatalogueBuiltin(t *testing.T) {
 	c := Builtin().WithConsole()
 	for _, w := range []struct {
@@ -205,7 +205,7 @@ func TestCatalogueConsoleSwitch(t *testing.T) {
 	}
 }
 
-// TestCatalogueJSON: the public answer is the SPEC shape, built once, and is itself
+// TestCatalogueJSON: the public answer has the documented shape, built once, and is itself
 // a catalogue file that parses to the same answer; the ETag is strong and
 // follows the content.
 func TestCatalogueJSON(t *testing.T) {

@@ -334,7 +334,8 @@ func checkVmshelf(t *testing.T, overlay string, objs []kitObject) {
 		t.Errorf("memory limit %s, want between 64Mi and 256Mi", lim.String())
 	}
 
-	// Probes on the control plane's port.
+	// Probes on the data plane's own port (the control plane's could not
+	// tell a dead data plane).
 	ports := map[string]int32{}
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
@@ -348,8 +349,8 @@ func checkVmshelf(t *testing.T, overlay string, objs []kitObject) {
 	}
 	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
 		want := map[string]string{"liveness": "/healthz", "readiness": "/readyz"}[name]
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "control" {
-			t.Errorf("%s probe %+v, want GET %s on port control", name, p, want)
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != want || p.HTTPGet.Port.String() != "data" {
+			t.Errorf("%s probe %+v, want GET %s on port data", name, p, want)
 		}
 	}
 

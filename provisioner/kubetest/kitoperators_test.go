@@ -18,7 +18,7 @@ import (
 // downloaded here, so curl and kubectl are stand-ins on PATH; sh and
 // sha256sum are the real ones, and so is the script.
 
-// The versions the kit installs (SPEC, "Deployment").
+// The versions the kit installs (docs/deploy/README.md).
 const (
 	kubevirtRelease = "https://github.com/kubevirt/kubevirt/releases/download/v1.9.0/kubevirt-operator.yaml"
 	cdiRelease      = "https://github.com/kubevirt/containerized-data-importer/releases/download/v1.66.1/cdi-operator.yaml"

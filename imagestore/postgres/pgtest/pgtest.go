@@ -16,8 +16,11 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,7 +63,21 @@ func bindir() (string, error) {
 // PostgreSQL fails under CI=true and skips loudly elsewhere.
 func Start(tb testing.TB) *Cluster {
 	tb.Helper()
-	c, err := start()
+	return startWith(tb, false)
+}
+
+// StartDurable is Start for a cluster that loses no commit it
+// acknowledged when its processes are killed (Kill): synchronous_commit
+// on, as a real server runs. fsync stays off, since the kernel keeps what
+// a killed process wrote.
+func StartDurable(tb testing.TB) *Cluster {
+	tb.Helper()
+	return startWith(tb, true)
+}
+
+func startWith(tb testing.TB, durable bool) *Cluster {
+	tb.Helper()
+	c, err := start(durable)
 	if err != nil {
 		if errors.Is(err, errMissing) {
 			if os.Getenv("CI") == "true" {
@@ -83,14 +100,14 @@ var errMissing = errors.New("PostgreSQL not installed")
 // StartMain is Start for TestMain, which has no testing.TB: it returns
 // nil and a message to print when PostgreSQL is missing outside CI.
 func StartMain() (*Cluster, string, error) {
-	c, err := start()
+	c, err := start(false)
 	if errors.Is(err, errMissing) && os.Getenv("CI") != "true" {
 		return nil, fmt.Sprintf("SKIP: PostgreSQL is needed: %v; install it: %s", err, installHint), nil
 	}
 	return c, "", err
 }
 
-func start() (*Cluster, error) {
+func start(durable bool) (*Cluster, error) {
 	bin, err := bindir()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errMissing, err)
@@ -126,7 +143,11 @@ func start() (*Cluster, error) {
 	// fsync off: a throw-away cluster; crash safety is PostgreSQL's and
 	// not what these tests measure. max_connections: the suite runs many
 	// stores at once, each with a pool.
-	c.opts = fmt.Sprintf("-c listen_addresses='' -c unix_socket_directories=%s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", dir)
+	commit := "off"
+	if durable {
+		commit = "on"
+	}
+	c.opts = fmt.Sprintf("-c listen_addresses='' -c unix_socket_directories=%s -c fsync=off -c synchronous_commit=%s -c full_page_writes=off -c max_connections=300", dir, commit)
 	if out, err := c.run(ctx, "pg_ctl", "-D", data, "-l", filepath.Join(dir, "log"), "-o", c.opts, "-w", "-t", "60", "start"); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		os.RemoveAll(dir)
@@ -155,8 +176,120 @@ func (c *Cluster) Up(tb testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if out, err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-l", filepath.Join(c.dir, "log"), "-o", c.opts, "-w", "-t", "60", "start"); err != nil {
-		tb.Fatalf("pg_ctl start: %v: %s", err, out)
+		log, _ := os.ReadFile(filepath.Join(c.dir, "log"))
+		tb.Fatalf("pg_ctl start: %v: %s\nserver log:\n%s", err, out, log)
 	}
+}
+
+// Stall stops every process of the server (SIGSTOP), as a server that
+// hangs does: connections stay open and nothing answers. Resume lets them
+// go on. The cleanup resumes a server left stalled, so that it can stop.
+func (c *Cluster) Stall(tb testing.TB) {
+	tb.Helper()
+	pids := c.processes(tb)
+	c.signal(tb, pids, syscall.SIGSTOP)
+	tb.Cleanup(func() { _ = c.signalAll(pids, syscall.SIGCONT) })
+}
+
+// Resume continues the processes Stall stopped: the children first, so
+// that the postmaster finds them running.
+func (c *Cluster) Resume(tb testing.TB) {
+	tb.Helper()
+	pids := c.processes(tb)
+	slices.Reverse(pids)
+	c.signal(tb, pids, syscall.SIGCONT)
+}
+
+// Kill sends SIGKILL to the postmaster, as a crash or an OOM kill does,
+// and waits (bounded) until its children have noticed and exited, so
+// that Up can start the server again on the same socket.
+func (c *Cluster) Kill(tb testing.TB) {
+	tb.Helper()
+	pids := c.processes(tb)
+	c.signal(tb, pids[:1], syscall.SIGKILL)
+	deadline := time.Now().Add(time.Minute)
+	for _, pid := range pids {
+		for alive(pid) {
+			if time.Now().After(deadline) {
+				tb.Fatalf("PostgreSQL's process %d still runs a minute after its postmaster was killed", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// The dead postmaster may stay a zombie where nothing reaps orphans
+	// (a container's init), and its lock files, which name its pid, would
+	// make the next start take it for a running server. Its children are
+	// gone, so nothing uses its shared memory or its socket: they can go.
+	for _, f := range []string{filepath.Join("data", "postmaster.pid"), ".s.PGSQL.5432.lock", ".s.PGSQL.5432"} {
+		if err := os.Remove(filepath.Join(c.dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			tb.Fatalf("remove the killed server's %s: %v", f, err)
+		}
+	}
+}
+
+// processes are the server's: the postmaster (first), from its pid file,
+// and its children, from /proc.
+func (c *Cluster) processes(tb testing.TB) []int {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "data", "postmaster.pid"))
+	if err != nil {
+		tb.Fatalf("PostgreSQL's pid file: %v", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	postmaster, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		tb.Fatalf("PostgreSQL's pid file starts with %q", first)
+	}
+	pids := []int{postmaster}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		tb.Fatalf("list processes: %v", err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after
+		// its closing parenthesis.
+		_, rest, ok := strings.Cut(string(stat), ") ")
+		fields := strings.Fields(rest)
+		if ok && len(fields) > 1 && fields[1] == strconv.Itoa(postmaster) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func (c *Cluster) signal(tb testing.TB, pids []int, sig syscall.Signal) {
+	tb.Helper()
+	if err := c.signalAll(pids, sig); err != nil {
+		tb.Fatalf("signal PostgreSQL (%v): %v", sig, err)
+	}
+}
+
+func (c *Cluster) signalAll(pids []int, sig syscall.Signal) error {
+	var errs []error
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("process %d: %w", pid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// alive reports whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(rest, "Z")
 }
 
 func (c *Cluster) run(ctx context.Context, prog string, args ...string) ([]byte, error) {

@@ -1383,6 +1383,9 @@
           // blocked request is not tried again: it would be blocked again.
           if (!this.upload || !this.upload.url) {
             if (this.reach === 'answers') return false
+            // Nothing answers at all before a byte was sent: a few quick
+            // tries, then say so, rather than minutes of retries.
+            if (this.reach === 'silent' && attempt >= 2) return false
             if (!this.reach) this.probeReach()
           }
           if (req && req.getMethod() === 'PATCH') {
@@ -1434,6 +1437,13 @@
               this.fail('corsBlocked', `${words('corsBlocked')} Open this page at the address its operator gave you, or ask them to allow ${location.origin} (serve's --cors-origin ${location.origin}). Nothing was sent; Retry tries again.`)
               return
             }
+            if (this.reach === 'silent') {
+              // The connection itself fails: the edge's upload address is
+              // down or out of this browser's reach (the page came from
+              // the control plane, which did answer).
+              this.fail('network', `Nothing answers at the edge's upload address ${this.dataOrigin()}, even after several tries: it is down, or not reachable from this browser. Nothing was sent; check the address with the edge's operator and press Retry.`)
+              return
+            }
           }
           this.fail('network', words('network'))
           return
@@ -1452,10 +1462,15 @@
       // does. this.reach becomes 'answers' or 'silent'.
       probeReach () {
         this.reach = 'probing'
-        let origin
-        try { origin = new URL(this.upload.options.endpoint).origin } catch (e) { this.reach = ''; return }
+        const origin = this.dataOrigin()
+        if (!origin) { this.reach = ''; return }
         fetch(origin + '/', { mode: 'no-cors', cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' })
           .then(() => { this.reach = 'answers' }, () => { this.reach = 'silent' })
+      }
+
+      // dataOrigin is the origin of the data plane this upload goes to.
+      dataOrigin () {
+        try { return new URL(this.upload.options.endpoint).origin } catch (e) { return '' }
       }
 
       // releaseTicket cancels the ticket of an upload that never reached
