@@ -398,7 +398,7 @@ func TestE2ETraefikAccessLog(t *testing.T) {
 			for _, l := range lines {
 				for _, s := range secrets {
 					if strings.Contains(l, s) {
-						t.Errorf("Traefik's access log holds a capability (%.8s…): %s", s, l)
+						t.Errorf("Traefik's access log holds a capability (%.8s…): %s", s, strings.ReplaceAll(l, s, s[:8]+"…"))
 					}
 				}
 				if !strings.Contains(l, traefikClient.String()) {
