@@ -9,7 +9,7 @@ import (
 
 // clientAddr is the address a request comes from, the key of the miss
 // limiter and the "remote" of the logs: the peer's IP, never its port, or
-// the client a trusted proxy forwards (clientaddr.Proxies.Client, the rule
+// the client a trusted proxy forwards (clientaddr.Trust.Client, the rule
 // the control plane follows too).
 func (g *Gateway) clientAddr(ctx *fasthttp.RequestCtx) string {
 	peer, ok := netip.AddrFromSlice(ctx.RemoteIP())

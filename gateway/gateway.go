@@ -61,10 +61,10 @@ type Config struct {
 	// then one per MissEvery. Defaults: 20 and 1s.
 	MissBurst int
 	MissEvery time.Duration
-	// TrustedProxies are the reverse proxies whose Forwarded or
-	// X-Forwarded-For header names the client (see clientAddr). Default
-	// none: the peer's address is the client's.
-	TrustedProxies clientaddr.Proxies
+	// TrustedProxies are the reverse proxies whose forwarding header
+	// (X-Forwarded-For, or Forwarded when named) names the client (see
+	// clientAddr). Default none: the peer's address is the client's.
+	TrustedProxies clientaddr.Trust
 	Now            func() time.Time // clock; time.Now if nil
 	Log            *slog.Logger
 	// PublicURL is the base of the upload-session URLs handed out (no

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/internal/clientaddr"
 )
 
 // miss presents an unknown fetch token with the given headers and returns
@@ -78,38 +79,66 @@ func TestMissLimiterServesValidCapabilities(t *testing.T) {
 	}
 }
 
+// forwardedMiss is a miss sent with headers (pairs of name and value) and
+// the answer it must get.
+type forwardedMiss struct {
+	hdr  []string
+	want int
+}
+
 // TestForwardedOnlyFromTrustedProxy: behind a trusted proxy (loopback
-// here) each forwarded client has its own budget; from anyone else the
-// forwarding headers are ignored.
+// here) each forwarded client has its own budget, named by the one header
+// the proxy writes; the other header, and both from anyone else, are
+// ignored.
 func TestForwardedOnlyFromTrustedProxy(t *testing.T) {
+	loopback := clientaddr.Proxies{netip.MustParsePrefix("127.0.0.1/32")}
 	burst := func(c *Config) { c.MissBurst = 2; c.MissEvery = time.Hour }
-	t.Run("trusted", func(t *testing.T) {
-		e := newEnv(t, func(c *Config) {
-			burst(c)
-			c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	for _, tc := range []struct {
+		header        clientaddr.Header
+		first, second string // the client 192.0.2.1, then another, in the proxy's header
+		cases         []forwardedMiss
+	}{
+		{clientaddr.XForwardedFor, "192.0.2.1", "192.0.2.2", []forwardedMiss{
+			{[]string{"X-Forwarded-For", "192.0.2.1"}, 429},
+			{[]string{"X-Forwarded-For", "192.0.2.2, 192.0.2.1"}, 429}, // right-most is the one the proxy saw
+			{[]string{"X-Forwarded-For", "192.0.2.1, 127.0.0.1"}, 429}, // a trusted hop is skipped
+			{[]string{"X-Forwarded-For", "192.0.2.1, 192.0.2.3"}, 404}, // 192.0.2.3 is not a proxy we trust
+			// The client's own Forwarded, which such a proxy passes on
+			// untouched, names no one.
+			{[]string{"Forwarded", "for=192.0.2.4", "X-Forwarded-For", "192.0.2.1"}, 429},
+		}},
+		{clientaddr.Forwarded, "for=192.0.2.1", "for=192.0.2.2", []forwardedMiss{
+			{[]string{"Forwarded", `for="192.0.2.1:4711";proto=http`}, 429}, // RFC 7239, with port
+			{[]string{"Forwarded", "for=192.0.2.4, for=192.0.2.1"}, 429},
+			{[]string{"Forwarded", "for=192.0.2.1, for=192.0.2.5"}, 404},
+			{[]string{"X-Forwarded-For", "192.0.2.6", "Forwarded", "for=192.0.2.1"}, 429},
+		}},
+	} {
+		t.Run(tc.header.String(), func(t *testing.T) {
+			e := newEnv(t, func(c *Config) {
+				burst(c)
+				c.TrustedProxies = clientaddr.Trust{Proxies: loopback, Header: tc.header}
+			})
+			name := tc.header.String()
+			for i := range 2 {
+				if code, _ := e.miss(name, tc.first); code != 404 {
+					t.Fatalf("miss %d of 192.0.2.1: %d, want 404", i+1, code)
+				}
+			}
+			if code, _ := e.miss(name, tc.second); code != 404 {
+				t.Errorf("another client's first miss: %d, want 404", code)
+			}
+			for _, c := range tc.cases {
+				if code, _ := e.miss(c.hdr...); code != c.want {
+					t.Errorf("%q: %d, want %d", c.hdr, code, c.want)
+				}
+			}
 		})
-		for i := range 2 {
-			if code, _ := e.miss("X-Forwarded-For", "192.0.2.1"); code != 404 {
-				t.Fatalf("miss %d of 192.0.2.1: %d, want 404", i+1, code)
-			}
-		}
-		for _, c := range []struct {
-			name, value string
-			want        int
-		}{
-			{"X-Forwarded-For", "192.0.2.1", 429},
-			{"X-Forwarded-For", "192.0.2.2", 404},                 // another client
-			{"X-Forwarded-For", "192.0.2.2, 192.0.2.1", 429},      // right-most is the one the proxy saw
-			{"X-Forwarded-For", "192.0.2.1, 127.0.0.1", 429},      // a trusted hop is skipped
-			{"X-Forwarded-For", "192.0.2.1, 192.0.2.3", 404},      // 192.0.2.3 is not a proxy we trust
-			{"Forwarded", `for="192.0.2.1:4711";proto=http`, 429}, // RFC 7239, with port
-			{"Forwarded", "for=192.0.2.4", 404},
-			{"Forwarded", "for=192.0.2.4, for=192.0.2.1", 429},
-		} {
-			if code, _ := e.miss(c.name, c.value); code != c.want {
-				t.Errorf("%s: %s: %d, want %d", c.name, c.value, code, c.want)
-			}
-		}
+	}
+	t.Run("the proxy itself", func(t *testing.T) {
+		e := newEnv(t, func(c *Config) { burst(c); c.TrustedProxies = clientaddr.Trust{Proxies: loopback} })
+		e.miss("X-Forwarded-For", "192.0.2.1")
+		e.miss("X-Forwarded-For", "192.0.2.1")
 		// The loopback peer itself spent nothing: its own misses are 404.
 		if code, _ := e.miss(); code != 404 {
 			t.Errorf("the proxy's own miss: %d, want 404", code)
@@ -118,7 +147,7 @@ func TestForwardedOnlyFromTrustedProxy(t *testing.T) {
 	t.Run("untrusted", func(t *testing.T) {
 		e := newEnv(t, func(c *Config) {
 			burst(c)
-			c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+			c.TrustedProxies = clientaddr.Trust{Proxies: clientaddr.Proxies{netip.MustParsePrefix("10.0.0.0/8")}}
 		})
 		e.miss("X-Forwarded-For", "192.0.2.1")
 		e.miss("Forwarded", "for=192.0.2.2")

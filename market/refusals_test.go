@@ -230,32 +230,41 @@ func (e *env) sendExpecting(req *http.Request) response {
 }
 
 // TestRefusalLogForwardedClient: behind a trusted proxy the refusal line
-// names the client the proxy forwards; from an untrusted peer the header
-// is ignored (anyone can write it).
+// names the client the proxy forwards in the header it writes; the other
+// header, and both from an untrusted peer, are ignored (anyone can write
+// them).
 func TestRefusalLogForwardedClient(t *testing.T) {
-	const client = "203.0.113.7" // a documentation address, named in a header only
+	// Documentation addresses, named in headers only: the proxy's hop and
+	// the client's own entry before it in each.
+	const xffClient, fwdClient = "203.0.113.7", "203.0.113.8"
+	trusted := clientaddr.Proxies{netip.MustParsePrefix("127.0.0.0/8")}
 	for _, tc := range []struct {
-		name    string
-		proxies clientaddr.Proxies
-		want    string
+		name  string
+		trust clientaddr.Trust
+		want  string
 	}{
-		{"trusted", clientaddr.Proxies{netip.MustParsePrefix("127.0.0.0/8")}, "remote=" + client},
-		{"untrusted", nil, "remote=127.0.0.1"},
+		{"trusted, X-Forwarded-For", clientaddr.Trust{Proxies: trusted}, xffClient},
+		{"trusted, Forwarded", clientaddr.Trust{Proxies: trusted, Header: clientaddr.Forwarded}, fwdClient},
+		{"untrusted", clientaddr.Trust{}, "127.0.0.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, func(cfg *Config) { cfg.TrustedProxies = tc.proxies })
+			e := newEnv(t, func(cfg *Config) { cfg.TrustedProxies = tc.trust })
 			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.ts.URL+"/no/such/route", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			req.Header.Set("X-Forwarded-For", "198.51.100.1, "+client)
+			req.Header.Set("X-Forwarded-For", "198.51.100.1, "+xffClient)
+			req.Header.Set("Forwarded", "for=198.51.100.2, for="+fwdClient)
 			wantError(t, e.send(req), 404, "notFound")
 			lines := e.logLines("control request refused")
-			if len(lines) != 1 || !strings.Contains(lines[0], tc.want+" ") && !strings.HasSuffix(lines[0], tc.want) {
-				t.Fatalf("refusal lines %q, want one with %s", lines, tc.want)
+			want := "remote=" + tc.want
+			if len(lines) != 1 || !strings.Contains(lines[0], want+" ") && !strings.HasSuffix(lines[0], want) {
+				t.Fatalf("refusal lines %q, want one with %s", lines, want)
 			}
-			if tc.proxies == nil && strings.Contains(e.logs.String(), client) {
-				t.Errorf("an untrusted peer's X-Forwarded-For reached the log:\n%s", e.logs.String())
+			for _, a := range []string{"198.51.100.1", "198.51.100.2", xffClient, fwdClient} {
+				if a != tc.want && strings.Contains(e.logs.String(), a) {
+					t.Errorf("%s, from a header not believed, reached the log:\n%s", a, e.logs.String())
+				}
 			}
 		})
 	}

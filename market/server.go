@@ -73,10 +73,11 @@ type Config struct {
 	// requestTimeout and the connection closed. 0 means
 	// DefaultBodyTimeout.
 	BodyTimeout time.Duration
-	// TrustedProxies are the reverse proxies whose Forwarded or
-	// X-Forwarded-For header names the client in the log lines (the data
-	// plane's rule, clientaddr). Default none: the peer is the client.
-	TrustedProxies clientaddr.Proxies
+	// TrustedProxies are the reverse proxies whose forwarding header
+	// (X-Forwarded-For, or Forwarded when named) names the client in the
+	// log lines (the data plane's rule, clientaddr). Default none: the
+	// peer is the client.
+	TrustedProxies clientaddr.Trust
 	// Catalogue is what GET /market/vm-images answers (--vm-catalogue);
 	// nil means catalogue.Builtin().
 	Catalogue *catalogue.Catalogue

@@ -21,20 +21,20 @@ func TestServeFlagsLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	if f.controlMaxConns != 512 || f.controlIdleTimeout != 60*time.Second || f.controlHeaderTimeout != 10*time.Second ||
-		f.logLevel != slog.LevelInfo || f.trustedProxies != nil || f.fetchQueueWait != 30*time.Second {
+		f.logLevel != slog.LevelInfo || f.trustedProxies.Proxies != nil || f.trustedProxies.Header != clientaddr.XForwardedFor || f.fetchQueueWait != 30*time.Second {
 		t.Errorf("defaults: max-conns %d, idle %v, header %v, log %v, proxies %v, queue wait %v",
 			f.controlMaxConns, f.controlIdleTimeout, f.controlHeaderTimeout, f.logLevel, f.trustedProxies, f.fetchQueueWait)
 	}
 
-	f, err = parseServeFlags([]string{"--trusted-proxies", " 10.1.2.3/8, 192.168.1.7,::1,fd00::/8,", "--fetch-queue-wait", "2s",
+	f, err = parseServeFlags([]string{"--trusted-proxies", " 10.1.2.3/8, 192.168.1.7,::1,fd00::/8,", "--forwarded-header", "forwarded", "--fetch-queue-wait", "2s",
 		"--log-level", "WARN", "--control-max-conns", "7", "--control-idle-timeout", "2s", "--control-header-timeout", "30s"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := clientaddr.Proxies{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"),
 		netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("fd00::/8")}
-	if !reflect.DeepEqual(f.trustedProxies, want) {
-		t.Errorf("trusted proxies %v, want %v", f.trustedProxies, want)
+	if !reflect.DeepEqual(f.trustedProxies, clientaddr.Trust{Proxies: want, Header: clientaddr.Forwarded}) {
+		t.Errorf("trusted proxies %v, want %v and Forwarded", f.trustedProxies, want)
 	}
 	if f.fetchQueueWait != 2*time.Second || f.logLevel != slog.LevelWarn || f.controlMaxConns != 7 ||
 		f.controlIdleTimeout != 2*time.Second || f.controlHeaderTimeout != 30*time.Second {
@@ -58,7 +58,7 @@ func TestServeFlagsLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.logLevel != slog.LevelError || len(f.trustedProxies) != 1 || f.trustedProxies[0] != netip.MustParsePrefix("127.0.0.1/32") ||
+	if f.logLevel != slog.LevelError || len(f.trustedProxies.Proxies) != 1 || f.trustedProxies.Proxies[0] != netip.MustParsePrefix("127.0.0.1/32") ||
 		f.fetchQueueWait != 5*time.Second {
 		t.Errorf("from env: log %v, proxies %v, queue wait %v", f.logLevel, f.trustedProxies, f.fetchQueueWait)
 	}
@@ -80,6 +80,9 @@ func TestServeFlagsLimitsRefused(t *testing.T) {
 		{[]string{"--trusted-proxies", "0.0.0.0/0"}, "trusted-proxies"},
 		{[]string{"--trusted-proxies", "10.0.0.0/8,::/0"}, "::/0"},
 		{[]string{"--trusted-proxies", "128.0.0.0/1"}, "trusted-proxies"},
+		{[]string{"--forwarded-header", "X-Real-Ip"}, "forwarded-header"},
+		{[]string{"--forwarded-header", "X-Forwarded-For,Forwarded"}, "forwarded-header"},
+		{[]string{"--forwarded-header", ""}, "forwarded-header"},
 		{[]string{"--fetch-queue-wait", "-1s"}, "fetch-queue-wait"},
 		{[]string{"--fetch-queue-wait", "0"}, "fetch-queue-wait"},
 		{[]string{"--fetch-queue-wait", "soon"}, "fetch-queue-wait"},

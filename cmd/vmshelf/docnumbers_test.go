@@ -116,7 +116,7 @@ var foreignFlags = map[string]string{
 	"debug": "local-path-provisioner", "config": "local-path-provisioner",
 	"provisioner-name": "local-path-provisioner", "configmap-name": "local-path-provisioner",
 	"service-account-name": "local-path-provisioner",
-	"entrypoints":          "Traefik", "entry": "Traefik (--entryPoints.…)", "certificatesresolvers": "Traefik", "providers": "Traefik",
+	"entrypoints":          "Traefik", "entry": "Traefik (--entryPoints.…)", "certificatesresolvers": "Traefik", "providers": "Traefik", "accesslog": "Traefik",
 	"timeout": "kubectl", "cluster-cidr": "k3s and rke2",
 }
 

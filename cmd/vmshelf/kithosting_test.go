@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -18,24 +19,47 @@ import (
 // kubetest checks that the overlay builds it as the file holds it).
 func kitHostingDeployment(t *testing.T) *appsv1.Deployment {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "docs", "deploy", "base", "vmshelf.yaml"))
+	deps := kitObjects[appsv1.Deployment](t, "base/vmshelf.yaml", "Deployment")
+	if len(deps) == 0 {
+		t.Fatal("docs/deploy/base/vmshelf.yaml has no Deployment")
+	}
+	return &deps[0]
+}
+
+// kitObjects decodes the objects of kind in file, a path below docs/deploy,
+// as the file holds them (the placeholders of values.env in place).
+func kitObjects[T any](t *testing.T, file, kind string) []T {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "docs", "deploy", filepath.FromSlash(file)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	var objs []T
 	for {
-		var d appsv1.Deployment
-		err := dec.Decode(&d)
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
 		if errors.Is(err, io.EOF) {
-			t.Fatal("docs/deploy/base/vmshelf.yaml has no Deployment")
+			return objs
 		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", file, err)
 		}
-		if d.Kind == "Deployment" {
-			return &d
+		var head struct {
+			Kind string `json:"kind"`
 		}
+		if err := json.Unmarshal(raw, &head); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if head.Kind != kind {
+			continue
+		}
+		var obj T
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			t.Fatalf("%s: %s: %v", file, kind, err)
+		}
+		objs = append(objs, obj)
 	}
 }
 

@@ -64,10 +64,10 @@ type serveFlags struct {
 	base                                               string
 
 	// Passed to the gateway and the market.
-	trustedProxiesList string
-	trustedProxies     clientaddr.Proxies // from trustedProxiesList by validate
-	fetchQueueWait     time.Duration
-	storeTimeout       time.Duration
+	trustedProxiesList, forwardedHeaderName string
+	trustedProxies                          clientaddr.Trust // from both by validate
+	fetchQueueWait                          time.Duration
+	storeTimeout                            time.Duration
 	// The refunds: the deadline of a paid order that cannot run, how
 	// often refunds are decided and retried, and how long one Stripe
 	// call may take (a refund attempt is claimed for twice that).
@@ -155,7 +155,8 @@ func parseServeFlags(args []string) (*serveFlags, error) {
 	fs.DurationVar(&f.controlIdleTimeout, "control-idle-timeout", defaultControlIdleTimeout, "a control-plane keep-alive connection with no request for this long is closed")
 	fs.DurationVar(&f.controlHeaderTimeout, "control-header-timeout", defaultControlHeaderTimeout, "a control-plane request header must arrive within this (at most 30s)")
 	fs.StringVar(&f.logLevelName, "log-level", "info", "least severe log lines written: debug, info, warn or error")
-	fs.StringVar(&f.trustedProxiesList, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of reverse proxies whose X-Forwarded-For / Forwarded is believed; none when empty")
+	fs.StringVar(&f.trustedProxiesList, "trusted-proxies", "", "comma-separated CIDRs (or addresses) of reverse proxies whose --forwarded-header is believed; none when empty")
+	fs.StringVar(&f.forwardedHeaderName, "forwarded-header", clientaddr.XForwardedFor.String(), "the one header the trusted proxies write the client's address in: X-Forwarded-For (Traefik, nginx, the common ingress controllers) or Forwarded; the other is ignored")
 	fs.DurationVar(&f.fetchQueueWait, "fetch-queue-wait", 30*time.Second, "a fetch beyond --max-transfers waits this long for a slot before 503")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", sqlstore.DefaultCallTimeout, "the longest one call to the record store may take; a request whose call does not answer within it is answered 503 storeUnreachable (at most "+maxStoreTimeout.String()+")")
 	fs.StringVar(&f.blobs, "blobs", "", "where the images live: s3://bucket/prefix for an S3 bucket shared by every replica (default <data-dir>/vm-images)")
@@ -220,8 +221,11 @@ func (f *serveFlags) validate() error {
 	if f.logLevel, err = parseLogLevel(f.logLevelName); err != nil {
 		return err
 	}
-	if f.trustedProxies, err = clientaddr.Parse(f.trustedProxiesList); err != nil {
+	if f.trustedProxies.Proxies, err = clientaddr.Parse(f.trustedProxiesList); err != nil {
 		return usagef("--trusted-proxies: %v", err)
+	}
+	if f.trustedProxies.Header, err = clientaddr.ParseHeader(f.forwardedHeaderName); err != nil {
+		return usagef("--forwarded-header: %v", err)
 	}
 	for name, u := range map[string]string{"stripe-api-base": f.stripeAPIBase, "checkout-return-url": f.checkoutReturnURL} {
 		if u == "" {

@@ -1,8 +1,9 @@
 // Package clientaddr decides which address a request comes from, the same
 // way on both planes: the TCP peer, unless the peer is a reverse proxy the
 // operator trusts (--trusted-proxies), in which case the address that proxy
-// forwards is believed. The result keys the data plane's miss limiter and
-// is the "remote" of both planes' log lines.
+// forwards, in the one header it writes (--forwarded-header), is believed.
+// The result keys the data plane's miss limiter and is the "remote" of both
+// planes' log lines.
 package clientaddr
 
 import (
@@ -11,9 +12,9 @@ import (
 	"strings"
 )
 
-// Proxies are the reverse proxies whose Forwarded / X-Forwarded-For
-// headers are believed. The zero value trusts nobody: any client can write
-// those headers, so they mean something only from a known hop.
+// Proxies are the reverse proxies whose forwarding header is believed. The
+// zero value trusts nobody: any client can write such a header, so it
+// means something only from a known hop.
 type Proxies []netip.Prefix
 
 // The widest prefixes a list may trust. A trusted proxy's forwarding
@@ -89,20 +90,72 @@ func (p Proxies) Trusts(a netip.Addr) bool {
 	return false
 }
 
+// Header is the forwarding header a trusted proxy writes, the only one
+// read. A proxy rewrites the header it writes and passes any other on as
+// the client sent it: Traefik, nginx's and HAProxy's usual setups and the
+// common ingress controllers replace or append to X-Forwarded-For and
+// leave a client's Forwarded alone. Reading both, or the other one when
+// the proxy's is missing, would let every client choose the address it is
+// logged and limited by. The zero value is X-Forwarded-For.
+type Header int
+
+const (
+	// XForwardedFor is the de-facto list of addresses, one per hop,
+	// nearest last.
+	XForwardedFor Header = iota
+	// Forwarded is RFC 7239's header; its for= parameters are the hops.
+	Forwarded
+)
+
+// String is the header's name as it is sent.
+func (h Header) String() string {
+	if h == Forwarded {
+		return "Forwarded"
+	}
+	return "X-Forwarded-For"
+}
+
+// ParseHeader reads a header's name, in any case: X-Forwarded-For or
+// Forwarded.
+func ParseHeader(name string) (Header, error) {
+	for _, h := range []Header{XForwardedFor, Forwarded} {
+		if strings.EqualFold(strings.TrimSpace(name), h.String()) {
+			return h, nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a forwarding header vmshelf reads: X-Forwarded-For or Forwarded", name)
+}
+
+// Trust is whom the forwarded address is believed from, and in which
+// header. The zero value trusts nobody.
+type Trust struct {
+	Proxies Proxies
+	Header  Header
+}
+
 // Client returns the address of the client behind peer. values returns
-// every value of a request header by name ("Forwarded", "X-Forwarded-For"),
-// in the order received. When peer is a trusted proxy, the forwarded
-// addresses are read from the nearest hop back (the right-most first) and
-// the first one that is not itself a trusted proxy is the client: the
-// entries to its left were written by hops nobody vouches for. A hop that
-// does not parse (an obfuscated name like "unknown") stops the walk at the
-// last address that did.
-func (p Proxies) Client(peer netip.Addr, values func(name string) []string) netip.Addr {
+// every value of a request header by name, in the order received. When
+// peer is a trusted proxy, the hops of t.Header (all its lines, read as
+// one list in order) are read from the nearest back (the right-most
+// first), and the first one that is not itself a trusted proxy is the
+// client: the entries to its left were written by hops nobody vouches
+// for. A hop that does not parse (an obfuscated name like "unknown", an
+// empty entry, an element of Forwarded without for=) ends the walk at the
+// last trusted address before it: what lies beyond an unreadable hop is
+// anybody's writing.
+func (t Trust) Client(peer netip.Addr, values func(name string) []string) netip.Addr {
 	peer = peer.Unmap()
-	if !p.Trusts(peer) {
+	if !t.Proxies.Trusts(peer) {
 		return peer
 	}
-	hops := forwardedFor(values)
+	var hops []string
+	if t.Header == Forwarded {
+		hops = forwardedFor(values("Forwarded"))
+	} else {
+		for _, v := range values("X-Forwarded-For") {
+			hops = append(hops, strings.Split(v, ",")...)
+		}
+	}
 	addr := peer
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, ok := parseHop(hops[i])
@@ -110,47 +163,69 @@ func (p Proxies) Client(peer netip.Addr, values func(name string) []string) neti
 			break
 		}
 		addr = a
-		if !p.Trusts(a) {
+		if !t.Proxies.Trusts(a) {
 			break
 		}
 	}
 	return addr
 }
 
-// forwardedFor lists the client addresses the forwarding headers name,
-// nearest hop last: the for= parameters of the Forwarded headers (RFC 7239)
-// if there are any, else the X-Forwarded-For entries. The two are not
-// mixed: a proxy writes one or the other.
-func forwardedFor(values func(name string) []string) []string {
+// forwardedFor lists the for= parameter of each element of the Forwarded
+// lines (RFC 7239 4), nearest hop last; "" for an element without one.
+// Commas and semicolons inside a quoted string separate nothing.
+func forwardedFor(lines []string) []string {
 	var hops []string
-	for _, v := range values("Forwarded") {
-		for _, elem := range strings.Split(v, ",") {
-			for _, pair := range strings.Split(elem, ";") {
+	for _, line := range lines {
+		for _, elem := range splitUnquoted(line, ',') {
+			hop := ""
+			for _, pair := range splitUnquoted(elem, ';') {
 				name, val, ok := strings.Cut(strings.TrimSpace(pair), "=")
 				if ok && strings.EqualFold(name, "for") {
-					hops = append(hops, val)
+					hop = val
+					break
 				}
 			}
+			hops = append(hops, hop)
 		}
-	}
-	if len(hops) > 0 {
-		return hops
-	}
-	for _, v := range values("X-Forwarded-For") {
-		hops = append(hops, strings.Split(v, ",")...)
 	}
 	return hops
 }
 
-// parseHop reads one forwarded address: 192.0.2.1, "[2001:db8::1]:4711",
-// 192.0.2.1:80. Obfuscated names ("unknown", "_hidden") do not parse.
-func parseHop(s string) (netip.Addr, bool) {
-	s = strings.Trim(strings.TrimSpace(s), `"`)
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
+// splitUnquoted splits s at each sep outside a quoted string (RFC 9110
+// 5.6.4, with its backslash escapes).
+func splitUnquoted(s string, sep byte) []string {
+	var parts []string
+	quoted, escaped, from := false, false, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case escaped:
+			escaped = false
+		case quoted && c == '\\':
+			escaped = true
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == sep:
+			parts = append(parts, s[from:i])
+			from = i + 1
+		}
 	}
-	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
-	a, err := netip.ParseAddr(s)
+	return append(parts, s[from:])
+}
+
+// parseHop reads one forwarded address: 192.0.2.1, "[2001:db8::1]:4711",
+// 192.0.2.1:80. Obfuscated names ("unknown", "_hidden"), an empty entry
+// and a quote left open do not parse.
+func parseHop(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if unq, ok := strings.CutPrefix(s, `"`); ok {
+		if s, ok = strings.CutSuffix(unq, `"`); !ok {
+			return netip.Addr{}, false
+		}
+	}
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
+	if ap, perr := netip.ParseAddrPort(s); perr == nil {
+		a, err = ap.Addr(), nil
+	}
 	if err != nil || a.Zone() != "" {
 		return netip.Addr{}, false
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/billing/stripetest"
 	"github.com/vmshelf/vmshelf/imagestore/s3/s3test"
+	"github.com/vmshelf/vmshelf/internal/traefiktest"
 )
 
 // debian is .ci/deps's list of Debian packages, in its install order, with
@@ -48,7 +49,7 @@ var debian = []struct {
 
 // missingNames is how .ci/deps names each thing when all are missing.
 var missingNames = []string{"qemu-img", "qemu-io", "qemu-img's http driver", "qemu-system-x86_64", "nbdkit", "curl", "strace",
-	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "initdb", "pg_ctl", "skopeo", "umoci", "stripe-mock", "tusd", "versitygw"}
+	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "initdb", "pg_ctl", "skopeo", "umoci", "stripe-mock", "tusd", "versitygw", traefiktest.Binary}
 
 // tusdInstall is how .ci/deps installs the bench's tusd (bench/README.md
 // names the same version).
@@ -57,6 +58,14 @@ const tusdInstall = "go install github.com/tus/tusd/v2/cmd/tusd@v2.9.1"
 // versitygwInstall is how .ci/deps installs the S3 tests' server
 // (imagestore/s3/s3test.Install says the same).
 const versitygwInstall = s3test.Install
+
+// traefikBuild is how .ci/deps builds Traefik, as the fake go records it:
+// the module downloaded, then built where the module cache holds it
+// (MODULE) into Go's bin directory (GOBIN), named by its version.
+var traefikBuild = []string{
+	"go mod download -json github.com/traefik/traefik/v3@" + traefiktest.Version,
+	"go -C MODULE build -trimpath -o GOBIN/" + traefiktest.Binary + " ./cmd/traefik",
+}
 
 // npmDirs are the folders .ci/deps runs npm ci in.
 var npmDirs = []string{"cmd/vmshelf/testdata/tusjs", "cmd/vmshelf/testdata/browser"}
@@ -102,7 +111,7 @@ type setup struct {
 	nodejsBringsNpm bool     // the nodejs package brings npm (NodeSource's does)
 	refuse          []string // packages apt-get refuses, exit 100
 	npmDone         bool     // node_modules installed and newer than the lock files
-	goTools         bool     // stripe-mock, tusd and versitygw on PATH
+	goTools         bool     // stripe-mock, tusd, versitygw and Traefik on PATH
 }
 
 // stubs writes the commands pkg brings into dir.
@@ -180,6 +189,7 @@ func newMachine(t *testing.T, s setup) *machine {
 		m.stub(t, m.bin, "stripe-mock", s)
 		m.stub(t, m.bin, "tusd", s)
 		m.stub(t, m.bin, "versitygw", s)
+		m.stub(t, m.bin, traefiktest.Binary, s)
 	}
 
 	// The packages apt-get has, each a folder of the stubs it installs.
@@ -201,17 +211,27 @@ echo "Setting up $pkg ..."
 `, m.log, strings.Join(s.refuse, " "), refusal, pkgs, needTool(t, "cp"), m.bin))
 	// go: env answers as go env GOBIN GOPATH does (no GOBIN); install
 	// drops a stub named as the package's command (stripe-mock, tusd);
-	// anything else is not for this test.
-	stubs := t.TempDir()
+	// mod download -json names a module directory, and a build there
+	// drops Traefik's stub where -o says; anything else is not for this
+	// test.
+	stubs, module := t.TempDir(), t.TempDir()
 	m.stub(t, stubs, "stripe-mock", s)
 	m.stub(t, stubs, "tusd", s)
 	m.stub(t, stubs, "versitygw", s)
+	m.stub(t, stubs, traefiktest.Binary, s)
+	gopath := filepath.Join(m.tree, "gopath")
 	writeScript(t, filepath.Join(m.bin, "go"), fmt.Sprintf(`case $1 in
 env) echo; echo %[1]q;;
 install) echo "go $*" >>%[2]q; name=${2%%@*}; %[3]s %[4]q/"${name##*/}" %[5]q/;;
+mod) [[ $2 == download && $3 == -json ]] || exit 97
+  echo "go $*" >>%[2]q; printf '{\n\t"Path": "%%s",\n\t"Dir": "%%s"\n}\n' "${4%%@*}" %[6]q;;
+-C) [[ $2 == %[6]q && $3 == build ]] || exit 97
+  line="go $*"; line=${line/%[6]q/MODULE}; echo "${line/%[1]q"/bin"/GOBIN}" >>%[2]q
+  out=; prev=; for a in "$@"; do [[ $prev == -o ]] && out=$a; prev=$a; done
+  %[7]s -p "${out%%/*}" && %[3]s %[4]q/"${out##*/}" "$out";;
 *) echo "go $1 is not for this test" >&2; exit 97;;
 esac
-`, filepath.Join(m.tree, "gopath"), m.log, needTool(t, "cp"), stubs, m.bin))
+`, gopath, m.log, needTool(t, "cp"), stubs, m.bin, module, needTool(t, "mkdir")))
 	// Not root, .ci/deps goes through sudo -n: this one lets it.
 	writeScript(t, filepath.Join(m.bin, "sudo"), `[[ $1 == -n ]] && shift; [[ $1 == true ]] && exit 0; exec "$@"`+"\n")
 	return m
@@ -280,7 +300,7 @@ func TestDepsInstalls(t *testing.T) {
 	}{
 		{
 			name:    "nothing there: everything installed, one package at a time",
-			calls:   slices.Concat(installs(allPkgs...), npmCIs, []string{goInstall, tusdInstall, versitygwInstall}),
+			calls:   slices.Concat(installs(allPkgs...), npmCIs, slices.Concat([]string{goInstall, tusdInstall, versitygwInstall}, traefikBuild)),
 			ok:      true,
 			says:    []string{"deps: " + sudoRun() + aptInstall("qemu-block-extra") + "\n"},
 			allHere: "deps: everything the tests use is here now\n",
@@ -289,7 +309,7 @@ func TestDepsInstalls(t *testing.T) {
 			name:  "apt-get refuses npm: the others are installed all the same",
 			setup: setup{refuse: []string{"npm"}},
 			// No npm ci without npm; stripe-mock does not need it.
-			calls: slices.Concat(installs(allPkgs...), []string{goInstall, tusdInstall, versitygwInstall}),
+			calls: slices.Concat(installs(allPkgs...), slices.Concat([]string{goInstall, tusdInstall, versitygwInstall}, traefikBuild)),
 			says: []string{
 				"apt-get install npm failed: " + refusal,
 				"  npm: Debian package npm",
@@ -305,13 +325,13 @@ func TestDepsInstalls(t *testing.T) {
 		{
 			name:  "Node.js and npm from elsewhere: Debian's nodejs and npm are left alone",
 			setup: setup{nodeElsewhere: true},
-			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall, tusdInstall, versitygwInstall}),
+			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, slices.Concat([]string{goInstall, tusdInstall, versitygwInstall}, traefikBuild)),
 			ok:    true,
 		},
 		{
 			name:  "the nodejs package brings npm: Debian's npm is not installed on top",
 			setup: setup{nodejsBringsNpm: true},
-			calls: slices.Concat(installs(without(allPkgs, "npm")...), npmCIs, []string{goInstall, tusdInstall, versitygwInstall}),
+			calls: slices.Concat(installs(without(allPkgs, "npm")...), npmCIs, slices.Concat([]string{goInstall, tusdInstall, versitygwInstall}, traefikBuild)),
 			ok:    true,
 		},
 		{
@@ -323,7 +343,7 @@ func TestDepsInstalls(t *testing.T) {
 		{
 			name:  "a node older than playwright-core needs",
 			setup: setup{node: "v18.19.0", nodeElsewhere: true},
-			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, []string{goInstall, tusdInstall, versitygwInstall}),
+			calls: slices.Concat(installs(without(allPkgs, "nodejs", "npm")...), npmCIs, slices.Concat([]string{goInstall, tusdInstall, versitygwInstall}, traefikBuild)),
 			says:  []string{"node v18.19.0 is older than 20, which playwright-core needs: install Node.js 20 or later"},
 		},
 		{
@@ -343,6 +363,7 @@ func TestDepsInstalls(t *testing.T) {
 				"\n  " + goInstall + "\n",
 				"\n  " + tusdInstall + "\n",
 				"\n  " + versitygwInstall + "\n",
+				"\n  " + traefiktest.Install + "\n",
 				"deps: VMSHELF_INSTALL=0: nothing was installed",
 			},
 		},
@@ -432,6 +453,7 @@ func TestMakeTestStopsWithoutTools(t *testing.T) {
 		"\n  " + stripetest.MockInstall + "\n",
 		"\n  " + tusdInstall + "\n",
 		"\n  " + versitygwInstall + "\n",
+		"\n  " + traefiktest.Install + "\n",
 	}
 	// npm ci where this checkout's node_modules is missing or stale (where
 	// make test installed it, it is not).

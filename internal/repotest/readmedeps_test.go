@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vmshelf/vmshelf/billing/stripetest"
+	"github.com/vmshelf/vmshelf/internal/traefiktest"
 )
 
 // TestReadmeNamesDeps: README's "Tests" section names what .ci/deps
@@ -38,7 +39,7 @@ func TestReadmeNamesDeps(t *testing.T) {
 	if !slices.Equal(listed, want) {
 		t.Errorf("README lists the Debian packages %q; .ci/deps installs %q (in this order)", listed, want)
 	}
-	for _, s := range append([]string{stripetest.MockInstall, tusdInstall, versitygwInstall}, npmDirs...) {
+	for _, s := range append([]string{stripetest.MockInstall, tusdInstall, versitygwInstall, "Traefik " + traefiktest.Version}, npmDirs...) {
 		if !strings.Contains(flat, strings.TrimPrefix(s, "go install ")) {
 			t.Errorf("README's Tests section does not name %q", s)
 		}

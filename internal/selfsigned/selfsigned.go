@@ -28,9 +28,10 @@ type Cert struct {
 	Pool *x509.CertPool
 }
 
-// Write makes a certificate for 127.0.0.1, ::1 and localhost, valid from
-// an hour ago for a day, and writes it and its key (0600) into dir.
-func Write(dir string) (Cert, error) {
+// Write makes a certificate for 127.0.0.1, ::1, localhost and names (the
+// public names a test's proxy serves, reached on loopback), valid from an
+// hour ago for a day, and writes it and its key (0600) into dir.
+func Write(dir string, names ...string) (Cert, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Cert{}, fmt.Errorf("selfsigned: key: %w", err)
@@ -50,7 +51,7 @@ func Write(dir string) (Cert, error) {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		DNSNames:              []string{"localhost"},
+		DNSNames:              append([]string{"localhost"}, names...),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

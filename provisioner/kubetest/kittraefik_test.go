@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
+	"github.com/vmshelf/vmshelf/internal/traefiktest"
 	"github.com/vmshelf/vmshelf/provisioner"
 )
 
@@ -28,38 +28,11 @@ import (
 // Traefik's Helm chart, and what vmshelf believes of the addresses Traefik
 // forwards.
 
-// traefikValues is the part of the Traefik Helm chart's values the kit
-// sets (traefik/traefik-helm-chart's values.yaml: ports.<entry
-// point>.transport.respondingTimeouts, persistence, service.spec,
-// additionalArguments), read strictly: a misspelt key fails instead of
-// being a value the chart never reads. service.spec is merged into the
-// spec of the chart's Service, so it is read as a ServiceSpec, strictly
-// too.
-type traefikValues struct {
-	Ports struct {
-		Websecure struct {
-			Transport struct {
-				RespondingTimeouts struct {
-					ReadTimeout string `json:"readTimeout"`
-				} `json:"respondingTimeouts"`
-			} `json:"transport"`
-		} `json:"websecure"`
-	} `json:"ports"`
-	Persistence struct {
-		Enabled bool   `json:"enabled"`
-		Path    string `json:"path"`
-		Size    string `json:"size"`
-	} `json:"persistence"`
-	Service *struct {
-		Spec *corev1.ServiceSpec `json:"spec"`
-	} `json:"service,omitempty"`
-	AdditionalArguments []string `json:"additionalArguments"`
-}
-
 // traefikStatic is the part of Traefik's static configuration the kit's
 // arguments set (traefik/traefik's pkg/config/static:
-// entryPoints.<name>.http.redirections.entryPoint and
-// certificatesResolvers.<name>.acme), read strictly from the arguments:
+// entryPoints.<name>.http.redirections.entryPoint,
+// certificatesResolvers.<name>.acme and accessLog.fields), read strictly
+// from the arguments:
 // Traefik refuses to start on an argument it does not know, so a
 // misspelt one fails here first. Traefik reads the names case-blind, so
 // they are lower-cased; every value is kept as the string it is given.
@@ -90,6 +63,12 @@ type traefikStatic struct {
 			} `json:"dnschallenge"`
 		} `json:"acme"`
 	} `json:"certificatesresolvers"`
+	AccessLog *struct {
+		Fields struct {
+			DefaultMode string            `json:"defaultmode"`
+			Names       map[string]string `json:"names"`
+		} `json:"fields"`
+	} `json:"accesslog"`
 }
 
 // parseTraefikArgs reads --a.b.c=value arguments into traefikStatic. A
@@ -145,7 +124,7 @@ func parseTraefikArgs(args []string) (traefikStatic, error) {
 type traefikConfig struct {
 	name, namespace string
 	content         string
-	values          traefikValues
+	values          traefiktest.Values
 	static          traefikStatic
 }
 
@@ -158,10 +137,10 @@ func traefikOf(t *testing.T, objs []kitObject, name string) traefikConfig {
 	t.Helper()
 	h := kitFind[*helmChartConfig](t, objs, name)
 	c := traefikConfig{name: name, namespace: h.Namespace, content: h.Spec.ValuesContent}
-	if err := yaml.UnmarshalStrict([]byte(h.Spec.ValuesContent), &c.values); err != nil {
+	var err error
+	if c.values, err = traefiktest.ParseValues(h.Spec.ValuesContent); err != nil {
 		t.Fatalf("%s valuesContent: %v", name, err)
 	}
-	var err error
 	if c.static, err = parseTraefikArgs(c.values.AdditionalArguments); err != nil {
 		t.Fatalf("%s additionalArguments: %v", name, err)
 	}
@@ -183,6 +162,9 @@ func TestTraefikArgsStrict(t *testing.T) {
 		{[]string{"--certificatesresolvers.le.acme.email=a@b", "--certificatesresolvers.le.acme.email=c@d"}, false},
 		{[]string{"--certificatesresolvers.le.acme=x", "--certificatesresolvers.le.acme.email=a@b"}, false},
 		{[]string{"certificatesresolvers.le.acme.email=a@b"}, false},
+		{[]string{"--accesslog.fields.names.RequestPath=drop"}, true},
+		{[]string{"--accesslog.field.names.RequestPath=drop"}, false},
+		{[]string{"--accesslog.fields.RequestPath=drop"}, false},
 	} {
 		if _, err := parseTraefikArgs(tt.args); (err == nil) != tt.ok {
 			t.Errorf("%q: err = %v, want ok = %v", tt.args, err, tt.ok)
@@ -194,9 +176,10 @@ func TestTraefikArgsStrict(t *testing.T) {
 // (rke2-traefik), both in kube-system, give Traefik's websecure entry
 // point a read timeout of at least six hours, redirect every request on
 // web to https on the port clients reach, and define the ACME resolver
-// the Ingresses name, with its storage on Traefik's persistent volume.
-// k3s's alone sets the Service's externalTrafficPolicy to Local; but for
-// that the two hold the same values.
+// the Ingresses name, with its storage on Traefik's persistent volume, and
+// keep the request path, where the capabilities are, out of Traefik's
+// access log. k3s's alone sets the Service's externalTrafficPolicy to
+// Local; but for that the two hold the same values.
 func TestKitTraefik(t *testing.T) {
 	objs := loadKit(t)
 	k3s, rke2 := traefikOf(t, objs, "traefik"), traefikOf(t, objs, "rke2-traefik")
@@ -213,6 +196,9 @@ func TestKitTraefik(t *testing.T) {
 			t.Errorf("%s: web redirects %+v, want permanently to https on :443 (the port clients reach; websecure's own is 8443)", c.name, r)
 		}
 		checkResolver(t, c)
+		if al := c.static.AccessLog; al == nil || !strings.EqualFold(al.Fields.Names["requestpath"], "drop") {
+			t.Errorf("%s: access log %+v, want the field RequestPath dropped: it holds every upload ticket and fetch token", c.name, al)
+		}
 		if !strings.HasSuffix(c.content, "\n  - --certificatesresolvers."+provisioner.CertResolver+".acme.email="+c.acmeEmail()) {
 			t.Errorf("%s: the e-mail argument is not the last line of valuesContent, which the values' replacement needs", c.name)
 		}
@@ -264,7 +250,7 @@ func checkResolver(t *testing.T, c traefikConfig) {
 // configures it: k3s a LoadBalancer (served by its ServiceLB), rke2 a
 // ClusterIP (its DaemonSet's pods take the node's ports themselves); with
 // the values' service.spec merged into its spec, as the chart does.
-func chartService(t *testing.T, name string, typ corev1.ServiceType, values traefikValues) *corev1.Service {
+func chartService(t *testing.T, name string, typ corev1.ServiceType, values traefiktest.Values) *corev1.Service {
 	t.Helper()
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"},
@@ -329,15 +315,21 @@ func TestKitTraefikService(t *testing.T) {
 }
 
 // TestKitTrustedProxies: vmshelf believes the address Traefik forwards
-// when, and only when, the connection comes from Traefik's pod network:
-// every overlay's --trusted-proxies, read by vmshelf's own parser, takes
-// a Traefik pod's address (k3s's and rke2's default cluster-cidr,
-// 10.42.0.0/16) as a proxy and an outside address as the client.
+// when, and only when, the connection comes from Traefik's pod network,
+// and only in the header Traefik writes: every overlay's
+// --trusted-proxies and --forwarded-header, read by vmshelf's own
+// parsers, take a Traefik pod's address (k3s's and rke2's default
+// cluster-cidr, 10.42.0.0/16) as a proxy and an outside address as the
+// client, and ignore a Forwarded header, which Traefik passes on from the
+// client untouched.
 func TestKitTrustedProxies(t *testing.T) {
 	client := netip.MustParseAddr("203.0.113.9")
 	forwarded := func(name string) []string {
-		if name == "X-Forwarded-For" {
+		switch name {
+		case "X-Forwarded-For":
 			return []string{"198.51.100.7"}
+		case "Forwarded":
+			return []string{"for=192.0.2.66"} // the client's own
 		}
 		return nil
 	}
@@ -348,13 +340,18 @@ func TestKitTrustedProxies(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: --trusted-proxies %q: %v", name, list, err)
 		}
+		header, given := argValue(args, "--forwarded-header")
+		trust := clientaddr.Trust{Proxies: proxies}
+		if trust.Header, err = clientaddr.ParseHeader(header); err != nil || !given || trust.Header != clientaddr.XForwardedFor {
+			t.Errorf("%s: --forwarded-header %q (given: %v, %v), want X-Forwarded-For, the one Traefik writes", name, header, given, err)
+		}
 		for _, pod := range []string{"10.42.0.17", "10.42.255.3"} {
-			if got := proxies.Client(netip.MustParseAddr(pod), forwarded); got.String() != "198.51.100.7" {
+			if got := trust.Client(netip.MustParseAddr(pod), forwarded); got.String() != "198.51.100.7" {
 				t.Errorf("%s: from Traefik's pod %s vmshelf sees %s, not the client Traefik forwards", name, pod, got)
 			}
 		}
-		if got := proxies.Client(client, forwarded); got != client {
-			t.Errorf("%s: from %s, outside the cluster, vmshelf believes its X-Forwarded-For (%s)", name, client, got)
+		if got := trust.Client(client, forwarded); got != client {
+			t.Errorf("%s: from %s, outside the cluster, vmshelf believes a forwarded address (%s)", name, client, got)
 		}
 	}
 }
