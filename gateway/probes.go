@@ -49,8 +49,9 @@ func (g *Gateway) handleProbe(ctx *fasthttp.RequestCtx, path string) {
 		writeJSON(ctx, fasthttp.StatusOK, readyAnswer{Status: "ok"})
 		return
 	}
+	asked := time.Now()
 	problems := g.notReady()
-	g.readiness.Note(problems)
+	g.readiness.Note(asked, problems)
 	if len(problems) == 0 {
 		writeJSON(ctx, fasthttp.StatusOK, readyAnswer{Status: "ok"})
 		return

@@ -396,8 +396,9 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), probeTimeout)
 	defer cancel()
+	asked := time.Now()
 	problems := s.notReady(ctx)
-	s.readiness.Note(problems)
+	s.readiness.Note(asked, problems)
 	machines := s.machinesProblems()
 	if len(problems) == 0 {
 		ans := readyAnswer{Status: "ok", Reasons: machines}

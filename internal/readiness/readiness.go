@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
@@ -62,18 +63,27 @@ func Ask(ctx context.Context, store, blobs func(context.Context) error) (storeEr
 // change, "ready again" (Info) when it is ready after not being so. The
 // first verdict is logged only if it is not ready: a start is logged
 // already. Causes are redacted as every logged error is (logsample).
+//
+// Verdicts are taken in the order their probes asked, not the order they
+// end: when a stalled store resumes, probes that waited through the stall
+// end, not ready, after a newer probe found it ready, and taken as they
+// end they would log "not ready" and "ready again" in turn, a line pair
+// per stale probe.
 type Watch struct {
 	log   *slog.Logger
 	mu    sync.Mutex
-	last  []string // reasons of the last verdict; nil: ready
-	known bool     // a verdict was noted
+	last  []string  // reasons of the last verdict; nil: ready
+	known bool      // a verdict was noted
+	asked time.Time // when the probe of the last verdict asked
 }
 
 // NewWatch returns a Watch that writes to log.
 func NewWatch(log *slog.Logger) *Watch { return &Watch{log: log} }
 
-// Note is one probe's verdict: the problems found, none when ready.
-func (w *Watch) Note(problems []*apierr.Error) {
+// Note is the verdict of one probe that asked at asked: the problems
+// found, none when ready. A verdict older than the last one noted is
+// dropped.
+func (w *Watch) Note(asked time.Time, problems []*apierr.Error) {
 	var reasons []string
 	var causes []string
 	for _, p := range problems {
@@ -84,6 +94,10 @@ func (w *Watch) Note(problems []*apierr.Error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.known && asked.Before(w.asked) {
+		return
+	}
+	w.asked = asked
 	if w.known && slices.Equal(w.last, reasons) {
 		return
 	}

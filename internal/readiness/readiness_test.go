@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
@@ -19,9 +20,15 @@ func TestWatchLogsChanges(t *testing.T) {
 	w := NewWatch(slog.New(slog.NewTextHandler(&buf, nil)))
 	down := Store(fmt.Errorf("%w: ticket 0123456789abcdef0123456789abcdef", imagestore.ErrStoreUnavailable))
 	blobs := Blobs(errors.New("bucket gone"))
+	at := time.Unix(1000, 0)
 	for _, verdict := range [][]*apierr.Error{nil, nil, {down}, {down}, {down}, {down, blobs}, {down, blobs}, nil, nil} {
-		w.Note(verdict)
+		at = at.Add(time.Second)
+		w.Note(at, verdict)
 	}
+	// Probes that asked during the outage and end after the store came
+	// back are stale: no line.
+	w.Note(at.Add(-3*time.Second), []*apierr.Error{down})
+	w.Note(at.Add(-2*time.Second), []*apierr.Error{down, blobs})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	want := []string{`msg="not ready" reasons=storeUnreachable`, `msg="not ready" reasons=storeUnreachable,blobStoreUnreachable`, `msg="ready again"`}
 	if len(lines) != len(want) {
