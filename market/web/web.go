@@ -33,17 +33,19 @@ import (
 	"github.com/vmshelf/vmshelf/internal/baseurl"
 )
 
-// The page's files, named one by one: static/README.md (where tus.min.js
-// comes from) is for developers and stays out of the binary.
+// The page's files: its own, named one by one, and the libraries vendored
+// from npm, each in its folder under static/third_party. The READMEs and
+// the third-party manifest are for developers and stay out of the binary.
 //
 //go:embed static/index.html static/app.js static/qcow2.js static/format.js static/style.css
-//go:embed static/console.js static/tus.min.js static/tus-js-client-LICENSE.txt
-//go:embed static/novnc static/xterm
+//go:embed static/console.js
+//go:embed static/third_party/novnc static/third_party/xterm static/third_party/tus-js-client
 var static embed.FS
 
 // vendored are the folders of the libraries vendored from npm: every file
-// in them is served under /machines/<folder>/, its type by its extension.
-var vendored = []string{"novnc", "xterm"}
+// in them is served under /machines/third_party/<folder>/, its type by its
+// extension.
+var vendored = []string{"third_party/novnc", "third_party/xterm", "third_party/tus-js-client"}
 
 // files are the page's paths and what each serves: exact paths, since the
 // control plane's router has no prefixes.
@@ -54,8 +56,6 @@ var files = []struct{ path, file, contentType string }{
 	{"/machines/format.js", "format.js", "text/javascript; charset=utf-8"},
 	{"/machines/style.css", "style.css", "text/css; charset=utf-8"},
 	{"/machines/console.js", "console.js", "text/javascript; charset=utf-8"},
-	{"/machines/tus.min.js", "tus.min.js", "text/javascript; charset=utf-8"},
-	{"/machines/tus-js-client-LICENSE.txt", "tus-js-client-LICENSE.txt", "text/plain; charset=utf-8"},
 }
 
 type asset struct {

@@ -40,18 +40,18 @@ func TestServesEveryFile(t *testing.T) {
 		{"/machines/format.js", "format.js", "text/javascript; charset=utf-8"},
 		{"/machines/style.css", "style.css", "text/css; charset=utf-8"},
 		{"/machines/console.js", "console.js", "text/javascript; charset=utf-8"},
-		{"/machines/tus.min.js", "tus.min.js", "text/javascript; charset=utf-8"},
-		{"/machines/tus-js-client-LICENSE.txt", "tus-js-client-LICENSE.txt", "text/plain; charset=utf-8"},
+		{"/machines/third_party/tus-js-client/tus.min.js", "third_party/tus-js-client/tus.min.js", "text/javascript; charset=utf-8"},
+		{"/machines/third_party/tus-js-client/LICENSE", "third_party/tus-js-client/LICENSE", "text/plain; charset=utf-8"},
 		// The vendored libraries: their entry points, what they import,
 		// and their licences.
-		{"/machines/novnc/core/rfb.js", "novnc/core/rfb.js", "text/javascript; charset=utf-8"},
-		{"/machines/novnc/vendor/pako/lib/zlib/inflate.js", "novnc/vendor/pako/lib/zlib/inflate.js", "text/javascript; charset=utf-8"},
-		{"/machines/novnc/LICENSE.txt", "novnc/LICENSE.txt", "text/plain; charset=utf-8"},
-		{"/machines/novnc/docs/LICENSE.MPL-2.0", "novnc/docs/LICENSE.MPL-2.0", "text/plain; charset=utf-8"},
-		{"/machines/novnc/vendor/pako/LICENSE", "novnc/vendor/pako/LICENSE", "text/plain; charset=utf-8"},
-		{"/machines/xterm/xterm.mjs", "xterm/xterm.mjs", "text/javascript; charset=utf-8"},
-		{"/machines/xterm/xterm.css", "xterm/xterm.css", "text/css; charset=utf-8"},
-		{"/machines/xterm/LICENSE", "xterm/LICENSE", "text/plain; charset=utf-8"},
+		{"/machines/third_party/novnc/core/rfb.js", "third_party/novnc/core/rfb.js", "text/javascript; charset=utf-8"},
+		{"/machines/third_party/novnc/vendor/pako/lib/zlib/inflate.js", "third_party/novnc/vendor/pako/lib/zlib/inflate.js", "text/javascript; charset=utf-8"},
+		{"/machines/third_party/novnc/LICENSE.txt", "third_party/novnc/LICENSE.txt", "text/plain; charset=utf-8"},
+		{"/machines/third_party/novnc/docs/LICENSE.MPL-2.0", "third_party/novnc/docs/LICENSE.MPL-2.0", "text/plain; charset=utf-8"},
+		{"/machines/third_party/novnc/vendor/pako/LICENSE", "third_party/novnc/vendor/pako/LICENSE", "text/plain; charset=utf-8"},
+		{"/machines/third_party/xterm/xterm.mjs", "third_party/xterm/xterm.mjs", "text/javascript; charset=utf-8"},
+		{"/machines/third_party/xterm/xterm.css", "third_party/xterm/xterm.css", "text/css; charset=utf-8"},
+		{"/machines/third_party/xterm/LICENSE", "third_party/xterm/LICENSE", "text/plain; charset=utf-8"},
 	}
 	vendoredFiles := 0
 	for _, dir := range vendored {
@@ -175,7 +175,7 @@ func TestETagRevalidation(t *testing.T) {
 func TestUnknownPaths(t *testing.T) {
 	p := newPage(t)
 	for _, path := range []string{"/machines/other", "/machines/", "/machines/index.html", "/machines/app.js/",
-		"/machines/tus.min.js.map", "/machines/../machines", "/machines/%61pp.js", "/"} {
+		"/machines/third_party/tus-js-client/tus.min.js.map", "/machines/../machines", "/machines/%61pp.js", "/"} {
 		t.Run(path, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			r := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -256,7 +256,7 @@ func TestNoInlineCode(t *testing.T) {
 			t.Errorf("index.html contains %q: blocked by the CSP or fetched from elsewhere", bad)
 		}
 	}
-	for _, src := range []string{`<script defer src="/machines/tus.min.js"></script>`,
+	for _, src := range []string{`<script defer src="/machines/third_party/tus-js-client/tus.min.js"></script>`,
 		`<script defer src="/machines/qcow2.js"></script>`, `<script defer src="/machines/format.js"></script>`,
 		`<script type="module" src="/machines/console.js"></script>`, `<script defer src="/machines/app.js"></script>`} {
 		if !strings.Contains(html, src) {

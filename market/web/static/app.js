@@ -1,5 +1,5 @@
 // app.js: the Machines page. Plain script, no build step: it needs
-// window.tus (tus.min.js, tus-js-client 4.3.1), window.vmshelfQcow2
+// window.tus (third_party/tus-js-client/tus.min.js, tus-js-client 4.3.1), window.vmshelfQcow2
 // (qcow2.js) and window.vmshelfFormat (format.js), loaded before it with
 // defer.
 //

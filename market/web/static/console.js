@@ -1,5 +1,5 @@
 // console.js: a machine's console in the Machines page, its screen with
-// noVNC (novnc/, 1.7.0) and its serial line with xterm.js (xterm/, 6.0.0),
+// noVNC (third_party/novnc/, 1.7.0) and its serial line with xterm.js (third_party/xterm/, 6.0.0),
 // both vendored unchanged. An ES module, loaded beside app.js; app.js asks
 // for a console through window.vmshelfConsole.open, with a function that
 // fetches a ticket, so that the tenant token stays in app.js and never
@@ -12,8 +12,8 @@
 // closed, data-code (the WebSocket close code, or the refusal's reason
 // when no WebSocket was opened). #console-status says the same in words.
 
-import RFB from './novnc/core/rfb.js'
-import { Terminal } from './xterm/xterm.mjs'
+import RFB from './third_party/novnc/core/rfb.js'
+import { Terminal } from './third_party/xterm/xterm.mjs'
 
 // What each close code of the edge means (market/console.go), in words
 // the box owner can act on. The edge's own reason is shown only for a code
@@ -26,6 +26,7 @@ const CLOSE_WORDS = {
   4410: 'The machine stopped running or its order ended, so its console closed.',
   4429: 'Too many consoles are open; close one and try again.',
   4502: 'The cluster did not open the machine\'s console. Reconnect to try again.',
+  4503: 'The edge could not reach its records just now, so the console did not open. Try again in a few seconds.',
   4504: 'The console stopped taking what was typed or shown, so it closed. Reconnect to open it again.'
 }
 const LOST = 'The connection to the edge was lost. Reconnect to open the console again.'
