@@ -91,6 +91,19 @@ func chosen(t *testing.T, dir string, env ...string) []string {
 	return names
 }
 
+// touch changes file p (a line added) and returns what restores it.
+func touch(t *testing.T, p string) (restore func()) {
+	t.Helper()
+	old, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, append(old, "\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return func() { _ = os.WriteFile(p, old, 0o644) }
+}
+
 // TestMutateChoice: make mutate runs the patches whose guarded files
 // changed since the baseline that make mutate-all recorded, plus a slice
 // of the rest within the budget, and fails on a patch it left out that
@@ -141,15 +154,7 @@ func TestMutateChoice(t *testing.T) {
 		{".ci/mutations/bee.patch", []string{"bee"}}, // the patch itself
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			p := filepath.Join(dir, tc.file)
-			old, err := os.ReadFile(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer os.WriteFile(p, old, 0o644)
-			if err := os.WriteFile(p, append(old, "\n"...), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			defer touch(t, filepath.Join(dir, tc.file))()
 			if got := chosen(t, dir, "MUTATE_BUDGET=0"); !slices.Equal(got, tc.want) {
 				t.Errorf("a change to %s chose %q; want %q", tc.file, got, tc.want)
 			}
@@ -177,15 +182,7 @@ func TestMutateChoice(t *testing.T) {
 	// of them, with room for one, runs one; the other is only checked to
 	// apply.
 	func() {
-		p := filepath.Join(dir, "a", "a.go")
-		old, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.WriteFile(p, old, 0o644)
-		if err := os.WriteFile(p, append(old, "\n"...), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		defer touch(t, filepath.Join(dir, "a", "a.go"))()
 		got := chosen(t, dir, "MUTATE_BUDGET=10", "MUTATE_JOBS=1")
 		if len(got) != 1 || (got[0] != "one" && got[0] != "two") {
 			t.Errorf("a change that selects one and two, with a budget for one, chose %q", got)
