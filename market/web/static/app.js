@@ -18,7 +18,7 @@
   const TOKEN_KEY = 'vmshelf.token'
   const MiB = 1024 * 1024
   const GiB = 1024 * MiB
-  // Used when status has no limits (an older edge): the SPEC's defaults.
+  // Used when status has no limits (an older edge): serve's own defaults.
   const DEFAULT_LIMITS = { images_per_tenant: 3, upload_max_bytes: 32 * GiB, max_virtual_bytes: 512 * GiB, max_transfers: 4 }
   // 8 MiB passes a proxy with a 16 MiB body limit with room; a proxy's 413
   // halves it, down to 1 MiB.
