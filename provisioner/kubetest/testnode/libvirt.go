@@ -208,3 +208,19 @@ func (l *Libvirt) destroy(ctx context.Context, name string) error {
 func noDomain(out []byte) bool {
 	return strings.Contains(string(out), "failed to get domain") || strings.Contains(string(out), "Domain not found")
 }
+
+// destroyAll destroys every domain whose name starts with prefix.
+func (l *Libvirt) destroyAll(ctx context.Context, prefix string) error {
+	out, err := l.virsh(ctx, "list", "--all", "--name")
+	if err != nil {
+		return err
+	}
+	for _, name := range strings.Fields(string(out)) {
+		if strings.HasPrefix(name, prefix) {
+			if err := l.destroy(ctx, name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
