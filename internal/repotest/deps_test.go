@@ -344,7 +344,7 @@ func TestDepsInstalls(t *testing.T) {
 			setup: setup{has: []string{"qemu-utils", "curl", "strace", "e2fsprogs", "nodejs", "npm"}, npmDone: true, goTools: true},
 			calls: installs("qemu-block-extra", "qemu-system-x86", "nbdkit", "prometheus", "chromium", "nginx", "wrk", "postgresql", "skopeo", "umoci",
 				"libvirt-daemon-system", "libvirt-clients", "ovmf", "xorriso", "mmdebstrap", "fdisk", "dosfstools", "mtools", "grub-pc-bin", "grub-efi-amd64-bin"),
-			ok:    true,
+			ok: true,
 		},
 		{
 			name:  "a node older than playwright-core needs",
