@@ -53,6 +53,18 @@ type domain struct {
 	stopping bool   // the node asked it to stop
 }
 
+// markStopped records that d stopped, once: the first word on it (its
+// lifecycle event, or the node's own destroy) stands.
+func (d *domain) markStopped(reason string, failed bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return
+	}
+	close(d.done)
+	d.stopped, d.failed, d.reason = true, failed, reason
+}
+
 func (d *domain) ended() (ended, failed bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -256,6 +268,9 @@ func (n *Node) stopDomain(ctx context.Context, d *domain, grace time.Duration) e
 	if err := n.cfg.Libvirt.destroy(ctx, d.name); err != nil {
 		return err
 	}
+	// Its lifecycle event may come after it left the node's map (and
+	// find nothing): whoever else waits for it to stop is told here.
+	d.markStopped("libvirt: Stopped Destroyed", false)
 	n.mu.Lock()
 	if n.domains[d.key] == d {
 		delete(n.domains, d.key)
@@ -283,13 +298,9 @@ func (n *Node) domainEvent(e lifecycle) {
 		return
 	}
 	d.mu.Lock()
-	if !d.stopped {
-		close(d.done)
-	}
-	d.stopped = true
-	d.failed = e.detail == "Crashed" || e.detail == "Panicked" || e.detail == "Failed" || (e.detail == "Destroyed" && !d.stopping)
-	d.reason = "libvirt: " + e.event + " " + e.detail
+	failed := e.detail == "Crashed" || e.detail == "Panicked" || e.detail == "Failed" || (e.detail == "Destroyed" && !d.stopping)
 	d.mu.Unlock()
+	d.markStopped("libvirt: "+e.event+" "+e.detail, failed)
 	n.logf("testnode: domain %s: %s %s", d.name, e.event, e.detail)
 	n.handler.add(d.key)
 	ns, _, _ := strings.Cut(d.key, "/")
