@@ -252,7 +252,11 @@ func volume(m machine, name string, src *cdiv1.DataVolumeSource, i int) *cdiv1.D
 func virtualMachine(m machine, i int) *kubevirtv1.VirtualMachine {
 	always := kubevirtv1.RunStrategyAlways
 	labels := replicaLabels(m.orderID, i)
-	var firmware *kubevirtv1.Firmware
+	// BIOS writes to the serial port as well as the screen (UEFI does by
+	// itself): a disk the firmware cannot boot says so on the buyer's
+	// serial console, where the page's console shows it.
+	serial := true
+	firmware := &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{BIOS: &kubevirtv1.BIOS{UseSerial: &serial}}}
 	if m.efi {
 		secureBoot := false
 		firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: &secureBoot}}}
@@ -292,8 +296,14 @@ func virtualMachine(m machine, i int) *kubevirtv1.VirtualMachine {
 							Requests: corev1.ResourceList{corev1.ResourceMemory: mib(m.memoryMiB)},
 						},
 						Firmware: firmware,
-						Devices:  kubevirtv1.Devices{Disks: disks},
+						Devices:  kubevirtv1.Devices{Disks: disks, Interfaces: []kubevirtv1.Interface{*kubevirtv1.DefaultMasqueradeNetworkInterface()}},
 					},
+					// The pod network, bound with masquerade: the guest sits
+					// behind the pod's address and the Service's port is
+					// forwarded to it. Named nothing, KubeVirt binds it by
+					// bridge (its default), which gives the guest the pod's
+					// own address and the pod none of its own.
+					Networks:     []kubevirtv1.Network{*kubevirtv1.DefaultPodNetwork()},
 					NodeSelector: map[string]string{labelAppliance: m.appliance},
 					Tolerations:  []corev1.Toleration{{Key: taintComputeWindow, Operator: corev1.TolerationOpExists}},
 					Volumes:      volumes,

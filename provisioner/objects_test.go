@@ -107,8 +107,14 @@ func checkVM(t *testing.T, vm *kubevirtv1.VirtualMachine, w wantVM) {
 			f.Bootloader.EFI.SecureBoot == nil || *f.Bootloader.EFI.SecureBoot {
 			t.Errorf("%s: firmware %+v, want UEFI with secure boot off", name, f)
 		}
-	case d.Firmware != nil:
-		t.Errorf("%s: firmware %+v, want the default (BIOS)", name, d.Firmware)
+	default:
+		// BIOS, which writes to the serial port too: a disk it cannot
+		// boot says so on the buyer's serial console.
+		f := d.Firmware
+		if f == nil || f.Bootloader == nil || f.Bootloader.EFI != nil || f.Bootloader.BIOS == nil ||
+			f.Bootloader.BIOS.UseSerial == nil || !*f.Bootloader.BIOS.UseSerial {
+			t.Errorf("%s: firmware %+v, want BIOS with useSerial", name, f)
+		}
 	}
 	virtio := &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}
 	wantDisks := []kubevirtv1.Disk{
@@ -137,6 +143,15 @@ func checkVM(t *testing.T, vm *kubevirtv1.VirtualMachine, w wantVM) {
 	}
 	if !reflect.DeepEqual(spec.Volumes, wantVolumes) {
 		t.Errorf("%s: volumes %+v, want %+v", name, spec.Volumes, wantVolumes)
+	}
+	// One interface on the pod network, bound with masquerade: the guest
+	// behind the pod's address, the Service's port forwarded to it. With
+	// none, KubeVirt binds the pod network by bridge, its default.
+	wantIfaces := []kubevirtv1.Interface{{Name: "default",
+		InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}}}}
+	wantNets := []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}}
+	if !reflect.DeepEqual(d.Devices.Interfaces, wantIfaces) || !reflect.DeepEqual(spec.Networks, wantNets) {
+		t.Errorf("%s: interfaces %+v on networks %+v, want %+v on %+v", name, d.Devices.Interfaces, spec.Networks, wantIfaces, wantNets)
 	}
 
 	if len(vm.Spec.DataVolumeTemplates) != 0 {

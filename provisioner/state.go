@@ -61,6 +61,11 @@ func replicaState(vm *kubevirtv1.VirtualMachine, disk, iso *cdiv1.DataVolume) ob
 	}
 	status := vm.Status.PrintableStatus
 	state, known := vmStates[status]
+	// KubeVirt reports the VM of a DataVolume CDI failed for good as
+	// DataVolumeError: the disk's failure is the cause the market refunds.
+	if state == imagestore.ReplicaFailed && diskFailed(disk, iso) {
+		return observed{state: imagestore.ReplicaFailed, detail: detailDiskFailed}
+	}
 	if known && state != imagestore.ReplicaStarting {
 		return observed{state: state, detail: string(status)}
 	}
@@ -80,4 +85,14 @@ func replicaState(vm *kubevirtv1.VirtualMachine, disk, iso *cdiv1.DataVolume) ob
 		detail = string(disk.Status.Phase)
 	}
 	return observed{state: imagestore.ReplicaStarting, detail: detail}
+}
+
+// diskFailed says whether CDI failed the import of either DataVolume.
+func diskFailed(dvs ...*cdiv1.DataVolume) bool {
+	for _, dv := range dvs {
+		if dv != nil && dv.Status.Phase == cdiv1.Failed {
+			return true
+		}
+	}
+	return false
 }

@@ -43,6 +43,9 @@ func TestReplicaState(t *testing.T) {
 		{"ErrorPvcNotFound", vm("ErrorPvcNotFound"), nil, observed{"failed", "ErrorPvcNotFound", ""}},
 		{"ErrorDataVolumeNotFound", vm("ErrorDataVolumeNotFound"), nil, observed{"failed", "ErrorDataVolumeNotFound", ""}},
 		{"DataVolumeError", vm("DataVolumeError"), dv(cdiv1.ImportInProgress, "3%"), observed{"failed", "DataVolumeError", ""}},
+		// What KubeVirt's virt-controller reports once CDI failed the import
+		// for good: the DataVolume's failure is the cause (a refund's).
+		{"DataVolumeError, DataVolume Failed", vm("DataVolumeError"), dv(cdiv1.Failed, ""), observed{"failed", "DataVolumeFailed", ""}},
 
 		{"Starting", vm("Starting"), succeeded, observed{"starting", "Starting", ""}},
 		{"Provisioning", vm("Provisioning"), nil, observed{"starting", "Provisioning", ""}},

@@ -45,11 +45,23 @@ var debian = []struct {
 	{"postgresql", []string{"initdb", "pg_ctl"}},
 	{"skopeo", []string{"skopeo"}},
 	{"umoci", []string{"umoci"}},
+	{"libvirt-daemon-system", []string{"libvirtd", "virtlogd"}},
+	{"libvirt-clients", []string{"virsh"}},
+	{"ovmf", []string{"/usr/share/OVMF/OVMF_CODE.fd"}},
+	{"xorriso", []string{"xorrisofs"}},
+	{"mmdebstrap", []string{"mmdebstrap"}},
+	{"fdisk", []string{"sfdisk"}},
+	{"dosfstools", []string{"mkfs.vfat"}},
+	{"mtools", []string{"mmd", "mcopy"}},
+	{"grub-pc-bin", []string{"/usr/lib/grub/i386-pc/boot.img", "grub-mkimage"}},
+	{"grub-efi-amd64-bin", []string{"/usr/lib/grub/x86_64-efi/linux.mod", "grub-mkstandalone"}},
 }
 
 // missingNames is how .ci/deps names each thing when all are missing.
 var missingNames = []string{"qemu-img", "qemu-io", "qemu-img's http driver", "qemu-system-x86_64", "nbdkit", "curl", "strace",
-	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "initdb", "pg_ctl", "skopeo", "umoci", "stripe-mock", "tusd", "versitygw", traefiktest.Binary}
+	"mkfs.ext4", "prometheus", "promtool", "node", "npm", "chromium", "nginx", "wrk", "initdb", "pg_ctl", "skopeo", "umoci",
+	"libvirtd", "virtlogd", "virsh", "/usr/share/OVMF/OVMF_CODE.fd", "xorrisofs", "mmdebstrap", "sfdisk", "mkfs.vfat", "mmd", "mcopy",
+	"/usr/lib/grub/i386-pc", "grub-mkimage", "/usr/lib/grub/x86_64-efi", "grub-mkstandalone", "stripe-mock", "tusd", "versitygw", traefiktest.Binary}
 
 // tusdInstall is how .ci/deps installs the bench's tusd (bench/README.md
 // names the same version).
@@ -134,6 +146,19 @@ func (m *machine) stubs(t *testing.T, dir, pkg string, s setup) {
 func (m *machine) stub(t *testing.T, dir, cmd string, s setup) {
 	t.Helper()
 	p := filepath.Join(dir, cmd)
+	switch {
+	case strings.HasPrefix(cmd, "/"):
+		// A file, not a command: below root, where VMSHELF_FILES_ROOT
+		// (childEnv) has .ci/deps look.
+		p = filepath.Join(dir, "root", cmd)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	switch cmd {
 	case ".qemu-block-extra":
 		if err := os.WriteFile(p, nil, 0o644); err != nil {
@@ -337,8 +362,9 @@ func TestDepsInstalls(t *testing.T) {
 		{
 			name:  "some there: only the others are installed",
 			setup: setup{has: []string{"qemu-utils", "curl", "strace", "e2fsprogs", "nodejs", "npm"}, npmDone: true, goTools: true},
-			calls: installs("qemu-block-extra", "qemu-system-x86", "nbdkit", "prometheus", "chromium", "nginx", "wrk", "postgresql", "skopeo", "umoci"),
-			ok:    true,
+			calls: installs("qemu-block-extra", "qemu-system-x86", "nbdkit", "prometheus", "chromium", "nginx", "wrk", "postgresql", "skopeo", "umoci",
+				"libvirt-daemon-system", "libvirt-clients", "ovmf", "xorriso", "mmdebstrap", "fdisk", "dosfstools", "mtools", "grub-pc-bin", "grub-efi-amd64-bin"),
+			ok: true,
 		},
 		{
 			name:  "a node older than playwright-core needs",

@@ -115,7 +115,9 @@ func childEnv(path string, extra ...string) []string {
 	}
 	// .ci/deps also finds PostgreSQL off PATH, where Debian puts it; the
 	// fake machines have only what PATH gives them.
-	return append(append(env, "PATH="+path, "VMSHELF_PG_BINDIRS=/nonexistent"), extra...)
+	// The files .ci/deps looks for (the boot tests' firmware and GRUB) are
+	// looked for below root in path, where a fake machine's packages put them.
+	return append(append(env, "PATH="+path, "VMSHELF_PG_BINDIRS=/nonexistent", "VMSHELF_FILES_ROOT="+filepath.Join(path, "root")), extra...)
 }
 
 // result is what a command did.

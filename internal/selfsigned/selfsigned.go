@@ -32,6 +32,13 @@ type Cert struct {
 // public names a test's proxy serves, reached on loopback), valid from an
 // hour ago for a day, and writes it and its key (0600) into dir.
 func Write(dir string, names ...string) (Cert, error) {
+	return WriteFor(dir, append([]string{"localhost"}, names...)...)
+}
+
+// WriteFor is Write for 127.0.0.1, ::1 and the DNS names given alone: the
+// name a client verifies, such as a Kubernetes Service's
+// (name.namespace.svc) that the API server dials an aggregated API by.
+func WriteFor(dir string, dnsNames ...string) (Cert, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Cert{}, fmt.Errorf("selfsigned: key: %w", err)
@@ -51,7 +58,7 @@ func Write(dir string, names ...string) (Cert, error) {
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		DNSNames:              append([]string{"localhost"}, names...),
+		DNSNames:              dnsNames,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +40,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/keyutil"
 	basecompatibility "k8s.io/component-base/compatibility"
+	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 )
@@ -55,6 +57,38 @@ type Server struct {
 	// Admin is the API server's loopback config: a member of system:masters,
 	// allowed everything, including impersonation.
 	Admin *rest.Config
+
+	routes *serviceRoutes
+}
+
+// Route sends the API server's requests for Service namespace/name's
+// port (an aggregated API's, such as virt-api's subresources) to addr on
+// loopback, over https: what kube-proxy does for it in a cluster, where
+// the Service's cluster IP leads to its pods. Without a route the API
+// server resolves a Service as kube-apiserver does (its cluster IP, which
+// nothing serves here).
+func (s *Server) Route(namespace, name string, port int32, addr string) {
+	s.routes.mu.Lock()
+	defer s.routes.mu.Unlock()
+	s.routes.to[fmt.Sprintf("%s/%s:%d", namespace, name, port)] = addr
+}
+
+// serviceRoutes is the aggregator's service resolver: Route's routes,
+// else kube-apiserver's own.
+type serviceRoutes struct {
+	mu       sync.Mutex
+	to       map[string]string
+	fallback aggregatorapiserver.ServiceResolver
+}
+
+func (r *serviceRoutes) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {
+	r.mu.Lock()
+	addr, ok := r.to[fmt.Sprintf("%s/%s:%d", namespace, name, port)]
+	r.mu.Unlock()
+	if ok {
+		return &url.URL{Scheme: "https", Host: addr}, nil
+	}
+	return r.fallback.ResolveEndpoint(namespace, name, port)
 }
 
 // Flags are the kube-apiserver flags of every Server: RBAC on as in a real
@@ -81,11 +115,12 @@ var Flags = []string{
 func Start(t testing.TB) *Server {
 	t.Helper()
 	etcdURL := startEtcd(t)
-	admin, err := startAPIServer(t, etcdURL)
+	routes := &serviceRoutes{to: map[string]string{}}
+	admin, err := startAPIServer(t, etcdURL, routes)
 	if err != nil {
 		t.Fatalf("start kube-apiserver: %v", err)
 	}
-	return &Server{Admin: admin}
+	return &Server{Admin: admin, routes: routes}
 }
 
 // apiServerOptions are kube-apiserver's options for one test's server:
@@ -144,7 +179,7 @@ func apiServerOptions(t testing.TB, etcdURL string) (*options.ServerRunOptions, 
 	return s, nil
 }
 
-func startAPIServer(t testing.TB, etcdURL string) (*rest.Config, error) {
+func startAPIServer(t testing.TB, etcdURL string, routes *serviceRoutes) (*rest.Config, error) {
 	s, err := apiServerOptions(t, etcdURL)
 	if err != nil {
 		return nil, err
@@ -164,6 +199,11 @@ func startAPIServer(t testing.TB, etcdURL string) (*rest.Config, error) {
 		cancel()
 		return nil, err
 	}
+	// The aggregator proxies an APIService to its Service through this
+	// resolver (its availability checks too); the server's own is kept
+	// for every Service no test routes.
+	routes.fallback = config.Aggregator.ExtraConfig.ServiceResolver
+	config.Aggregator.ExtraConfig.ServiceResolver = routes
 	cc, err := config.Complete()
 	if err != nil {
 		cancel()

@@ -295,8 +295,8 @@ func playCDI(ctx context.Context, js *judgeServer, admin kubecli.KubevirtClient,
 // application.go does (less leader election, certificates, metrics and
 // the other dozen controllers). CDIConfig, DataSource and StorageProfile
 // have no CRD here: KubeVirt's own dummy informers stand in, as when CDI
-// is absent.
-func runVirtController(t *testing.T, ctx context.Context, cfg *rest.Config) {
+// is absent. It returns the cluster config, which virt-handler reads too.
+func runVirtController(t *testing.T, ctx context.Context, cfg *rest.Config) *virtconfig.ClusterConfig {
 	t.Helper()
 	client, err := kubecli.GetKubevirtClientFromRESTConfig(rest.CopyConfig(cfg))
 	if err != nil {
@@ -378,4 +378,5 @@ func runVirtController(t *testing.T, ctx context.Context, cfg *rest.Config) {
 		<-done
 		<-done
 	})
+	return clusterConfig
 }
