@@ -76,7 +76,7 @@ func (s *outageStore) Ping(ctx context.Context) error {
 
 func (s *outageStore) CreateTicket(ctx context.Context, tk imagestore.Ticket, ticket imagestore.Hash, quota int) error {
 	s.mu.Lock()
-	mode := s.tickets
+	mode, withdrawn := s.tickets, s.withdrawn
 	s.mu.Unlock()
 	switch mode {
 	case ticketRefused:
@@ -88,7 +88,7 @@ func (s *outageStore) CreateTicket(ctx context.Context, tk imagestore.Ticket, ti
 		return errOutage
 	case ticketLate:
 		go func() {
-			<-s.withdrawn // the order in which a stalled server may finish the two
+			<-withdrawn // the order in which a stalled server may finish the two
 			s.late <- s.Store.CreateTicket(context.Background(), tk, ticket, quota)
 		}()
 		return errOutage
