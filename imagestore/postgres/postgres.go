@@ -66,7 +66,13 @@ const maxAttempts = 30
 // concurrent use, by any number of processes on the same database.
 type Store struct {
 	*sqlstore.Store
-	db     *sql.DB
+	db *sql.DB
+	// probe is Ping's own connection, beside the pool. Ping asks whether
+	// the server answers; in the pool it would wait in line behind every
+	// request queued there, and after an outage that line is long (each
+	// client retrying at once): readiness would come back seconds after
+	// the server did.
+	probe  *sql.DB
 	health sqlstore.Health
 }
 
@@ -97,18 +103,21 @@ func open(ctx context.Context, url string, statement, lock time.Duration, opts .
 	cfg.RuntimeParams["statement_timeout"] = millis(statement)
 	cfg.RuntimeParams["lock_timeout"] = millis(lock)
 	db := stdlib.OpenDB(*cfg)
+	probe := stdlib.OpenDB(*cfg)
+	probe.SetMaxOpenConns(1)
+	probe.SetMaxIdleConns(1)
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	steps, err := migrations()
 	if err != nil {
-		_ = db.Close()
+		_ = errors.Join(db.Close(), probe.Close())
 		return nil, err
 	}
 	if err := migrate(ctx, db, steps); err != nil {
-		_ = db.Close()
+		_ = errors.Join(db.Close(), probe.Close())
 		return nil, fmt.Errorf("postgres: open: %w", withFault(err))
 	}
-	s := &Store{db: db}
+	s := &Store{db: db, probe: probe}
 	s.Store = sqlstore.New(engine{s}, opts...)
 	return s, nil
 }
@@ -116,9 +125,9 @@ func open(ctx context.Context, url string, statement, lock time.Duration, opts .
 // millis is d as PostgreSQL reads a time setting without a unit.
 func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
-// Close closes the pool.
+// Close closes the pool and Ping's connection.
 func (s *Store) Close() error {
-	if err := s.db.Close(); err != nil {
+	if err := errors.Join(s.db.Close(), s.probe.Close()); err != nil {
 		return fmt.Errorf("postgres: close: %w", err)
 	}
 	return nil
@@ -128,7 +137,7 @@ func (s *Store) Close() error {
 // health from the calls it answered (see imagestore.Store).
 func (s *Store) Ping(ctx context.Context) error {
 	var v int
-	if err := s.db.QueryRowContext(ctx, `SELECT version FROM vmshelf_schema`).Scan(&v); err != nil {
+	if err := s.probe.QueryRowContext(ctx, `SELECT version FROM vmshelf_schema`).Scan(&v); err != nil {
 		err = sqlstore.Unanswered(ctx, withFault(fmt.Errorf("postgres: ping: %w", err)))
 		s.health.Note(err, false)
 		return err
