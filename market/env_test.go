@@ -1,7 +1,6 @@
 package market
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,6 +22,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/syncbuf"
 )
 
 // The tests run the control plane over the real sqlite store and blobfs in
@@ -73,22 +73,7 @@ func (c *clock) Advance(d time.Duration) {
 }
 
 // syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 type env struct {
 	t       *testing.T

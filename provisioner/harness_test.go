@@ -1,7 +1,6 @@
 package provisioner
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/internal/syncbuf"
 )
 
 // The tests run the provisioner over the real SQLite store in a temp dir
@@ -69,22 +69,7 @@ func (c *clock) Advance(d time.Duration) {
 }
 
 // syncBuffer collects log output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 type harness struct {
 	t     *testing.T

@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/vmshelf/vmshelf/internal/ociimage"
+	"github.com/vmshelf/vmshelf/internal/syncbuf"
 )
 
 // binPath is the vmshelf binary TestMain builds once.
@@ -256,22 +257,7 @@ func traceSockets(t *testing.T, d time.Duration, env []string, args ...string) (
 }
 
 // syncBuffer collects a child's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 // httpClient talks to loopback directly, never through a proxy. The
 // answers of the servers the tests start are checked against

@@ -17,10 +17,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/syncbuf"
 )
 
 // TestReadmeOnCleanClone does what a new user does with README.md: clone
@@ -1003,22 +1004,7 @@ func (p *readmeRunProc) stop(t *testing.T) {
 }
 
 // readmeRunBuffer is a server's output, written while the test reads it.
-type readmeRunBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *readmeRunBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *readmeRunBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type readmeRunBuffer = syncbuf.Buffer
 
 // readmeRunMatchAnswer compares an answer with the README's object (see
 // the convention in TestReadmeOnCleanClone's comment); it returns what

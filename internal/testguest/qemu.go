@@ -9,11 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/syncbuf"
 )
 
 // QEMU is the emulator Start runs, and Package the Debian package that
@@ -213,19 +213,4 @@ func Expect(ctx context.Context, c net.Conn, want string) (string, error) {
 
 // syncBuffer is QEMU's output: written by exec's copying goroutine, read
 // by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 
 	"github.com/vmshelf/vmshelf/billing/stripetest"
+	"github.com/vmshelf/vmshelf/internal/syncbuf"
 )
 
 // The edge: the vmshelf binary itself (cmd/vmshelf, built from this
@@ -74,22 +75,7 @@ type edge struct {
 	waitErr           error
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = syncbuf.Buffer
 
 // edgeAccount is the host's Stripe Connect account, active at the stand-in.
 const edgeAccount = "acct_bootHost"
