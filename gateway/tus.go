@@ -117,26 +117,9 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 
 	now := g.cfg.Now()
 	id := imagestore.NewSecret()
-	octx, cancel := g.op()
-	defer cancel()
-	sess, err := g.store.StartSession(octx, imagestore.HashSecret(ticket), imagestore.HashSecret(id), imagestore.UploadSession{
-		Length: length, HashState: emptyHashState(), CreatedAt: now.UTC(), ExpiresAt: now.Add(sessionTTL).UTC(),
-	}, now)
-	if err != nil {
-		aerr := ticketError(err)
-		if answeredUnreachable(aerr) {
-			g.undoUpload(tk.UploadID, now, false) // the session may land late
-		}
+	sess, w, aerr := g.startSession(ticket, id, tk, length, now)
+	if aerr != nil {
 		g.refuseUpload(ctx, aerr, start, "")
-		return
-	}
-	g.metrics.consumed.Inc()
-	bctx, bcancel := g.blobOp()
-	defer bcancel()
-	w, err := g.blobs.Create(bctx, sess.UploadID)
-	if err != nil {
-		g.endSession(sess.UploadID)
-		g.refuseUpload(ctx, storageFailure(err, "could not start storing the image"), start, "")
 		return
 	}
 	ctx.Response.Header.Set("Location", g.sessionURL(id))
@@ -169,6 +152,34 @@ func (g *Gateway) handleCreate(ctx *fasthttp.RequestCtx, ticket string) {
 		// Location of a 507 only).
 		g.undoUpload(sess.UploadID, now, true)
 	}
+}
+
+// startSession turns ticket into the session id (its ticket consumed at
+// now) and opens the session's blob. A session the store may still make
+// after an unanswered call is undone; one whose blob could not be opened
+// is ended.
+func (g *Gateway) startSession(ticket, id string, tk imagestore.Ticket, length int64, now time.Time) (imagestore.UploadSession, imagestore.BlobWriter, *apierr.Error) {
+	octx, cancel := g.op()
+	defer cancel()
+	sess, err := g.store.StartSession(octx, imagestore.HashSecret(ticket), imagestore.HashSecret(id), imagestore.UploadSession{
+		Length: length, HashState: emptyHashState(), CreatedAt: now.UTC(), ExpiresAt: now.Add(sessionTTL).UTC(),
+	}, now)
+	if err != nil {
+		aerr := ticketError(err)
+		if answeredUnreachable(aerr) {
+			g.undoUpload(tk.UploadID, now, false) // the session may land late
+		}
+		return imagestore.UploadSession{}, nil, aerr
+	}
+	g.metrics.consumed.Inc()
+	bctx, bcancel := g.blobOp()
+	defer bcancel()
+	w, err := g.blobs.Create(bctx, sess.UploadID)
+	if err != nil {
+		g.endSession(sess.UploadID)
+		return imagestore.UploadSession{}, nil, storageFailure(err, "could not start storing the image")
+	}
+	return sess, w, nil
 }
 
 // handleHead is HEAD on a session: how far the upload got.
