@@ -384,6 +384,15 @@ func launchBin(t *testing.T, bin, dataDir, dataAddr, ctlAddr string, args, env [
 	if err != nil {
 		t.Fatalf("dev token: %v", err)
 	}
+	// serve prints where the token is before it serves, but its stdout
+	// reaches s.stdout through a pipe that os/exec copies on its own
+	// goroutine: the line may land after /healthz answered.
+	for i := 0; !strings.Contains(s.stdout.String(), "dev tenant token in"); i++ {
+		if i == 200 {
+			t.Fatalf("serve's stdout does not say where the dev token is: %q", s.stdout)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the pipe's copy, bounded
+	}
 	s.token = strings.TrimSpace(string(b))
 	if !hex64.MatchString(s.token) {
 		t.Fatalf("dev-token holds %q, not a 64-hex token", s.token)

@@ -48,8 +48,9 @@ const (
 	// bound, and the pollers ask every readyPoll.
 	readyBound = 3 * time.Second
 	readyPoll  = 100 * time.Millisecond
-	// backBound: once the store answers again, both planes' /readyz are
-	// ready within it.
+	// backBound: once the store answers again (a new connection gets its
+	// answer: pg_ctl start -w, or a resumed server through its backlog),
+	// both planes' /readyz are ready within it.
 	backBound = time.Second
 )
 
@@ -119,7 +120,9 @@ func TestE2EStoreOutage(t *testing.T) {
 				// Longer than an upload's lease outlives a store that does
 				// not answer (at most 8.5 s): the uploads sending through it
 				// lose theirs.
-				{"stalled", e.cluster.Stall, e.cluster.Resume, 9 * time.Second, 1 << 20},
+				{"stalled", e.cluster.Stall, func(tb testing.TB) {
+					tb.Logf("stalled: the server answered a new connection %v after SIGCONT", e.cluster.Resume(tb).Round(time.Millisecond))
+				}, 9 * time.Second, 1 << 20},
 			} {
 				e.fault(f.name, f.begin, f.end, f.hold, f.rate)
 			}

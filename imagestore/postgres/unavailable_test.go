@@ -105,7 +105,7 @@ func TestUnavailableServer(t *testing.T) {
 
 	c.Stall(t)
 	fails("with the server stalled")
-	c.Resume(t)
+	t.Logf("the stalled server answered %v after it was resumed", c.Resume(t))
 	works("once the stalled server resumed")
 
 	c.Down(t)

@@ -192,12 +192,41 @@ func (c *Cluster) Stall(tb testing.TB) {
 }
 
 // Resume continues the processes Stall stopped: the children first, so
-// that the postmaster finds them running.
-func (c *Cluster) Resume(tb testing.TB) {
+// that the postmaster finds them running. Like Up (pg_ctl start -w), it
+// returns once the server answers a new connection: a postmaster that
+// was stopped while clients kept dialling has a backlog to work through
+// first, and a test that measures how soon its clients see the server
+// back must not count that backlog as theirs. It returns how long the
+// server took to answer after the signal.
+func (c *Cluster) Resume(tb testing.TB) time.Duration {
 	tb.Helper()
 	pids := c.processes(tb)
 	slices.Reverse(pids)
 	c.signal(tb, pids, syscall.SIGCONT)
+	resumed := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for {
+		if err := c.answers(ctx); err == nil {
+			return time.Since(resumed)
+		} else if ctx.Err() != nil {
+			tb.Fatalf("PostgreSQL does not answer a minute after it was resumed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's return, bounded by ctx
+	}
+}
+
+// answers connects anew and runs one query.
+func (c *Cluster) answers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "SELECT 1")
+	return err
 }
 
 // Kill sends SIGKILL to the postmaster, as a crash or an OOM kill does,
