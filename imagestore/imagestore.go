@@ -382,11 +382,6 @@ type Store interface {
 	OpenSessions(ctx context.Context, tenantID int64, now time.Time) ([]UploadSession, error)
 	// SessionUploadIDs lists the upload ids of all live sessions.
 	SessionUploadIDs(ctx context.Context) ([]string, error)
-	// PendingSessionBytes is what the live sessions have yet to receive
-	// (Length − Offset, summed). Admission does not reserve it: a session
-	// holds disk space only while a request of it runs (gateway/space.go).
-	PendingSessionBytes(ctx context.Context) (int64, error)
-
 	Stats(ctx context.Context) (Stats, error)
 
 	MarketStore

@@ -415,17 +415,14 @@ type MarketStore interface {
 	// OrderUserData returns the cloud-init user data of an order ("" if
 	// none): for the provisioner only. ErrNotFound.
 	OrderUserData(ctx context.Context, id string) (string, error)
-	// MarkOrderPaid moves an order from awaitingPayment to paid at paidAt,
-	// running until expiresAt. An order already paid, active or expired
-	// is left as it is and nil returned (a replayed event); a cancelled
-	// one is ErrOrderState. Every state change (this one, CancelOrder,
-	// MarkOrderActive, ExpireOrder) returns ErrNotFound for an unknown id.
-	MarkOrderPaid(ctx context.Context, id string, paidAt, expiresAt time.Time) error
-	// PayOrder is MarkOrderPaid that also says whether this call moved
-	// the order to paid (false: it was paid, active or expired already).
-	// Of concurrent calls for one order exactly one moves it: the one
-	// that may report the payment (a metric, a log line, the
-	// provisioner's kick).
+	// PayOrder moves an order from awaitingPayment to paid at paidAt,
+	// running until expiresAt, and says whether this call moved it. An
+	// order already paid, active or expired is left as it is (false, nil:
+	// a replayed event); a cancelled one is ErrOrderState. Every state
+	// change (this one, CancelOrder, MarkOrderActive, ExpireOrder) returns
+	// ErrNotFound for an unknown id. Of concurrent calls for one order
+	// exactly one moves it: the one that may report the payment (a metric,
+	// a log line, the provisioner's kick).
 	PayOrder(ctx context.Context, id string, paidAt, expiresAt time.Time) (moved bool, err error)
 	// CancelOrder moves an order from awaitingPayment to cancelled with
 	// reason at now, releasing its capacity. A cancelled order is left as

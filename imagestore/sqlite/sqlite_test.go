@@ -753,7 +753,7 @@ func TestMigrateOrdersToNotes(t *testing.T) {
 
 	old, host, buyer := oldMarket(t, path, before, now)
 	oldOrder(t, old, host, buyer, "o1", 2, "", now)
-	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
+	if _, err := old.PayOrder(ctx, "o1", now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -794,7 +794,7 @@ func TestMigrateOrdersToRefunds(t *testing.T) {
 	for _, id := range []string{"o1", "o2"} {
 		oldOrder(t, old, host, buyer, id, 1, "#cloud-config\n", now)
 	}
-	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
+	if _, err := old.PayOrder(ctx, "o1", now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.CancelOrder(ctx, "o2", "checkoutExpired", now); err != nil {
@@ -863,7 +863,7 @@ func TestMigrateOrdersToDisputeOutcome(t *testing.T) {
 	old, host, buyer := oldMarket(t, path, before, now)
 	for _, id := range []string{"o1", "o2"} {
 		oldOrder(t, old, host, buyer, id, 1, "", now)
-		if err := old.MarkOrderPaid(ctx, id, now, now.Add(time.Hour)); err != nil {
+		if _, err := old.PayOrder(ctx, id, now, now.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		if err := old.SetOrderPaymentIntent(ctx, id, "pi_"+id); err != nil {

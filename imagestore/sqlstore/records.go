@@ -790,15 +790,6 @@ func queryIDs(ctx context.Context, tx *Tx, query string, args ...any) ([]string,
 }
 
 // Stats returns the number of images and their total size.
-// PendingSessionBytes sums Length − Offset over the live sessions.
-func (s *Store) PendingSessionBytes(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.read(ctx, "pending session bytes", func(tx *Tx) error {
-		return tx.QueryRowContext(ctx, `SELECT coalesce(sum(length - "offset"), 0) FROM upload_sessions`).Scan(&n)
-	})
-	return n, err
-}
-
 func (s *Store) Stats(ctx context.Context) (imagestore.Stats, error) {
 	var st imagestore.Stats
 	err := s.read(ctx, "stats", func(tx *Tx) error {
