@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/imagestore/sqlstore"
 )
 
 // Run runs the suite. open is called once per subtest and must return an
@@ -1101,7 +1100,7 @@ func testSweepTickets(t *testing.T, s imagestore.Store) {
 }
 
 // testSweepTicketsBatches: a sweep counts and forgets in writes of
-// sqlstore.SweepBatch tickets each (so that the tickets being issued wait
+// imagestore.SweepBatch tickets each (so that the tickets being issued wait
 // one batch at most); one more than two whole batches is counted whole,
 // once, and forgotten whole.
 func testSweepTicketsBatches(t *testing.T, s imagestore.Store) {
@@ -1109,7 +1108,7 @@ func testSweepTicketsBatches(t *testing.T, s imagestore.Store) {
 	a := newTenant(t, s, "alpha")
 	const retain = time.Hour
 	expires := t0.Add(time.Minute)
-	n := 2*sqlstore.SweepBatch + 1
+	n := 2*imagestore.SweepBatch + 1
 	for i := range n {
 		newTicket(t, s, a.ID, fmt.Sprintf("s%d", i), uploadID(1000+i), expires)
 	}
