@@ -5,10 +5,9 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 
 	"github.com/vmshelf/vmshelf/imagestore/postgres"
 	"github.com/vmshelf/vmshelf/imagestore/postgres/pgtest"
@@ -97,49 +96,39 @@ func TestEnginesHaveOneSchema(t *testing.T) {
 	}
 }
 
+// sqliteColumns reads the columns of the closed SQLite store at path,
+// through a plain connection of the driver the store registered.
 func sqliteColumns(t *testing.T, path string) map[string]map[string]column {
 	t.Helper()
-	// The store is closed: a plain connection of the driver it
-	// registered reads its file.
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(t.Context(), `
-SELECT m.name, p.name, p.type, p."notnull" OR p.pk
+	return columns(t, db, "SQLite", sqliteKinds, `
+SELECT m.name, p.name, upper(p.type), p."notnull" = 0 AND p.pk = 0
 FROM sqlite_schema AS m, pragma_table_info(m.name) AS p
 WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite\_%' ESCAPE '\'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	tables := map[string]map[string]column{}
-	for rows.Next() {
-		var table, name, typ string
-		var notNull bool
-		if err := rows.Scan(&table, &name, &typ, &notNull); err != nil {
-			t.Fatal(err)
-		}
-		add(t, tables, "SQLite", table, name, sqliteKinds, strings.ToUpper(typ), !notNull)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return tables
 }
 
+// postgresColumns reads the columns of the PostgreSQL database at url.
 func postgresColumns(t *testing.T, url string) map[string]map[string]column {
 	t.Helper()
-	ctx := t.Context()
-	conn, err := pgx.Connect(ctx, url)
+	db, err := sql.Open("pgx", url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `
+	defer db.Close()
+	return columns(t, db, "PostgreSQL", postgresKinds, `
 SELECT table_name, column_name, data_type, is_nullable = 'YES'
 FROM information_schema.columns WHERE table_schema = 'public'`)
+}
+
+// columns runs query, whose rows are (table, column, declared type,
+// nullable), and maps each column to its kind.
+func columns(t *testing.T, db *sql.DB, engine string, kinds map[string]string, query string) map[string]map[string]column {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), query)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +140,7 @@ FROM information_schema.columns WHERE table_schema = 'public'`)
 		if err := rows.Scan(&table, &name, &typ, &nullable); err != nil {
 			t.Fatal(err)
 		}
-		add(t, tables, "PostgreSQL", table, name, postgresKinds, typ, nullable)
+		add(t, tables, engine, table, name, kinds, typ, nullable)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
