@@ -1,10 +1,16 @@
 // Package imagestore is the ground floor of vmshelf: the records (tenants,
-// upload tickets, images, fetch tokens) behind the Store interface and the
-// image bytes behind the Blobs interface. Both planes meet here and nowhere
-// else. The interfaces are kept small and storage-neutral so that a
-// PostgreSQL Store and an S3 Blobs can follow the embedded ones
-// (imagestore/sqlite, imagestore/blobfs); imagestore/storetest holds the one
-// test suite every Store passes.
+// upload tickets, images, fetch tokens, the market's listings and orders)
+// behind the Store interface and the image bytes behind the Blobs
+// interface. Both planes meet here and nowhere else. Store is every record
+// the service keeps, so it is made of role interfaces of a few methods
+// each (Health, Tenants, Tickets, Uploads, Images, FetchTokens, Listings,
+// Orders, Provisioning, Billing, ConsoleStore, Leases, Journal), one per
+// part of the service that calls them: a part depends on the roles it
+// uses, and its test fakes just those. The interfaces are storage-neutral:
+// imagestore/sqlite and imagestore/postgres keep the records (their SQL
+// once, in imagestore/sqlstore), imagestore/blobfs and imagestore/s3 the
+// bytes, and imagestore/storetest and imagestore/blobtest hold the one
+// test suite every Store, and every Blobs, passes.
 package imagestore
 
 import (
@@ -59,6 +65,14 @@ var (
 // normal state of a small home server, and the store and the system need
 // room of their own.
 const DefaultHeadroom = 1 << 30
+
+// SweepBatch bounds the tickets one write of SweepTickets changes. A sweep
+// goes through the store's one writer, grouped with the tickets being
+// issued: at a few hundred tickets a second thousands expire between two
+// sweeps, and counting them in one transaction held every ticket request
+// behind it (the ticket route's p99 at 500 req/s grew with the store). In
+// batches the requests wait one batch at most.
+const SweepBatch = 256
 
 // Tenant is a box of the mesh, known to the edge by a bearer token.
 type Tenant struct {
@@ -203,9 +217,26 @@ func ValidUploadID(id string) bool {
 }
 
 // Store holds the records. Every method is one transaction; single use of a
-// ticket is one conditional update, never read-then-write.
+// ticket is one conditional update, never read-then-write. Its methods
+// come in roles, one for each part of the service that calls them, so
+// that a part can depend on the roles it uses and a test fake just those.
 type Store interface {
+	Health
+	Tenants
+	Tickets
+	Uploads
+	Images
+	FetchTokens
+	MarketStore
 	ConsoleStore
+	Leases
+	Journal
+	Close() error
+}
+
+// Health is what the probes, start-up and the metrics ask of the store
+// itself.
+type Health interface {
 	// Ping reads from the store. Besides a failed read it reports what
 	// the store knows of its own health: ErrDamaged once it met a damaged
 	// page, ErrNoSpace or ErrUnwritable while its last write failed so.
@@ -214,16 +245,26 @@ type Store interface {
 	// quick_check) and returns an error wrapping ErrDamaged if it fails.
 	// It reads the whole store: start-up runs it, probes do not.
 	Verify(ctx context.Context) error
-	Close() error
+	// Stats counts the stored images and their bytes, for the metrics.
+	Stats(ctx context.Context) (Stats, error)
+}
 
+// Tenants holds the boxes of the mesh: the operators' commands create,
+// change and remove them, the control plane finds the caller by its token
+// and records the payout account of a host's own Stripe onboarding.
+type Tenants interface {
 	// CreateTenant stores t with the hash of its token; ErrExists if the
 	// name is taken. It returns t with ID and CreatedAt set.
 	CreateTenant(ctx context.Context, t Tenant, token Hash) (Tenant, error)
+	// Tenant finds a tenant by its name; ErrNotFound.
 	Tenant(ctx context.Context, name string) (Tenant, error)
+	// TenantByToken finds the tenant whose token has this hash: the
+	// caller of an API request; ErrNotFound.
 	TenantByToken(ctx context.Context, token Hash) (Tenant, error)
 	// TenantByID finds a tenant by its id (a listing's host, an order's
 	// buyer); ErrNotFound.
 	TenantByID(ctx context.Context, id int64) (Tenant, error)
+	// Tenants lists every tenant, by name.
 	Tenants(ctx context.Context) ([]Tenant, error)
 	// UpdateTenant writes t's attributes, found by t.Name. The
 	// onboarding state is not among them: a StripeAccount other than the
@@ -241,6 +282,8 @@ type Store interface {
 	// (account.updated) on the tenants that have it and returns one of
 	// them, the onboarded one first; ErrNotFound if no tenant has it.
 	SetAccountCapabilities(ctx context.Context, account string, charges, payouts bool) (Tenant, error)
+	// SetTenantToken replaces the hash of the tenant's token, so the old
+	// token stops working at once; ErrNotFound.
 	SetTenantToken(ctx context.Context, name string, token Hash) error
 	// RemoveTenant deletes the tenant called name, so its token stops
 	// working at once, unless it still holds something (at now): then a
@@ -252,7 +295,12 @@ type Store interface {
 	// goes with it in the same transaction: its ended tickets and its
 	// closed listings. ErrNotFound if there is no such tenant.
 	RemoveTenant(ctx context.Context, name string, now time.Time) error
+}
 
+// Tickets is the control plane's side of uploads: issuing a ticket
+// against the quota, listing what holds a tenant's places in it,
+// cancelling or withdrawing a ticket, and sweeping the ended ones.
+type Tickets interface {
 	// CreateTicket stores tk under the hash of the ticket, unless the
 	// tenant's stored images plus its reservations already reach quota
 	// (ErrQuota), counted in the same transaction as the insert. A
@@ -260,19 +308,14 @@ type Store interface {
 	// upload session unexpired then and not finished (Offset < Length: a
 	// finished session has become an image and is not counted twice).
 	CreateTicket(ctx context.Context, tk Ticket, ticket Hash, quota int) error
-	// Ticket looks a ticket up without using it.
-	Ticket(ctx context.Context, ticket Hash) (Ticket, error)
-	// ConsumeTicket marks the ticket used at now if it is unused and not
-	// expired; of two concurrent calls exactly one succeeds. Errors:
-	// ErrNotFound, ErrTicketUsed, ErrTicketExpired. It is the start of a
-	// plain (PUT) upload, which from then on holds the ticket's place in
-	// the quota (CreateTicket counts it) until AddImage records its image
-	// or EndUpload ends it.
-	ConsumeTicket(ctx context.Context, ticket Hash, now time.Time) (Ticket, error)
 	// UnusedTickets lists the tenant's tickets that are unused (neither
 	// used nor cancelled) and unexpired at now, the ones CreateTicket
 	// counts, oldest first (then by upload id).
 	UnusedTickets(ctx context.Context, tenantID int64, now time.Time) ([]Ticket, error)
+	// OpenSessions lists the tenant's sessions that are unfinished
+	// (Offset < Length) and unexpired at now, the ones CreateTicket counts,
+	// oldest first (then by upload id).
+	OpenSessions(ctx context.Context, tenantID int64, now time.Time) ([]UploadSession, error)
 	// CancelTicket ends the tenant's unused ticket uploadID at now: it
 	// no longer counts against the quota, and ConsumeTicket and
 	// StartSession refuse it as used (ErrTicketUsed). The decision is one
@@ -283,23 +326,6 @@ type Store interface {
 	// ErrTicketCancelled if it was cancelled already; ErrTicketExpired if
 	// it expired unused. None of them changes the ticket.
 	CancelTicket(ctx context.Context, tenantID int64, uploadID string, now time.Time) error
-	// EndUpload ends the quota reservation of a plain upload that did not
-	// become an image (refused, cut off, failed); a missing or already
-	// ended one is not an error.
-	EndUpload(ctx context.Context, uploadID string) error
-	// EndRunningUploads ends the reservations of every plain upload still
-	// marked running and returns how many there were. Only start-up calls
-	// it: a crash ended those uploads, and their partial files are gone.
-	EndRunningUploads(ctx context.Context) (int, error)
-	// EndUnleasedUploads ends, over a store several replicas share, the
-	// reservations of plain uploads marked running that started before
-	// startedBefore and whose lease (leasePrefix + upload id) nobody
-	// holds at now: their replica died with them, and its restart (a new
-	// process, perhaps on another host) will not end them. It returns how
-	// many there were. The replica that runs a plain upload holds its
-	// lease from just after consuming the ticket; startedBefore leaves it
-	// the time to take it.
-	EndUnleasedUploads(ctx context.Context, leasePrefix string, now, startedBefore time.Time) (int, error)
 	// WithdrawTicket ends tk, issued under ticket by a CreateTicket whose
 	// answer never reached its client, whether that write landed, failed
 	// or is still to land (a stalled server that resumes): afterwards the
@@ -308,6 +334,30 @@ type Store interface {
 	// client had the answer after all). ErrNotFound if the tenant does not
 	// exist.
 	WithdrawTicket(ctx context.Context, tk Ticket, ticket Hash, now time.Time) error
+	// SweepTickets counts unused tickets that expired since the last sweep
+	// and forgets tickets that ended more than retain before now, in
+	// writes of at most SweepBatch tickets each.
+	SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (newlyExpired int, err error)
+}
+
+// Uploads is the data plane's side: an upload from the ticket it
+// consumes, plain (PUT) or resumable (a session), to the image it records
+// or to its end without one; and what start-up asks of the uploads a
+// crash or a dead replica left running.
+type Uploads interface {
+	// Ticket looks a ticket up without using it.
+	Ticket(ctx context.Context, ticket Hash) (Ticket, error)
+	// ConsumeTicket marks the ticket used at now if it is unused and not
+	// expired; of two concurrent calls exactly one succeeds. Errors:
+	// ErrNotFound, ErrTicketUsed, ErrTicketExpired. It is the start of a
+	// plain (PUT) upload, which from then on holds the ticket's place in
+	// the quota (CreateTicket counts it) until AddImage records its image
+	// or EndUpload ends it.
+	ConsumeTicket(ctx context.Context, ticket Hash, now time.Time) (Ticket, error)
+	// EndUpload ends the quota reservation of a plain upload that did not
+	// become an image (refused, cut off, failed); a missing or already
+	// ended one is not an error.
+	EndUpload(ctx context.Context, uploadID string) error
 	// UndoUpload undoes, in one transaction, what the upload uploadID
 	// started at startedAt (ConsumeTicket or StartSession with that now)
 	// left in the records, for an upload answered an error after which
@@ -322,43 +372,6 @@ type Store interface {
 	// startedAt (another start since, a sweep) is left as it is, with
 	// everything else.
 	UndoUpload(ctx context.Context, uploadID string, startedAt time.Time) (removeBlob bool, err error)
-	// SweepTickets counts unused tickets that expired since the last sweep
-	// and forgets tickets that ended more than retain before now.
-	SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (newlyExpired int, err error)
-
-	// AddImage records a committed image, re-checking in the same
-	// transaction that the tenant's stored images stay under quota
-	// (ErrQuota); ErrExists if the id is taken. Reservations are not
-	// counted here: the upload being committed holds one itself, admitted
-	// by CreateTicket, and the others were admitted alike. The running
-	// upload's reservation ends in the same transaction, so it is never
-	// counted twice, and so does its commit intent (Journal).
-	AddImage(ctx context.Context, img Image, quota int) error
-	Image(ctx context.Context, uploadID string) (Image, error)
-	Images(ctx context.Context, tenantID int64) ([]Image, error)
-	ImageIDs(ctx context.Context) ([]string, error)
-	// RemoveImage deletes the tenant's image record and revokes its fetch
-	// tokens in one transaction; ErrNotFound if the tenant has no such
-	// image, ErrInUse if an order that holds capacity (awaiting payment,
-	// paid or active) runs it: its replicas import it from the edge, and
-	// an import that fails starts over. The same transaction writes the
-	// image's remove intent (Journal): the caller deletes the file, then
-	// ends the intent, and start-up or the sweep finish what a crash or an
-	// unreachable blob store left.
-	RemoveImage(ctx context.Context, tenantID int64, uploadID string) error
-
-	// CreateFetchToken stores a fetch capability; ErrNotFound if the image
-	// does not exist.
-	CreateFetchToken(ctx context.Context, token Hash, ft FetchToken) error
-	// ImageForToken returns the image a valid token names and the token's
-	// expiry; ErrNotFound when the token is unknown, revoked or expired at
-	// now.
-	ImageForToken(ctx context.Context, token Hash, now time.Time) (Image, time.Time, error)
-	// RevokeOrderTokens revokes, at now, every fetch token of the order
-	// that is not revoked yet and returns how many there were (an unknown
-	// order has none). An empty orderID is an error: it would name the
-	// operators' tokens.
-	RevokeOrderTokens(ctx context.Context, orderID string, now time.Time) (int, error)
 
 	// StartSession consumes a ticket exactly as ConsumeTicket does and, in
 	// the same transaction, creates the upload session us (UploadID,
@@ -376,22 +389,70 @@ type Store interface {
 	// ExpireSessions forgets the sessions whose ExpiresAt <= now and returns
 	// their upload ids, so the caller can remove their partial files.
 	ExpireSessions(ctx context.Context, now time.Time) ([]string, error)
-	// OpenSessions lists the tenant's sessions that are unfinished
-	// (Offset < Length) and unexpired at now, the ones CreateTicket counts,
-	// oldest first (then by upload id).
-	OpenSessions(ctx context.Context, tenantID int64, now time.Time) ([]UploadSession, error)
+
+	// AddImage records a committed image, re-checking in the same
+	// transaction that the tenant's stored images stay under quota
+	// (ErrQuota); ErrExists if the id is taken. Reservations are not
+	// counted here: the upload being committed holds one itself, admitted
+	// by CreateTicket, and the others were admitted alike. The running
+	// upload's reservation ends in the same transaction, so it is never
+	// counted twice, and so does its commit intent (Journal).
+	AddImage(ctx context.Context, img Image, quota int) error
+
+	// EndRunningUploads ends the reservations of every plain upload still
+	// marked running and returns how many there were. Only start-up calls
+	// it: a crash ended those uploads, and their partial files are gone.
+	EndRunningUploads(ctx context.Context) (int, error)
+	// EndUnleasedUploads ends, over a store several replicas share, the
+	// reservations of plain uploads marked running that started before
+	// startedBefore and whose lease (leasePrefix + upload id) nobody
+	// holds at now: their replica died with them, and its restart (a new
+	// process, perhaps on another host) will not end them. It returns how
+	// many there were. The replica that runs a plain upload holds its
+	// lease from just after consuming the ticket; startedBefore leaves it
+	// the time to take it.
+	EndUnleasedUploads(ctx context.Context, leasePrefix string, now, startedBefore time.Time) (int, error)
 	// SessionUploadIDs lists the upload ids of all live sessions.
 	SessionUploadIDs(ctx context.Context) ([]string, error)
-	// PendingSessionBytes is what the live sessions have yet to receive
-	// (Length − Offset, summed). Admission does not reserve it: a session
-	// holds disk space only while a request of it runs (gateway/space.go).
-	PendingSessionBytes(ctx context.Context) (int64, error)
+}
 
-	Stats(ctx context.Context) (Stats, error)
+// Images holds the stored images' records: a tenant's listing and
+// removal, the provisioner's look-up, and the ids start-up matches with
+// the files it finds.
+type Images interface {
+	// Image returns an image record by its upload id; ErrNotFound.
+	Image(ctx context.Context, uploadID string) (Image, error)
+	// Images lists the tenant's images, oldest first.
+	Images(ctx context.Context, tenantID int64) ([]Image, error)
+	// ImageIDs lists the upload ids of every image record.
+	ImageIDs(ctx context.Context) ([]string, error)
+	// RemoveImage deletes the tenant's image record and revokes its fetch
+	// tokens in one transaction; ErrNotFound if the tenant has no such
+	// image, ErrInUse if an order that holds capacity (awaiting payment,
+	// paid or active) runs it: its replicas import it from the edge, and
+	// an import that fails starts over. The same transaction writes the
+	// image's remove intent (Journal): the caller deletes the file, then
+	// ends the intent, and start-up or the sweep finish what a crash or an
+	// unreachable blob store left.
+	RemoveImage(ctx context.Context, tenantID int64, uploadID string) error
+}
 
-	MarketStore
-	Leases
-	Journal
+// FetchTokens holds the capabilities an order's replicas import their
+// image with: the provisioner mints and revokes them, the data plane
+// serves the image a valid one names.
+type FetchTokens interface {
+	// CreateFetchToken stores a fetch capability; ErrNotFound if the image
+	// does not exist.
+	CreateFetchToken(ctx context.Context, token Hash, ft FetchToken) error
+	// ImageForToken returns the image a valid token names and the token's
+	// expiry; ErrNotFound when the token is unknown, revoked or expired at
+	// now.
+	ImageForToken(ctx context.Context, token Hash, now time.Time) (Image, time.Time, error)
+	// RevokeOrderTokens revokes, at now, every fetch token of the order
+	// that is not revoked yet and returns how many there were (an unknown
+	// order has none). An empty orderID is an error: it would name the
+	// operators' tokens.
+	RevokeOrderTokens(ctx context.Context, orderID string, now time.Time) (int, error)
 }
 
 // Blobs holds image bytes by upload id.

@@ -362,10 +362,18 @@ func randomHex(n int) string {
 }
 
 // MarketStore holds the market's records: listings, orders and the
-// webhook's events. Every method is one transaction. Capacity is reserved
-// in the same transaction that creates an order, so two buyers can never
-// both take the last replica.
+// payments, refunds and disputes behind them.
 type MarketStore interface {
+	Listings
+	Orders
+	Provisioning
+	Billing
+}
+
+// Listings holds what hosts offer: the control plane creates, lists and
+// closes them. A listing's reserved and running replicas are summed from
+// its orders when it is read, never stored.
+type Listings interface {
 	// CreateListing stores l (ID, HostID, UnitPrice, Currency, Capacity,
 	// CreatedAt; a zero CreatedAt means now) open, and returns it as
 	// stored. ErrExists if the id is taken, ErrNotFound if the host does
@@ -383,7 +391,14 @@ type MarketStore interface {
 	// orders; orders already placed go on. Closing a closed listing is
 	// not an error. ErrNotFound if the host has no such listing.
 	CloseListing(ctx context.Context, hostID int64, id string, now time.Time) error
+}
 
+// Orders is the control plane's side of an order's life: placing it,
+// its checkout, its payment or cancel, and reading it back; the sweeper
+// cancels the overdue ones. Capacity is reserved in the same transaction
+// that creates an order, so two buyers can never both take the last
+// replica.
+type Orders interface {
 	// CreateOrder stores o in state awaitingPayment with its user data,
 	// reserving o.Quantity replicas of o.ListingID in the same
 	// transaction. Errors: ErrExists (the id is taken; checked first, so
@@ -412,20 +427,15 @@ type MarketStore interface {
 	Orders(ctx context.Context, buyerID int64) ([]Order, error)
 	// OrdersInState returns every order in state, oldest first.
 	OrdersInState(ctx context.Context, state OrderState) ([]Order, error)
-	// OrderUserData returns the cloud-init user data of an order ("" if
-	// none): for the provisioner only. ErrNotFound.
-	OrderUserData(ctx context.Context, id string) (string, error)
-	// MarkOrderPaid moves an order from awaitingPayment to paid at paidAt,
-	// running until expiresAt. An order already paid, active or expired
-	// is left as it is and nil returned (a replayed event); a cancelled
-	// one is ErrOrderState. Every state change (this one, CancelOrder,
-	// MarkOrderActive, ExpireOrder) returns ErrNotFound for an unknown id.
-	MarkOrderPaid(ctx context.Context, id string, paidAt, expiresAt time.Time) error
-	// PayOrder is MarkOrderPaid that also says whether this call moved
-	// the order to paid (false: it was paid, active or expired already).
-	// Of concurrent calls for one order exactly one moves it: the one
-	// that may report the payment (a metric, a log line, the
-	// provisioner's kick).
+
+	// PayOrder moves an order from awaitingPayment to paid at paidAt,
+	// running until expiresAt, and says whether this call moved it. An
+	// order already paid, active or expired is left as it is (false, nil:
+	// a replayed event); a cancelled one is ErrOrderState. Every state
+	// change (this one, CancelOrder, MarkOrderActive, ExpireOrder) returns
+	// ErrNotFound for an unknown id. Of concurrent calls for one order
+	// exactly one moves it: the one that may report the payment (a metric,
+	// a log line, the provisioner's kick).
 	PayOrder(ctx context.Context, id string, paidAt, expiresAt time.Time) (moved bool, err error)
 	// CancelOrder moves an order from awaitingPayment to cancelled with
 	// reason at now, releasing its capacity. A cancelled order is left as
@@ -440,6 +450,22 @@ type MarketStore interface {
 	// buyerID has no order id (another buyer's order looks the same);
 	// ErrOrderState in any other state, cancelled included.
 	CancelOwnOrder(ctx context.Context, buyerID int64, id, reason string, now time.Time) error
+
+	// OverdueOrders returns the orders awaiting payment whose
+	// ReserveUntil is at or before now, oldest first: the sweeper asks
+	// Stripe about each and cancels it.
+	OverdueOrders(ctx context.Context, now time.Time) ([]Order, error)
+	// OrderCounts returns the number of orders in each state (every state
+	// present, zero included).
+	OrderCounts(ctx context.Context) (map[OrderState]int64, error)
+}
+
+// Provisioning is what the provisioner writes back on the orders it
+// carries out, and the user data only it reads.
+type Provisioning interface {
+	// OrderUserData returns the cloud-init user data of an order ("" if
+	// none): for the provisioner only. ErrNotFound.
+	OrderUserData(ctx context.Context, id string) (string, error)
 	// MarkOrderActive moves a paid order to active: its objects exist in
 	// the cluster. An active one is left as it is and nil returned; any
 	// other state is ErrOrderState.
@@ -456,6 +482,11 @@ type MarketStore interface {
 	// SetOrderNote sets the provisioner's note on an order, in any state;
 	// "" clears it. ErrNotFound for an unknown order.
 	SetOrderNote(ctx context.Context, id, note string) error
+	// SetOrderBlocked records (cause one of BlockedCauses) or clears ("")
+	// the cause that keeps a paid order from running. BlockedSince is set
+	// at now when the cause first appears and kept while it stays; a
+	// cleared cause clears it. ErrNotFound.
+	SetOrderBlocked(ctx context.Context, id, cause string, now time.Time) error
 	// SetReplicaStates replaces the replica states stored for an order
 	// with states (none: forget them); the first running state of a
 	// paid, active or expired order sets its RanAt. Each index must be in 0 ..
@@ -466,15 +497,12 @@ type MarketStore interface {
 	// ReplicaStates returns the replica states stored for an order, by
 	// index (none: empty). ErrNotFound for an unknown order.
 	ReplicaStates(ctx context.Context, orderID string) ([]ReplicaState, error)
+}
 
-	// OverdueOrders returns the orders awaiting payment whose
-	// ReserveUntil is at or before now, oldest first: the sweeper asks
-	// Stripe about each and cancels it.
-	OverdueOrders(ctx context.Context, now time.Time) ([]Order, error)
-	// OrderCounts returns the number of orders in each state (every state
-	// present, zero included).
-	OrderCounts(ctx context.Context) (map[OrderState]int64, error)
-
+// Billing is what Stripe's webhook and the refund worker record: the
+// payment behind an order, its refund and its dispute, and the events
+// already handled.
+type Billing interface {
 	// SetOrderPaymentIntent records the PaymentIntent that paid an order,
 	// in any state; setting the same one again is nil, another one is
 	// ErrOrderState (one order, one payment). ErrNotFound.
@@ -482,11 +510,7 @@ type MarketStore interface {
 	// OrderByPaymentIntent returns the order paid by a PaymentIntent;
 	// ErrNotFound.
 	OrderByPaymentIntent(ctx context.Context, paymentIntent string) (Order, error)
-	// SetOrderBlocked records (cause one of BlockedCauses) or clears ("")
-	// the cause that keeps a paid order from running. BlockedSince is set
-	// at now when the cause first appears and kept while it stays; a
-	// cleared cause clears it. ErrNotFound.
-	SetOrderBlocked(ctx context.Context, id, cause string, now time.Time) error
+
 	// StartRefund moves an order to refunding for cause, to be tried at
 	// now: from paid or from cancelled, or from active for
 	// RefundImportFailed if no replica ever ran (RanAt zero), and only if

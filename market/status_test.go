@@ -179,7 +179,7 @@ func TestStatusReplicaStates(t *testing.T) {
 	unpaid := e.placed(buyer, listing, 1).OrderID
 	month := t0.Add(30 * 24 * time.Hour)
 	for _, id := range []string{paid, expired} {
-		if err := e.st.MarkOrderPaid(ctx, id, t0, month); err != nil {
+		if _, err := e.st.PayOrder(ctx, id, t0, month); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -236,8 +236,8 @@ func (h *harness) order(quantity int, kind imagestore.ImageKind, image, userData
 	if err := h.st.CreateOrder(ctx, o, userData, 0); err != nil {
 		h.t.Fatalf("CreateOrder: %v", err)
 	}
-	if err := h.st.MarkOrderPaid(ctx, o.ID, now, now.Add(month)); err != nil {
-		h.t.Fatalf("MarkOrderPaid: %v", err)
+	if _, err := h.st.PayOrder(ctx, o.ID, now, now.Add(month)); err != nil {
+		h.t.Fatalf("PayOrder: %v", err)
 	}
 	return h.stored(o.ID)
 }

@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"io/fs"
-	"slices"
+
+	"github.com/vmshelf/vmshelf/imagestore/sqlstore"
 )
 
 // migrationLock is the advisory lock key every vmshelf replica takes
@@ -18,18 +18,9 @@ const migrationLock = 0x766d7368
 // step 1, and the database's vmshelf_schema.version counts the steps
 // applied.
 func migrations() ([]string, error) {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	steps, err := sqlstore.Migrations(migrationFiles)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: migrations: %w", err)
-	}
-	slices.Sort(names)
-	steps := make([]string, len(names))
-	for i, n := range names {
-		b, err := migrationFiles.ReadFile(n)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: migrations: %w", err)
-		}
-		steps[i] = string(b)
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	return steps, nil
 }

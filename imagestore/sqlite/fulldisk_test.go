@@ -177,10 +177,10 @@ func TestFullDiskMarketWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.MarkOrderPaid(ctx, "paid", now, now); err != nil {
+	if _, err := s.PayOrder(ctx, "paid", now, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.MarkOrderPaid(ctx, "active", now, now); err != nil {
+	if _, err := s.PayOrder(ctx, "active", now, now); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.MarkOrderActive(ctx, "active"); err != nil {
@@ -203,7 +203,7 @@ func TestFullDiskMarketWrites(t *testing.T) {
 		{"CloseListing", func() error { return s.CloseListing(ctx, host.ID, "l1", now) }},
 		{"CreateOrder", func() error { return s.CreateOrder(ctx, order("new"), "#cloud-config\n", 0) }},
 		{"SetCheckout", func() error { return s.SetCheckout(ctx, "awaiting", "cs_1", "https://checkout.example/1") }},
-		{"MarkOrderPaid", func() error { return s.MarkOrderPaid(ctx, "awaiting", now, now) }},
+		{"PayOrder", func() error { _, err := s.PayOrder(ctx, "awaiting", now, now); return err }},
 		{"CancelOrder", func() error { return s.CancelOrder(ctx, "awaiting", "checkoutExpired", now) }},
 		{"MarkOrderActive", func() error { return s.MarkOrderActive(ctx, "paid") }},
 		{"ExpireOrder", func() error { return s.ExpireOrder(ctx, "active", now) }},

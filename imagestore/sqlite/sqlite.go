@@ -105,7 +105,11 @@ var _ imagestore.Store = (*Store)(nil)
 // not exist (the parent directory must), and brings its schema up to date.
 // A database written by a newer binary is refused.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
-	return open(ctx, path, schema(), opts...)
+	steps, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, path, steps, opts...)
 }
 
 func open(ctx context.Context, path string, steps []string, opts ...Option) (*Store, error) {

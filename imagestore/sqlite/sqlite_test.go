@@ -150,7 +150,7 @@ func TestReopen(t *testing.T) {
 	ctx := t.Context()
 	path := tempPath(t)
 	s := mustOpen(t, path)
-	if got, want := userVersion(t, s), len(schema()); got != want {
+	if got, want := userVersion(t, s), len(schema(t)); got != want {
 		t.Errorf("user_version = %d, want %d", got, want)
 	}
 	a, err := s.CreateTenant(ctx, imagestore.Tenant{Name: "alpha", StripeAccount: "acct"}, imagestore.HashSecret("tok"))
@@ -175,7 +175,7 @@ func TestReopen(t *testing.T) {
 
 	// Applied steps are not run again: the first one is replaced by SQL that
 	// would fail, and the open still succeeds. A new step is applied once.
-	steps := append([]string{"this is not SQL"}, schema()[1:]...)
+	steps := append([]string{"this is not SQL"}, schema(t)[1:]...)
 	steps = append(steps, "CREATE TABLE extra (x INTEGER) STRICT")
 	for i := range 2 {
 		s, err := open(ctx, path, steps)
@@ -203,7 +203,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	path := tempPath(t)
 	now := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 
-	old, err := open(ctx, path, schema()[:1])
+	old, err := open(ctx, path, schema(t)[:1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 
 	s := mustOpen(t, path)
 	defer s.Close()
-	if got, want := userVersion(t, s), len(schema()); got != want || want < 2 {
+	if got, want := userVersion(t, s), len(schema(t)); got != want || want < 2 {
 		t.Errorf("after migration: user_version = %d, want %d (>= 2)", got, want)
 	}
 	if got, err := s.Tenant(ctx, "alpha"); err != nil || got != a {
@@ -359,13 +359,13 @@ func TestSessionsTable(t *testing.T) {
 func TestFailedMigrationRollsBack(t *testing.T) {
 	ctx := t.Context()
 	path := tempPath(t)
-	steps := append(schema(), "CREATE TABLE half (x INTEGER); this is not SQL")
+	steps := append(schema(t), "CREATE TABLE half (x INTEGER); this is not SQL")
 	if _, err := open(ctx, path, steps); err == nil {
 		t.Fatal("open with a broken step succeeded")
 	}
 	s := mustOpen(t, path) // the good steps stayed applied
 	defer s.Close()
-	if got, want := userVersion(t, s), len(schema()); got != want {
+	if got, want := userVersion(t, s), len(schema(t)); got != want {
 		t.Errorf("user_version = %d, want %d", got, want)
 	}
 	var n int
@@ -380,7 +380,7 @@ func TestFailedMigrationRollsBack(t *testing.T) {
 func TestNewerSchemaRefused(t *testing.T) {
 	path := tempPath(t)
 	s := mustOpen(t, path)
-	future := len(schema()) + 1
+	future := len(schema(t)) + 1
 	if _, err := s.db.ExecContext(t.Context(), "PRAGMA user_version = "+strconv.Itoa(future)); err != nil {
 		t.Fatal(err)
 	}
@@ -696,7 +696,7 @@ func TestMarketErrorsCarryNoUserData(t *testing.T) {
 func oldMarket(t *testing.T, path string, before int, now time.Time) (old *Store, host, buyer imagestore.Tenant) {
 	t.Helper()
 	ctx := t.Context()
-	old, err := open(ctx, path, schema()[:before])
+	old, err := open(ctx, path, schema(t)[:before])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -735,7 +735,7 @@ func migrated(t *testing.T, old *Store, path string, before int) *Store {
 	}
 	s := mustOpen(t, path)
 	t.Cleanup(func() { _ = s.Close() })
-	if got, want := userVersion(t, s), len(schema()); got != want || want <= before {
+	if got, want := userVersion(t, s), len(schema(t)); got != want || want <= before {
 		t.Errorf("after migration: user_version = %d, want %d (> %d)", got, want, before)
 	}
 	return s
@@ -753,7 +753,7 @@ func TestMigrateOrdersToNotes(t *testing.T) {
 
 	old, host, buyer := oldMarket(t, path, before, now)
 	oldOrder(t, old, host, buyer, "o1", 2, "", now)
-	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
+	if _, err := old.PayOrder(ctx, "o1", now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -794,7 +794,7 @@ func TestMigrateOrdersToRefunds(t *testing.T) {
 	for _, id := range []string{"o1", "o2"} {
 		oldOrder(t, old, host, buyer, id, 1, "#cloud-config\n", now)
 	}
-	if err := old.MarkOrderPaid(ctx, "o1", now, now.Add(time.Hour)); err != nil {
+	if _, err := old.PayOrder(ctx, "o1", now, now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.CancelOrder(ctx, "o2", "checkoutExpired", now); err != nil {
@@ -863,7 +863,7 @@ func TestMigrateOrdersToDisputeOutcome(t *testing.T) {
 	old, host, buyer := oldMarket(t, path, before, now)
 	for _, id := range []string{"o1", "o2"} {
 		oldOrder(t, old, host, buyer, id, 1, "", now)
-		if err := old.MarkOrderPaid(ctx, id, now, now.Add(time.Hour)); err != nil {
+		if _, err := old.PayOrder(ctx, id, now, now.Add(time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 		if err := old.SetOrderPaymentIntent(ctx, id, "pi_"+id); err != nil {

@@ -374,13 +374,8 @@ func (s *Store) OrderUserData(ctx context.Context, id string) (string, error) {
 	return readOne(ctx, s, "order user data", "order", scanValue[string], `SELECT user_data FROM orders WHERE id = ?`, id)
 }
 
-// MarkOrderPaid: awaitingPayment → paid; see imagestore.MarketStore.
-func (s *Store) MarkOrderPaid(ctx context.Context, id string, paidAt, expiresAt time.Time) error {
-	_, err := s.PayOrder(ctx, id, paidAt, expiresAt)
-	return err
-}
-
-// PayOrder: MarkOrderPaid, reporting whether this call moved the order.
+// PayOrder: awaitingPayment → paid, reporting whether this call moved
+// the order; see imagestore.MarketStore.
 func (s *Store) PayOrder(ctx context.Context, id string, paidAt, expiresAt time.Time) (bool, error) {
 	paid, err := nanos("paid_at", paidAt)
 	if err != nil {

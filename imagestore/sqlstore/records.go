@@ -376,20 +376,12 @@ WHERE put_running = 1 AND used_at < ?2
 		at, before, leasePrefix)
 }
 
-// SweepBatch bounds the rows one write of SweepTickets changes. A sweep
-// goes through the one writer, grouped with the tickets being issued: at
-// a few hundred tickets a second thousands expire between two sweeps, and
-// counting them in one transaction held every ticket request behind it
-// (the ticket route's p99 at 500 req/s grew with the store). In batches
-// the requests wait one batch at most.
-const SweepBatch = 256
-
 // SweepTickets first counts unused tickets that expired at or before now
 // and were not counted by an earlier sweep, then deletes tickets, used or
 // not, that expired more than retain before now; both in writes of at most
-// SweepBatch tickets. Counting comes first so that a ticket which expires
-// and ages out between two sweeps is still counted once; a sweep stopped
-// between two writes leaves the rest for the next.
+// imagestore.SweepBatch tickets. Counting comes first so that a ticket
+// which expires and ages out between two sweeps is still counted once; a
+// sweep stopped between two writes leaves the rest for the next.
 func (s *Store) SweepTickets(ctx context.Context, now time.Time, retain time.Duration) (int, error) {
 	at, err := nanos("now", now)
 	if err != nil {
@@ -420,14 +412,14 @@ DELETE FROM console_tickets WHERE hash IN (SELECT hash FROM console_tickets WHER
 }
 
 // sweepInBatches runs query (its parameters: arg, then the batch size) in
-// writes of its own until one changes fewer than SweepBatch rows, and
-// returns the rows changed.
+// writes of its own until one changes fewer than imagestore.SweepBatch
+// rows, and returns the rows changed.
 func (s *Store) sweepInBatches(ctx context.Context, query string, arg int64) (int64, error) {
 	var total int64
 	for {
 		var n int64
 		err := s.write(ctx, "sweep tickets", func(tx *Tx) error {
-			res, err := tx.ExecContext(ctx, query, arg, SweepBatch)
+			res, err := tx.ExecContext(ctx, query, arg, imagestore.SweepBatch)
 			if err != nil {
 				return err
 			}
@@ -438,7 +430,7 @@ func (s *Store) sweepInBatches(ctx context.Context, query string, arg int64) (in
 			return total, err
 		}
 		total += n
-		if n < SweepBatch {
+		if n < imagestore.SweepBatch {
 			return total, nil
 		}
 	}
@@ -790,15 +782,6 @@ func queryIDs(ctx context.Context, tx *Tx, query string, args ...any) ([]string,
 }
 
 // Stats returns the number of images and their total size.
-// PendingSessionBytes sums Length − Offset over the live sessions.
-func (s *Store) PendingSessionBytes(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.read(ctx, "pending session bytes", func(tx *Tx) error {
-		return tx.QueryRowContext(ctx, `SELECT coalesce(sum(length - "offset"), 0) FROM upload_sessions`).Scan(&n)
-	})
-	return n, err
-}
-
 func (s *Store) Stats(ctx context.Context) (imagestore.Stats, error) {
 	var st imagestore.Stats
 	err := s.read(ctx, "stats", func(tx *Tx) error {

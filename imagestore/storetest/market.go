@@ -293,7 +293,7 @@ func testCloseListing(t *testing.T, s imagestore.Store) {
 	wantErr(t, "CreateOrder on a closed listing", err, imagestore.ErrNoCapacity)
 	_, err = s.Order(ctx, "o2")
 	wantErr(t, "Order refused on a closed listing", err, imagestore.ErrNotFound)
-	must(t, "MarkOrderPaid on a closed listing", s.MarkOrderPaid(ctx, o.ID, t0, t0.Add(30*24*time.Hour)))
+	must(t, "PayOrder on a closed listing", payOrder(ctx, s, o.ID, t0, t0.Add(30*24*time.Hour)))
 	want.Reserved, want.Running = 0, 2
 	checkListing(t, "Listing after its order was paid", getListing(t, s, "l1"), want)
 }
@@ -518,18 +518,18 @@ func testListingCounts(t *testing.T, s imagestore.Store) {
 	check("four orders awaiting payment", 10, 0)
 	wantErr(t, "CreateOrder on a full listing", s.CreateOrder(ctx, orderOf(l, h, buyer, "o9", 1, t0), "", 0), imagestore.ErrNoCapacity)
 
-	must(t, "MarkOrderPaid o2", s.MarkOrderPaid(ctx, "o2", t0, month))
+	must(t, "PayOrder o2", payOrder(ctx, s, "o2", t0, month))
 	check("o2 paid", 8, 2)
 	must(t, "MarkOrderActive o2", s.MarkOrderActive(ctx, "o2"))
 	check("o2 active", 8, 2)
-	must(t, "MarkOrderPaid o3", s.MarkOrderPaid(ctx, "o3", t0, month))
+	must(t, "PayOrder o3", payOrder(ctx, s, "o3", t0, month))
 	check("o3 paid", 5, 5)
 
 	must(t, "CancelOrder o1", s.CancelOrder(ctx, "o1", "checkoutExpired", t0))
 	check("o1 cancelled", 4, 5)
 	// Released once: cancelling again, or trying to pay, changes nothing.
 	must(t, "CancelOrder o1 again", s.CancelOrder(ctx, "o1", "checkoutExpired", t0))
-	wantErr(t, "MarkOrderPaid o1 after cancel", s.MarkOrderPaid(ctx, "o1", t0, month), imagestore.ErrOrderState)
+	wantErr(t, "PayOrder o1 after cancel", payOrder(ctx, s, "o1", t0, month), imagestore.ErrOrderState)
 	check("o1 cancelled twice", 4, 5)
 	// A paid order cannot be cancelled out of the count.
 	wantErr(t, "CancelOrder o3 paid", s.CancelOrder(ctx, "o3", "paymentFailed", t0), imagestore.ErrOrderState)
@@ -543,7 +543,7 @@ func testListingCounts(t *testing.T, s imagestore.Store) {
 	must(t, "ExpireOrder o2", s.ExpireOrder(ctx, "o2", month))
 	check("o2 expired", 5, 3)
 	must(t, "ExpireOrder o2 again", s.ExpireOrder(ctx, "o2", month.Add(time.Hour)))
-	must(t, "MarkOrderPaid o2 expired", s.MarkOrderPaid(ctx, "o2", t0, month))
+	must(t, "PayOrder o2 expired", payOrder(ctx, s, "o2", t0, month))
 	check("o2 expired twice and paid again", 5, 3)
 	placeOrder(t, s, orderOf(l, h, buyer, "o7", 2, t0), "")
 	check("o7 took the expired replicas", 7, 3)
@@ -573,7 +573,7 @@ func testOrderStates(t *testing.T, s imagestore.Store) {
 		switch state {
 		case imagestore.OrderPaid, imagestore.OrderActive, imagestore.OrderExpired,
 			imagestore.OrderRefunding, imagestore.OrderRefunded, imagestore.OrderRefundFailed:
-			must(t, "MarkOrderPaid", s.MarkOrderPaid(ctx, o.ID, paidAt, month))
+			must(t, "PayOrder", payOrder(ctx, s, o.ID, paidAt, month))
 			o.State, o.PaidAt, o.ExpiresAt = imagestore.OrderPaid, paidAt, month
 		case imagestore.OrderCancelled:
 			must(t, "CancelOrder", s.CancelOrder(ctx, o.ID, "checkoutExpired", cancelAt))
@@ -604,7 +604,7 @@ func testOrderStates(t *testing.T, s imagestore.Store) {
 		from map[imagestore.OrderState]func(o imagestore.Order) imagestore.Order
 		left []imagestore.OrderState
 	}{
-		{"MarkOrderPaid", func(id string) error { return s.MarkOrderPaid(ctx, id, later, later.Add(time.Hour)) },
+		{"PayOrder", func(id string) error { return payOrder(ctx, s, id, later, later.Add(time.Hour)) },
 			map[imagestore.OrderState]func(imagestore.Order) imagestore.Order{
 				imagestore.OrderAwaitingPayment: func(o imagestore.Order) imagestore.Order {
 					o.State, o.PaidAt, o.ExpiresAt = imagestore.OrderPaid, later, later.Add(time.Hour)
@@ -718,7 +718,7 @@ func testOrderTimeRoundTrip(t *testing.T, s imagestore.Store) {
 
 	paid := created.Add(time.Minute + 11).In(time.FixedZone("UTC-09:30", -(9*3600 + 30*60)))
 	expires := paid.Add(30*24*time.Hour + 13)
-	must(t, "MarkOrderPaid", s.MarkOrderPaid(ctx, "o1", paid, expires))
+	must(t, "PayOrder", payOrder(ctx, s, "o1", paid, expires))
 	want.State, want.PaidAt, want.ExpiresAt = imagestore.OrderPaid, paid, expires
 	checkOrder(t, "Order paid", getOrder(t, s, "o1"), want)
 	ended := expires.Add(17).In(zone)
@@ -763,9 +763,9 @@ func testOrderQueries(t *testing.T, s imagestore.Store) {
 	must(t, "Orders of the host", err)
 	checkOrders(t, "Orders of the host (it bought nothing)", orders)
 
-	must(t, "MarkOrderPaid oa1", s.MarkOrderPaid(ctx, "oa1", t0, t0.Add(time.Hour)))
+	must(t, "PayOrder oa1", payOrder(ctx, s, "oa1", t0, t0.Add(time.Hour)))
 	a1.State, a1.PaidAt, a1.ExpiresAt = imagestore.OrderPaid, t0, t0.Add(time.Hour)
-	must(t, "MarkOrderPaid ob1", s.MarkOrderPaid(ctx, "ob1", t0, t0.Add(time.Hour)))
+	must(t, "PayOrder ob1", payOrder(ctx, s, "ob1", t0, t0.Add(time.Hour)))
 	b1.State, b1.PaidAt, b1.ExpiresAt = imagestore.OrderPaid, t0, t0.Add(time.Hour)
 
 	orders, err = s.OrdersInState(ctx, imagestore.OrderAwaitingPayment)
@@ -800,7 +800,7 @@ func testOverdueOrders(t *testing.T, s imagestore.Store) {
 	soon := place("soon", t0.Add(2*time.Second), h1.Add(-time.Nanosecond))
 	// Past their deadlines, but no longer awaiting payment.
 	place("paid", t0, t0)
-	must(t, "MarkOrderPaid", s.MarkOrderPaid(ctx, "paid", t0, t0.Add(time.Hour)))
+	must(t, "PayOrder", payOrder(ctx, s, "paid", t0, t0.Add(time.Hour)))
 	place("cancelled", t0, t0)
 	must(t, "CancelOrder", s.CancelOrder(ctx, "cancelled", "checkoutExpired", t0))
 
@@ -852,7 +852,7 @@ func testOrderCounts(t *testing.T, s imagestore.Store) {
 	}
 	check("nine awaiting", map[imagestore.OrderState]int64{imagestore.OrderAwaitingPayment: 9})
 	for _, id := range []string{"o0", "o1", "o2", "o3", "o4", "o5"} {
-		must(t, "MarkOrderPaid "+id, s.MarkOrderPaid(ctx, id, t0, month))
+		must(t, "PayOrder "+id, payOrder(ctx, s, id, t0, month))
 	}
 	for _, id := range []string{"o1", "o2", "o3"} {
 		must(t, "MarkOrderActive "+id, s.MarkOrderActive(ctx, id))
@@ -928,7 +928,7 @@ func testOrderUserData(t *testing.T, s imagestore.Store) {
 		carries(when+": Listing", getListing(t, s, "l1"))
 	}
 	reads("awaiting payment")
-	must(t, "MarkOrderPaid", s.MarkOrderPaid(ctx, "o1", t0, t0.Add(time.Hour)))
+	must(t, "PayOrder", payOrder(ctx, s, "o1", t0, t0.Add(time.Hour)))
 	must(t, "MarkOrderActive", s.MarkOrderActive(ctx, "o1"))
 	reads("active")
 	ud, err = s.OrderUserData(ctx, "o1")
@@ -963,7 +963,7 @@ func testRemoveImageInUse(t *testing.T, s imagestore.Store) {
 		switch state {
 		case imagestore.OrderPaid, imagestore.OrderActive, imagestore.OrderExpired,
 			imagestore.OrderRefunding, imagestore.OrderRefunded, imagestore.OrderRefundFailed:
-			must(t, "MarkOrderPaid", s.MarkOrderPaid(ctx, o.ID, t0, month))
+			must(t, "PayOrder", payOrder(ctx, s, o.ID, t0, month))
 		case imagestore.OrderCancelled:
 			must(t, "CancelOrder", s.CancelOrder(ctx, o.ID, "checkoutExpired", t0))
 		}
@@ -1167,7 +1167,7 @@ func testCancelOwnOrder(t *testing.T, s imagestore.Store) {
 		t.Errorf("after the cancel the listing has %d reserved, %d free; want 0, 5", got.Reserved, got.Free())
 	}
 	wantErr(t, "CancelOwnOrder again", s.CancelOwnOrder(ctx, buyer.ID, o.ID, "buyerCancelled", at), imagestore.ErrOrderState)
-	wantErr(t, "PayOrder after the cancel", s.MarkOrderPaid(ctx, o.ID, at, month), imagestore.ErrOrderState)
+	wantErr(t, "PayOrder after the cancel", payOrder(ctx, s, o.ID, at, month), imagestore.ErrOrderState)
 	checkOrder(t, "Order after a cancel and a payment", getOrder(t, s, o.ID), o)
 }
 

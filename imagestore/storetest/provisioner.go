@@ -17,7 +17,7 @@ func paidOrder(t *testing.T, s imagestore.Store, l imagestore.Listing, host, buy
 	t.Helper()
 	o := placeOrder(t, s, orderOf(l, host, buyer, id, quantity, t0), "")
 	month := t0.Add(30 * 24 * time.Hour)
-	must(t, "MarkOrderPaid "+id, s.MarkOrderPaid(t.Context(), id, t0, month))
+	must(t, "PayOrder "+id, payOrder(t.Context(), s, id, t0, month))
 	o.State, o.PaidAt, o.ExpiresAt = imagestore.OrderPaid, t0, month
 	return o
 }
@@ -65,7 +65,7 @@ func testOrderNote(t *testing.T, s imagestore.Store) {
 			x := placeOrder(t, s, orderOf(l, h, buyer, id, 1, t0), "")
 			switch st {
 			case imagestore.OrderPaid, imagestore.OrderActive, imagestore.OrderExpired:
-				must(t, "MarkOrderPaid", s.MarkOrderPaid(ctx, id, t0, t0.Add(time.Hour)))
+				must(t, "PayOrder", payOrder(ctx, s, id, t0, t0.Add(time.Hour)))
 				x.State, x.PaidAt, x.ExpiresAt = imagestore.OrderPaid, t0, t0.Add(time.Hour)
 			case imagestore.OrderCancelled:
 				must(t, "CancelOrder", s.CancelOrder(ctx, id, "checkoutExpired", t0))
@@ -215,7 +215,7 @@ func testRevokeOrderTokens(t *testing.T, s imagestore.Store) {
 		x := orderOf(l, h, buyer, o, 1, t0)
 		x.ImageKind, x.Image = imagestore.ImageUpload, img.UploadID
 		placeOrder(t, s, x, "")
-		must(t, "MarkOrderPaid "+o, s.MarkOrderPaid(ctx, o, t0, month))
+		must(t, "PayOrder "+o, payOrder(ctx, s, o, t0, month))
 	}
 	tokens := []struct{ secret, order string }{{"o1-a", "o1"}, {"o1-b", "o1"}, {"o2", "o2"}, {"operator", ""}}
 	for _, tk := range tokens {

@@ -112,7 +112,7 @@ func paidOrder(t *testing.T, ctx context.Context, st *sqlite.Store, l imagestore
 	if err := st.CreateOrder(ctx, o, userData, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.MarkOrderPaid(ctx, o.ID, paidAt, expires); err != nil {
+	if _, err := st.PayOrder(ctx, o.ID, paidAt, expires); err != nil {
 		t.Fatal(err)
 	}
 	return o

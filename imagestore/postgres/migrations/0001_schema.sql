@@ -1,5 +1,5 @@
 -- The records of vmshelf on PostgreSQL: the SQLite store's schema
--- (imagestore/sqlite/schema.go, its steps 1 to 6 in one), in the same
+-- (imagestore/sqlite/migrations, its steps 1 to 6 in one), in the same
 -- representation, so that imagestore/sqlstore's statements read both alike:
 -- times are BIGINT Unix nanoseconds in UTC, flags 0/1 SMALLINTs, hashes
 -- BYTEA. A migration file is history once released: change the schema by
