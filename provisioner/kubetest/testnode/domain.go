@@ -404,7 +404,7 @@ func (n *Node) startDomain(ctx context.Context, orig *kubevirtv1.VirtualMachineI
 	if dom.Spec.Type == "kvm" {
 		d.accel = "KVM"
 	}
-	d.name = n.cfg.Name + "_" + dom.Spec.Name
+	d.name = domainPrefix(n.cfg.Name, os.Getpid()) + dom.Spec.Name
 	dom.Spec.Name = d.name
 	if d.httpFwd, err = freeLoopbackAddr(); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -209,18 +210,46 @@ func noDomain(out []byte) bool {
 	return strings.Contains(string(out), "failed to get domain") || strings.Contains(string(out), "Domain not found")
 }
 
-// destroyAll destroys every domain whose name starts with prefix.
-func (l *Libvirt) destroyAll(ctx context.Context, prefix string) error {
+// domainPrefix is how a node names its domains: its own name and the
+// process that runs it, so that two runs on one libvirtd (a demo and a
+// test, two developers' tests) keep to their own domains.
+func domainPrefix(node string, pid int) string { return fmt.Sprintf("%s-%d_", node, pid) }
+
+// destroyOrphans destroys the domains a run of node left behind: those of
+// this process, and those of a process that no longer runs (a run that
+// was killed leaves its domains to libvirt, which keeps their QEMU
+// running). Another live run's domains stay.
+func (l *Libvirt) destroyOrphans(ctx context.Context, node string) error {
 	out, err := l.virsh(ctx, "list", "--all", "--name")
 	if err != nil {
 		return err
 	}
 	for _, name := range strings.Fields(string(out)) {
-		if strings.HasPrefix(name, prefix) {
-			if err := l.destroy(ctx, name); err != nil {
-				return err
-			}
+		if !orphaned(name, node, os.Getpid(), processRuns) {
+			continue
+		}
+		if err := l.destroy(ctx, name); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// orphaned reports whether domain name is one node's run in process self
+// left, or one of a run whose process no longer runs.
+func orphaned(name, node string, self int, runs func(pid int) bool) bool {
+	rest, ok := strings.CutPrefix(name, node+"-")
+	if !ok {
+		return false
+	}
+	digits, _, ok := strings.Cut(rest, "_")
+	pid, err := strconv.Atoi(digits)
+	return ok && err == nil && (pid == self || !runs(pid))
+}
+
+// processRuns reports whether process pid exists (signal 0 asks without
+// sending; EPERM: it exists, another user's).
+func processRuns(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }

@@ -157,9 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("testnode: %w", err)
 		}
 	}
-	// A run that was killed leaves its domains to libvirt, which keeps
-	// their QEMU running: this node's name marks them.
-	if err := cfg.Libvirt.destroyAll(ctx, cfg.Name+"_"); err != nil {
+	if err := cfg.Libvirt.destroyOrphans(ctx, cfg.Name); err != nil {
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.WithoutCancel(ctx))

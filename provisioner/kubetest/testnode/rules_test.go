@@ -122,3 +122,25 @@ func TestDownload(t *testing.T) {
 		t.Errorf("download with an unknown checksum algorithm: %#v, want a fatal Error", err)
 	}
 }
+
+// TestOrphaned: a node's start destroys the domains its own process or a
+// dead run left on libvirtd, never a live run's (a demo beside a test)
+// nor another node's.
+func TestOrphaned(t *testing.T) {
+	runs := func(pid int) bool { return pid == 200 }
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{domainPrefix("box1-node", 100) + "market-1_vm-o1-0", true},  // this process's
+		{domainPrefix("box1-node", 300) + "market-1_vm-o1-0", true},  // a dead run's
+		{domainPrefix("box1-node", 200) + "market-1_vm-o1-0", false}, // a live run's
+		{domainPrefix("box2-node", 100) + "market-1_vm-o1-0", false}, // another node's
+		{"box1-node_market-1_vm-o1-0", false},                        // no run named
+		{"guest", false},
+	} {
+		if got := orphaned(tc.name, "box1-node", 100, runs); got != tc.want {
+			t.Errorf("orphaned(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
