@@ -137,8 +137,8 @@ guest-image:
 # Go 1.27); it failed CI once with no failing input. A count has no deadline.
 # Minimising each new input gets 1 s: its default 60 s ate most of a 10 s run.
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzInspector$$' -fuzztime $(or $(FUZZTIME),100000x) -fuzzminimizetime 1s ./imagestore/qcow2
-	$(GO) test -run '^$$' -fuzz '^FuzzStructure$$' -fuzztime $(or $(FUZZTIME),15000x) -fuzzminimizetime 1s ./imagestore/qcow2
+	$(GO) test -run '^$$' -fuzz '^FuzzInspector$$' -fuzztime $(or $(FUZZTIME),100000x) -fuzzminimizetime 1s ./qcow2
+	$(GO) test -run '^$$' -fuzz '^FuzzStructure$$' -fuzztime $(or $(FUZZTIME),15000x) -fuzzminimizetime 1s ./qcow2
 
 # `make bench`: vmshelf against dd, loopback, nginx and tusd on this machine (root; nginx, wrk,
 # curl, qemu-img, tusd v2 needed; about 20 min, see bench/README.md), written to docs/bench.md and docs/bench.json.

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
-	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2"
+	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // TestUploadHostileSynthetic sends the pure-Go part of the shared corpus —

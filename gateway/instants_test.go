@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // TestTusCheckpointInterval: a running PATCH makes its progress durable

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // TestStorageFailure: a blob call the image storage did not answer is the

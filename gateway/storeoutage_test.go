@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 	"github.com/vmshelf/vmshelf/internal/unavailable"
 )
 

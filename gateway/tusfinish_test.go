@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // failFenceOnce cannot answer the first lease check: the one a PATCH

@@ -15,7 +15,7 @@ import (
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
-	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/catalogue"
 )
 
 // The VM market's limits (docs/api.md and docs/operations.md give them to

@@ -13,7 +13,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/catalogue"
 )
 
 // host creates a tenant that may host: in the mesh, sharing, hosting,

@@ -26,7 +26,7 @@ import (
 	"github.com/vmshelf/vmshelf/internal/readiness"
 	"github.com/vmshelf/vmshelf/internal/settle"
 	"github.com/vmshelf/vmshelf/internal/unavailable"
-	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/market/web"
 )
 

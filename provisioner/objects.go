@@ -14,7 +14,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/catalogue"
 )
 
 // The objects of an order, as pure functions of the order and what it

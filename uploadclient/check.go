@@ -4,7 +4,7 @@ import (
 	"errors"
 	"io"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // checkImage runs the gateway's QCOW2 checks on the file before a ticket

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // fakeEdge is a control plane and a data plane in one: it issues tickets,

@@ -4,7 +4,7 @@
 //
 // It is its own package because the upload is most of what a box runs
 // against the edge and has rules of its own: it checks the image locally
-// first (imagestore/qcow2, the gateway's checks), streams from the file
+// first (qcow2, the gateway's checks), streams from the file
 // without holding it in memory, keeps its progress in FILE.vmshelf-upload
 // (mode 0600: the session's URL is a capability) so that a rerun resumes
 // where the edge stopped storing, retries what may pass (no answer, busy,

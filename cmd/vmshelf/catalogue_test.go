@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/catalogue"
 )
 
 // catalogueEntry is a valid cloud entry of a catalogue file; mod may

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+	"github.com/vmshelf/vmshelf/qcow2"
 	"github.com/vmshelf/vmshelf/internal/cli"
 )
 

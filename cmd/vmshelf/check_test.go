@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // TestE2ECheck runs `vmshelf check` over the synthetic half of the shared

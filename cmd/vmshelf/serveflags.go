@@ -19,7 +19,7 @@ import (
 	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/market"
-	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/catalogue"
 )
 
 // serveFlags are serve's flags (docs/operations.md "Flags"). Every flag is

@@ -48,7 +48,7 @@ func TestSettingsWithoutEffect(t *testing.T) {
 		refused string
 	}{
 		{name: "defaults"},
-		{name: "settings that act in every mode", args: []string{"--vm-catalogue", "../../market/catalogue/vm-images.json",
+		{name: "settings that act in every mode", args: []string{"--vm-catalogue", "../../catalogue/vm-images.json",
 			"--checkout-return-url", "https://edge.example/machines", "--tus-checkpoint-mib", "8", "--dev", "--headroom-mib", "16"}},
 		{name: "the machine market without --vms-enable", args: machineFlags, want: []string{
 			"--vm-cpu" + noVMs, "--vm-memory-mib" + noVMs, "--vm-disk-gib" + noVMs, "--vm-storage-class" + noVMs,

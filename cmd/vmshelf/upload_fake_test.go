@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // fakeEdge is a control plane and a tus data plane for one upload.

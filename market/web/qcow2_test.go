@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
-	"github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2"
+	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // needTool finds a tool a test cannot do without: missing, it is a

@@ -36,7 +36,7 @@ func TestEveryReasonHasWords(t *testing.T) {
 		regexp.MustCompile(`ans\.Machines = "(\w+)"`),      // readiness of the market
 	}
 	codes := map[string]string{}
-	for _, dir := range []string{"../../gateway", "..", "../../imagestore/qcow2", "../../internal/apierr", "../../internal/headerrule"} {
+	for _, dir := range []string{"../../gateway", "..", "../../qcow2", "../../internal/apierr", "../../internal/headerrule"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
-	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/provisioner"
 )
 

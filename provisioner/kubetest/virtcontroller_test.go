@@ -42,7 +42,7 @@ import (
 	"kubevirt.io/kubevirt/pkg/virt-controller/watch/vmi"
 	"kubevirt.io/kubevirt/pkg/virt-operator/resource/generate/components"
 
-	"github.com/vmshelf/vmshelf/market/catalogue"
+	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/provisioner"
 )
 

@@ -1,5 +1,5 @@
 // qcow2.js: the browser's check of a QCOW2 header before an upload takes a
-// ticket, the same rules as the edge's own gate (imagestore/qcow2,
+// ticket, the same rules as the edge's own gate (qcow2,
 // header.go and inspector.go) and `vmshelf check`, as far as the first
 // cluster decides. The edge checks everything again as the bytes arrive;
 // this only spares a user the wait (and a ticket) for a file the edge is

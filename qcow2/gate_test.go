@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
-	q "github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2"
+	q "github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // verdict is what the gate decides about a whole file: the reason of the

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
-	q "github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2"
+	q "github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // FuzzInspector feeds arbitrary bytes through the Inspector in several
@@ -21,7 +21,7 @@ import (
 // never panic, and the verdict must not depend on the chunking. The seed
 // corpus in testdata/ holds the heads of small qemu-img images.
 //
-//	go test -run '^$' -fuzz '^FuzzInspector$' -fuzztime 10s ./imagestore/qcow2
+//	go test -run '^$' -fuzz '^FuzzInspector$' -fuzztime 10s ./qcow2
 func FuzzInspector(f *testing.F) {
 	f.Add([]byte("QFI\xfb\x00\x00\x00\x02"))
 	f.Add(q.Base()[:4096])
@@ -60,7 +60,7 @@ const (
 // testdata/fuzz/FuzzStructure are synthetic images with L2 tables and
 // data, compressed clusters, extended L2 entries and a snapshot.
 //
-//	go test -run '^$' -fuzz '^FuzzStructure$' -fuzztime 10s ./imagestore/qcow2
+//	go test -run '^$' -fuzz '^FuzzStructure$' -fuzztime 10s ./qcow2
 func FuzzStructure(f *testing.F) {
 	for _, c := range q.Synthetic() {
 		if c.Want == "" && len(c.Data) <= 128<<10 {

@@ -3,7 +3,7 @@ package qcow2test
 import (
 	"encoding/binary"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // Synthetic returns every header and structure mutation case, built in

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // qemuImage is one image QemuImages makes: steps run in order in the

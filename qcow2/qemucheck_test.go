@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
-	q "github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2"
+	q "github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // notFlaggedByQemuCheck are the synthetic cases the gate refuses as
@@ -37,7 +37,7 @@ const qemuCheckClaim = "`qemu-img check` flags all but "
 // gate refuses each of those cases as corrupt. A gate that lets one of
 // them through ships it to a QEMU whose check would not notice.
 func TestQemuCheckClaim(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "image-safety.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "image-safety.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,12 +13,12 @@ import (
 	lq "github.com/lima-vm/go-qcow2reader/image/qcow2"
 	qlog "github.com/lima-vm/go-qcow2reader/log"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // go-qcow2reader is the second reader: whatever the gate accepts, it must
 // open and read without panicking and without touching another file. It
-// is never the gate (see the package doc of imagestore/qcow2 for why).
+// is never the gate (see the package doc of qcow2 for why).
 
 func init() {
 	// go-qcow2reader keeps its decompressors and its warning sink in

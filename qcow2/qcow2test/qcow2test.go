@@ -7,7 +7,7 @@ package qcow2test
 import (
 	"encoding/binary"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // Limits is what every case's verdict assumes: vmshelf's default

@@ -112,7 +112,7 @@ func TestCatalogueBuiltin(t *testing.T) {
 // a .iso file on its project's own host, says what its installer needs,
 // and is documented in docs/catalogue.md with the source of its address.
 func TestCatalogueISOEntries(t *testing.T) {
-	docs, err := os.ReadFile(filepath.Join("..", "..", "docs", "catalogue.md"))
+	docs, err := os.ReadFile(filepath.Join("..", "docs", "catalogue.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

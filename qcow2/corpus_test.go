@@ -15,8 +15,8 @@ import (
 
 	lq "github.com/lima-vm/go-qcow2reader/image/qcow2"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
-	q "github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2"
+	q "github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // The corpus properties, for synthetic and qemu-made images alike:

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/imagestore/qcow2"
-	q "github.com/vmshelf/vmshelf/imagestore/qcow2/qcow2test"
+	"github.com/vmshelf/vmshelf/qcow2"
+	q "github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // sparseFile is a file of any size held as a few written ranges; the rest
