@@ -6,10 +6,10 @@
 #     --build-arg CREATED="$(git log -1 --format=%cI)" .
 #
 # `make image` builds the same image with no container engine at all
-# (internal/ociimage, written as bin/vmshelf-image.tar), and there the
+# (internal/tools/ociimage, written as bin/vmshelf-image.tar), and there the
 # labels' version and commit are read from the binary itself, so they say
 # what `vmshelf version` says; here they say what the build arguments say.
-# internal/ociimage's TestDockerfile keeps this file in step with it: the
+# internal/tools/ociimage's TestDockerfile keeps this file in step with it: the
 # same static build, files, user, environment, entrypoint, command, ports
 # and label names.
 
@@ -22,7 +22,7 @@ RUN go mod download
 COPY . .
 # Static (no C library in the image), stamped as make build stamps it.
 RUN CGO_ENABLED=0 GOOS=linux go build -buildvcs=auto -trimpath -o /out/usr/local/bin/vmshelf ./cmd/vmshelf
-# The files beside the binary, as internal/ociimage writes them: the CA
+# The files beside the binary, as internal/tools/ociimage writes them: the CA
 # bundle (Stripe, S3 and the Kubernetes API are reached over TLS), the user
 # vmshelf (65532) so that tools show a name, /data (the volume's mount
 # point) the user's, and /tmp.

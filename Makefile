@@ -14,21 +14,21 @@ FUZZTIME ?=
 
 # -buildvcs=auto: `vmshelf version` names the commit it was built from,
 # even where the environment sets GOFLAGS=-buildvcs=false (this one does).
-# internal/buildprogress says what a first build does while it fetches
+# internal/tools/buildprogress says what a first build does while it fetches
 # modules and compiles (minutes on 2 cores, otherwise silent): a line every
 # 10 s with the counts so far.
-BUILDPROGRESS := $(GO) run ./internal/buildprogress
+BUILDPROGRESS := $(GO) run ./internal/tools/buildprogress
 build:
 	$(BUILDPROGRESS) $(GO) build -v -buildvcs=auto -o $(BIN) ./cmd/vmshelf
 
 # `make image`: vmshelf's container image with no container engine
-# (internal/ociimage): the static binary (CGO_ENABLED=0, stamped as build
+# (internal/tools/ociimage): the static binary (CGO_ENABLED=0, stamped as build
 # stamps it) on an empty base with the CA certificates, as user 65532,
 # written as bin/vmshelf-image.tar, which docker load, podman load and
 # k3s ctr images import take (docs/deploy/README.md). The Dockerfile builds
 # the same with an engine.
 image:
-	$(GO) run ./internal/ociimage/mkimage -go $(GO) -o bin/vmshelf-image.tar
+	$(GO) run ./internal/tools/ociimage/mkimage -go $(GO) -o bin/vmshelf-image.tar
 
 run: build
 	./$(BIN) serve --dev --data-dir $(DATA)
@@ -75,13 +75,13 @@ test-race-kube:
 # -vet=off: lint ran every vet analyzer on every package just before; the
 # subset go test runs by itself would run again, under flags of its own,
 # with its facts over every dependency (all of client-go, SQLite, Stripe).
-# internal/testprogress runs go test -json and prints a line per package as
+# internal/tools/testprogress runs go test -json and prints a line per package as
 # it finishes (go test itself holds one back until those listed before it
 # are done), each skipped test as it skips, and at the end every failure's
 # output and the counts. -timeout is a hang detector, not a budget: each
 # test has deadlines of its own, and a loaded machine once took cmd/vmshelf
 # past 12 minutes (5 to 9 on a quiet one).
-GOTEST := $(GO) run ./internal/testprogress $(GO) test -json
+GOTEST := $(GO) run ./internal/tools/testprogress $(GO) test -json
 test-race:
 	$(GOTEST) -race -vet=off -count=1 -timeout 25m ./...
 

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmshelf/vmshelf/internal/gobin"
+	"github.com/vmshelf/vmshelf/internal/testkit/gobin"
 )
 
 type options struct {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
-	"github.com/vmshelf/vmshelf/internal/gobin"
-	"github.com/vmshelf/vmshelf/internal/selfsigned"
+	"github.com/vmshelf/vmshelf/internal/testkit/gobin"
+	"github.com/vmshelf/vmshelf/internal/testkit/selfsigned"
 )
 
 // The S3 phase: vmshelf over an S3 bucket (--blobs s3://…, what a

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vmshelf/vmshelf/internal/slowbody"
+	"github.com/vmshelf/vmshelf/internal/testkit/slowbody"
 )
 
 // The slowbody phase: how much a flood of clients that send the Stripe

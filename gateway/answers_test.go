@@ -12,8 +12,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/qcow2"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // TestAnswerClasses: every answer the gateway's logic tells apart, built as

@@ -13,9 +13,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/qcow2"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/crashpoint"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // intake is an image arriving: the count, the checks and the hash every

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/internal/testdisk"
+	"github.com/vmshelf/vmshelf/internal/testkit/testdisk"
 )
 
 // spaceImage is a qcow2 file of a little over 16 MiB: four of them do not

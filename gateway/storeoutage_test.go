@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 	"github.com/vmshelf/vmshelf/internal/unavailable"
+	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // outageStore is a record store some of whose calls fail as a store that

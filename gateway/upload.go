@@ -13,9 +13,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/qcow2"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/unavailable"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // bufSize is the chunk an upload reads, hashes and writes at a time: large

@@ -22,7 +22,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/apierr"
-	"github.com/vmshelf/vmshelf/internal/syncbuf"
+	"github.com/vmshelf/vmshelf/internal/testkit/syncbuf"
 )
 
 // The tests run the control plane over the real sqlite store and blobfs in

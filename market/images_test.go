@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/catalogue"
+	"github.com/vmshelf/vmshelf/imagestore"
 )
 
 func TestRemove(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmshelf/vmshelf/billing"
+	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
-	"github.com/vmshelf/vmshelf/catalogue"
 )
 
 // The VM market's limits (docs/api.md and docs/operations.md give them to

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/vmshelf/vmshelf/billing"
-	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/catalogue"
+	"github.com/vmshelf/vmshelf/imagestore"
 )
 
 // host creates a tenant that may host: in the mesh, sharing, hosting,

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/vmshelf/vmshelf/billing"
+	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/baseurl"
@@ -26,7 +27,6 @@ import (
 	"github.com/vmshelf/vmshelf/internal/readiness"
 	"github.com/vmshelf/vmshelf/internal/settle"
 	"github.com/vmshelf/vmshelf/internal/unavailable"
-	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/market/web"
 )
 

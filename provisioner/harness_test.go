@@ -26,7 +26,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
-	"github.com/vmshelf/vmshelf/internal/syncbuf"
+	"github.com/vmshelf/vmshelf/internal/testkit/syncbuf"
 )
 
 // The tests run the provisioner over the real SQLite store in a temp dir

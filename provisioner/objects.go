@@ -13,8 +13,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/catalogue"
+	"github.com/vmshelf/vmshelf/imagestore"
 )
 
 // The objects of an order, as pure functions of the order and what it

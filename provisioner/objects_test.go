@@ -16,8 +16,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/catalogue"
+	"github.com/vmshelf/vmshelf/imagestore"
 )
 
 // wantVM is what one replica's VirtualMachine must be, field by field.

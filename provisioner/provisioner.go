@@ -26,9 +26,9 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/baseurl"
-	"github.com/vmshelf/vmshelf/catalogue"
 )
 
 // Config is what the provisioner needs of the command line.

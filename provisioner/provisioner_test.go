@@ -27,10 +27,10 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/market"
-	"github.com/vmshelf/vmshelf/catalogue"
 )
 
 // expectedCreates is what the first pass over order o must create, in

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/internal/gobin"
+	"github.com/vmshelf/vmshelf/internal/testkit/gobin"
 )
 
 // MockInstall is how a developer gets stripe-mock (README and .ci/run

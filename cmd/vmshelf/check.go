@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/vmshelf/vmshelf/qcow2"
 	"github.com/vmshelf/vmshelf/internal/cli"
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // errRefused is check's verdict "bad image": exit code 1, the line is

@@ -16,7 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/vmshelf/vmshelf/internal/testguest"
+	"github.com/vmshelf/vmshelf/internal/testkit/testguest"
 )
 
 // The console through the binary: the buyer's ticket, the WebSocket the

@@ -15,7 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/vmshelf/vmshelf/internal/testguest"
+	"github.com/vmshelf/vmshelf/internal/testkit/testguest"
 )
 
 // TestPageConsole: the buyer's Machines page, in Chromium, opens a running

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/internal/crashpoint"
-	"github.com/vmshelf/vmshelf/internal/ociimage"
+	"github.com/vmshelf/vmshelf/internal/tools/ociimage"
 )
 
 var (

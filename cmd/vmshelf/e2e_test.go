@@ -33,8 +33,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/vmshelf/vmshelf/internal/ociimage"
-	"github.com/vmshelf/vmshelf/internal/syncbuf"
+	"github.com/vmshelf/vmshelf/internal/testkit/syncbuf"
+	"github.com/vmshelf/vmshelf/internal/tools/ociimage"
 )
 
 // binPath is the vmshelf binary TestMain builds once.
@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	}
 	binPath = filepath.Join(dir, "vmshelf")
 	// The image's build (static, -trimpath): what make image ships, and
-	// the same compile as internal/ociimage's tests, so that a cold
+	// the same compile as internal/tools/ociimage's tests, so that a cold
 	// make test compiles the program's 800 packages for it once, not twice.
 	build := exec.Command("go", ociimage.GoBuildArgs(binPath)...)
 	build.Dir, build.Env = filepath.Join("..", ".."), ociimage.GoBuildEnv()

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/internal/testdisk"
+	"github.com/vmshelf/vmshelf/internal/testkit/testdisk"
 )
 
 // onSmallDisks runs test on each kind of real small file system.

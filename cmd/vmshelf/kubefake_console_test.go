@@ -5,7 +5,7 @@ package main
 // /apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}/vnc
 // and …/console, a WebSocket of the plain.kubevirt.io protocol carrying the
 // raw bytes of the machine's VNC server or serial line. Here they are
-// backed by a real QEMU (internal/testguest) the test registers.
+// backed by a real QEMU (internal/testkit/testguest) the test registers.
 
 import (
 	"context"

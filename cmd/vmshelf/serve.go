@@ -21,11 +21,11 @@ import (
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/gateway"
 	"github.com/vmshelf/vmshelf/imagestore"
+	"github.com/vmshelf/vmshelf/imagestore/leader"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/connlimit"
 	"github.com/vmshelf/vmshelf/internal/headwatch"
-	"github.com/vmshelf/vmshelf/internal/leader"
 	"github.com/vmshelf/vmshelf/internal/memtrim"
 	"github.com/vmshelf/vmshelf/market"
 	"github.com/vmshelf/vmshelf/provisioner"
@@ -455,7 +455,7 @@ const defaultMemoryLimit = 32 << 20
 const storeReserve = 16 << 20
 
 // leaderLease is the lease the replicas of a shared store compete for;
-// its holder runs the provisioner and the sweepers (internal/leader).
+// its holder runs the provisioner and the sweepers (imagestore/leader).
 const leaderLease = "leader"
 
 // sharedGrace is how long another replica may take from committing an

@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/billing"
+	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlstore"
 	"github.com/vmshelf/vmshelf/internal/baseurl"
 	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/market"
-	"github.com/vmshelf/vmshelf/catalogue"
 )
 
 // serveFlags are serve's flags (docs/operations.md "Flags"). Every flag is

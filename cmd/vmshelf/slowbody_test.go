@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/vmshelf/vmshelf/internal/slowbody"
+	"github.com/vmshelf/vmshelf/internal/testkit/slowbody"
 )
 
 // TestE2EControlSlowBodies: with the control plane's slots all taken by

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/internal/testdisk"
+	"github.com/vmshelf/vmshelf/internal/testkit/testdisk"
 )
 
 // TestE2EIdleSessionHoldsNoSpace: on a small disk, tenant A opens a

@@ -21,7 +21,7 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/vmshelf/vmshelf/internal/traefiktest"
+	"github.com/vmshelf/vmshelf/internal/testkit/traefiktest"
 	"github.com/vmshelf/vmshelf/provisioner"
 )
 

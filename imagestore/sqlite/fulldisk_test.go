@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/imagestore"
-	"github.com/vmshelf/vmshelf/internal/testdisk"
+	"github.com/vmshelf/vmshelf/internal/testkit/testdisk"
 )
 
 // storeWithImages opens a store on dir with reserve bytes of emergency

@@ -1,5 +1,5 @@
 // Package imagespec is what vmshelf's container image is: its name, user,
-// paths, ports, entrypoint, command and environment. internal/ociimage
+// paths, ports, entrypoint, command and environment. internal/tools/ociimage
 // builds the image from it, and the tests of the Dockerfile and of
 // docs/deploy's manifests (provisioner/kubetest) read it, so that all
 // three say the same. It imports nothing beyond the standard library:

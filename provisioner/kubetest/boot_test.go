@@ -26,7 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/vmshelf/vmshelf/internal/testguest"
+	"github.com/vmshelf/vmshelf/internal/testkit/testguest"
 	"github.com/vmshelf/vmshelf/provisioner/kubetest/guestimage"
 )
 

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 
 	"github.com/vmshelf/vmshelf/billing/stripetest"
-	"github.com/vmshelf/vmshelf/internal/syncbuf"
+	"github.com/vmshelf/vmshelf/internal/testkit/syncbuf"
 )
 
 // The edge: the vmshelf binary itself (cmd/vmshelf, built from this

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
-	"github.com/vmshelf/vmshelf/internal/traefiktest"
+	"github.com/vmshelf/vmshelf/internal/testkit/traefiktest"
 	"github.com/vmshelf/vmshelf/provisioner"
 )
 

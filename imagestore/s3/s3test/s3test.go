@@ -23,8 +23,8 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/vmshelf/vmshelf/imagestore/s3"
-	"github.com/vmshelf/vmshelf/internal/gobin"
-	"github.com/vmshelf/vmshelf/internal/selfsigned"
+	"github.com/vmshelf/vmshelf/internal/testkit/gobin"
+	"github.com/vmshelf/vmshelf/internal/testkit/selfsigned"
 )
 
 // Install is how a developer gets versitygw (.ci/deps says the same).

@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/vmshelf/vmshelf/internal/selfsigned"
+	"github.com/vmshelf/vmshelf/internal/testkit/selfsigned"
 )
 
 // The subresources are virt-api's console and vnc of a VMI, served as

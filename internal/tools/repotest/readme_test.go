@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/internal/syncbuf"
+	"github.com/vmshelf/vmshelf/internal/testkit/syncbuf"
 )
 
 // TestReadmeOnCleanClone does what a new user does with README.md: clone

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/vmshelf/vmshelf/billing/stripetest"
-	"github.com/vmshelf/vmshelf/internal/traefiktest"
+	"github.com/vmshelf/vmshelf/internal/testkit/traefiktest"
 )
 
 // TestReadmeNamesDeps: README's "Tests" section names what .ci/deps

@@ -6,7 +6,7 @@
 // the end. It passes every other line of the command's output (errors) on
 // as it is, and exits as the command did.
 //
-//	go run ./internal/buildprogress go build -v -o bin/vmshelf ./cmd/vmshelf
+//	go run ./internal/tools/buildprogress go build -v -o bin/vmshelf ./cmd/vmshelf
 //
 // The command should be given -v where it takes it (go build): -v names
 // each package as it is compiled, which is what is counted.

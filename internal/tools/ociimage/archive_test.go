@@ -47,10 +47,10 @@ func missing(t *testing.T, msg string) {
 	t.Skip("SKIPPED: " + msg)
 }
 
-// repoRoot is the main module's top, two levels above this package.
+// repoRoot is the main module's top, three levels above this package.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}

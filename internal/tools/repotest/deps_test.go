@@ -19,7 +19,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/billing/stripetest"
 	"github.com/vmshelf/vmshelf/imagestore/s3/s3test"
-	"github.com/vmshelf/vmshelf/internal/traefiktest"
+	"github.com/vmshelf/vmshelf/internal/testkit/traefiktest"
 )
 
 // debian is .ci/deps's list of Debian packages, in its install order, with
@@ -531,10 +531,10 @@ func TestMakeTestChecksThenStrict(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make test never ran go past .ci/deps (exit %d):\n%s", r.code, r.out)
 	}
-	if got, want := string(b), "go run ./internal/buildprogress go build -race -v ./... CI=true\n"; got != want {
+	if got, want := string(b), "go run ./internal/tools/buildprogress go build -race -v ./... CI=true\n"; got != want {
 		t.Errorf("after .ci/deps make test ran %q, want %q", got, want)
 	}
-	deps, vet := strings.Index(r.out, "deps: everything the tests use is here"), strings.Index(r.out, "go run ./internal/buildprogress")
+	deps, vet := strings.Index(r.out, "deps: everything the tests use is here"), strings.Index(r.out, "go run ./internal/tools/buildprogress")
 	if deps < 0 || vet < deps {
 		t.Errorf(".ci/deps did not run before lint:\n%s", r.out)
 	}

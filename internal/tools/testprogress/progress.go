@@ -8,7 +8,7 @@
 // end the slowest tests (where a run's time budget goes), the output of
 // every failure and the counts. It exits as go test did.
 //
-//	go run ./internal/testprogress go test -json -race ./...
+//	go run ./internal/tools/testprogress go test -json -race ./...
 package main
 
 import (

@@ -162,7 +162,7 @@ func Build(in Input) (v1.Image, error) {
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, MediaType: types.OCILayer, History: v1.History{
 		Created:   v1.Time{Time: in.Created},
-		CreatedBy: "internal/ociimage: " + imagespec.BinaryPath + ", " + imagespec.CABundlePath + ", user " + imagespec.UserName,
+		CreatedBy: "internal/tools/ociimage: " + imagespec.BinaryPath + ", " + imagespec.CABundlePath + ", user " + imagespec.UserName,
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("append the layer: %w", err)

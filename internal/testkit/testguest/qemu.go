@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/internal/syncbuf"
+	"github.com/vmshelf/vmshelf/internal/testkit/syncbuf"
 )
 
 // QEMU is the emulator Start runs, and Package the Debian package that

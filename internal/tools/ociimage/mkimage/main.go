@@ -1,8 +1,8 @@
 // Command mkimage is `make image`: it builds the static vmshelf and writes
-// its container image as one archive (internal/ociimage), with no
+// its container image as one archive (internal/tools/ociimage), with no
 // container engine. Run from the repository's top:
 //
-//	go run ./internal/ociimage/mkimage [-o bin/vmshelf-image.tar] [-go go]
+//	go run ./internal/tools/ociimage/mkimage [-o bin/vmshelf-image.tar] [-go go]
 package main
 
 import (
@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/internal/imagespec"
-	"github.com/vmshelf/vmshelf/internal/ociimage"
+	"github.com/vmshelf/vmshelf/internal/tools/ociimage"
 )
 
 func main() {

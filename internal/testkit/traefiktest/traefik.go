@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vmshelf/vmshelf/internal/gobin"
-	"github.com/vmshelf/vmshelf/internal/selfsigned"
+	"github.com/vmshelf/vmshelf/internal/testkit/gobin"
+	"github.com/vmshelf/vmshelf/internal/testkit/selfsigned"
 )
 
 // Version is the Traefik the tests run: the newest release whose module
