@@ -413,7 +413,7 @@ func (s *Server) openCheckout(ctx context.Context, o imagestore.Order, hostName 
 	defer cancel()
 	sess, err := s.cfg.Payments.CreateCheckout(cctx, s.checkoutFor(o, hostName, expires))
 	if err != nil {
-		s.cancel(cctx, o.ID, "checkoutFailed", err)
+		s.cancel(cctx, o.ID, reason.CheckoutFailed, err)
 		switch {
 		case errors.Is(err, billing.ErrUnavailable):
 			return sess, stripeUnavailable(err)

@@ -52,7 +52,7 @@ func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request, t imagestor
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), checkoutBound)
 	defer cancel()
-	if err := s.cancelByBuyer(ctx, t.ID, req.OrderID, "buyerCancelled"); err != nil {
+	if err := s.cancelByBuyer(ctx, t.ID, req.OrderID, reason.BuyerCancelled); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -483,7 +483,7 @@ func (s *Server) machinesProblems() []string {
 	}
 	if s.cfg.ClusterReady != nil && s.cfg.ClusterReady() != nil {
 		// Why goes to the provisioner's log and the orders' notes.
-		out = append(out, "clusterUnreachable")
+		out = append(out, reason.ClusterUnreachable)
 	}
 	return out
 }

@@ -219,11 +219,11 @@ func (s *Server) handleCheckoutOrAccount(ctx context.Context, ev billing.Event) 
 		if result != "" || err != nil {
 			return result, err
 		}
-		reason := "paymentFailed"
+		why := reason.PaymentFailed
 		if ev.Type == eventExpired {
-			reason = "checkoutExpired"
+			why = reason.CheckoutExpired
 		}
-		return s.release(ctx, o, reason)
+		return s.release(ctx, o, why)
 	case billing.EventAccountUpdated:
 		return s.accountUpdated(ctx, ev)
 	}
@@ -331,7 +331,7 @@ func (s *Server) sweepCheckouts(ctx context.Context) {
 			return
 		}
 		if o.CheckoutID == "" {
-			s.cancel(ctx, o.ID, "checkoutFailed", nil)
+			s.cancel(ctx, o.ID, reason.CheckoutFailed, nil)
 			continue
 		}
 		if s.cfg.Payments == nil {
@@ -340,7 +340,7 @@ func (s *Server) sweepCheckouts(ctx context.Context) {
 		sess, err := s.cfg.Payments.ExpireSession(ctx, o.CheckoutID)
 		switch {
 		case errors.Is(err, billing.ErrNotFound):
-			s.cancel(ctx, o.ID, "checkoutExpired", err) // Stripe's own word: no such session
+			s.cancel(ctx, o.ID, reason.CheckoutExpired, err) // Stripe's own word: no such session
 			continue
 		case err != nil:
 			s.log.Warn("overdue checkout: Stripe did not settle it; retried at the next sweep",
@@ -351,7 +351,7 @@ func (s *Server) sweepCheckouts(ctx context.Context) {
 		if sess.Status == billing.StatusComplete {
 			result, err = s.settle(ctx, o, sess)
 		} else {
-			result, err = s.release(ctx, o, "checkoutExpired")
+			result, err = s.release(ctx, o, reason.CheckoutExpired)
 		}
 		if err != nil {
 			s.log.Warn("overdue checkout not settled; retried at the next sweep", "order_id", o.ID, "err", err.Error())

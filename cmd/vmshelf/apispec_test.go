@@ -530,16 +530,17 @@ func readCode(t *testing.T) *codeFacts {
 	}
 
 	// Enumerated fields of answers.
-	vars := answerVars(t, market, tableNames(t, pkgs[reasonDir]))
+	names := tableNames(t, pkgs[reasonDir])
+	vars := answerVars(t, market, names)
 	c.fields = []fieldReasons{
 		{schema: "Status", field: "reason", from: "market.machinesUnavailable's errors",
 			values: returnedReasons(t, market, "machinesUnavailable", vars)},
 		{schema: "Ready", field: "machines", from: "the reasons market.machinesProblems appends",
-			values: appendedReasons(t, market, "machinesProblems", vars)},
+			values: appendedReasons(t, market, "machinesProblems", vars, names)},
 		{schema: "Ready", field: "reasons", from: "the reasons market.machinesProblems appends",
-			values: appendedReasons(t, market, "machinesProblems", vars)},
+			values: appendedReasons(t, market, "machinesProblems", vars, names)},
 		{schema: "Order", field: "reason", from: "the reason argument of market's cancel, release and cancelByBuyer",
-			values: reasonArgs(t, market, []string{"cancel", "release", "cancelByBuyer"})},
+			values: reasonArgs(t, market, []string{"cancel", "release", "cancelByBuyer"}, names)},
 		{schema: "WebhookAnswer", field: "result", from: "market's result constants but resultRefused (the 400s' metric label)",
 			values: webhookResults(market)},
 	}
@@ -567,17 +568,21 @@ func eachValue(pkg *goPackage, tok token.Token, fn func(name string, v ast.Expr)
 	}
 }
 
-// tableNames are the reason codes of the table's entries by their Go names
-// (BadRequest → badRequest), read from the declarations of
-// internal/reason (X = Code{status, "name", words}); each must be an
-// entry of reason.All.
+// tableNames are the reasons of internal/reason by their Go names
+// (BadRequest → badRequest, CheckoutFailed → checkoutFailed), read from
+// its declarations: the table's entries (X = Code{status, "name", words}),
+// each of which must be in reason.All, and the reasons of answers' fields
+// (its string constants).
 func tableNames(t *testing.T, pkg *goPackage) map[string]string {
 	t.Helper()
 	entries := map[string]bool{}
 	for _, r := range reason.All() {
 		entries[r.Name()] = true
 	}
-	out := map[string]string{}
+	out := stringConsts(pkg)
+	for _, name := range out {
+		entries[name] = true
+	}
 	eachValue(pkg, token.VAR, func(name string, v ast.Expr) {
 		if cl, ok := v.(*ast.CompositeLit); ok && identName(cl.Type) == "Code" && len(cl.Elts) == 3 {
 			if lit, ok := cl.Elts[1].(*ast.BasicLit); ok {
@@ -624,15 +629,18 @@ func answerVars(t *testing.T, pkg *goPackage, names map[string]string) map[strin
 	return vars
 }
 
-// resolveReason is the reason of e, or nil when it is not a literal or a
-// known answer's Reason.
-func resolveReason(e ast.Expr, vars map[string]string) []string {
+// resolveReason is the reason of e, or nil when it is not a literal, a
+// reason of the table (reason.X) or a known answer's Reason.
+func resolveReason(e ast.Expr, vars, names map[string]string) []string {
 	switch x := e.(type) {
 	case *ast.BasicLit:
 		if s, err := strconv.Unquote(x.Value); err == nil {
 			return []string{s}
 		}
 	case *ast.SelectorExpr:
+		if r, ok := names[x.Sel.Name]; ok && recvName(x) == "reason" {
+			return []string{r}
+		}
 		if r, ok := vars[recvName(x)]; ok && x.Sel.Name == "Reason" {
 			return []string{r}
 		}
@@ -712,8 +720,9 @@ func returnedReasons(t *testing.T, pkg *goPackage, name string, vars map[string]
 }
 
 // appendedReasons are the reasons the function name appends to a list:
-// the literals and known errors' Reasons among its append calls' values.
-func appendedReasons(t *testing.T, pkg *goPackage, name string, vars map[string]string) []string {
+// the literals, the table's reasons and known answers' Reasons among its
+// append calls' values.
+func appendedReasons(t *testing.T, pkg *goPackage, name string, vars, names map[string]string) []string {
 	t.Helper()
 	fd := funcDecl(pkg, name)
 	if fd == nil {
@@ -723,7 +732,7 @@ func appendedReasons(t *testing.T, pkg *goPackage, name string, vars map[string]
 	ast.Inspect(fd.Body, func(node ast.Node) bool {
 		if call, ok := node.(*ast.CallExpr); ok && identName(call.Fun) == "append" {
 			for _, a := range call.Args[1:] {
-				out = append(out, resolveReason(a, vars)...)
+				out = append(out, resolveReason(a, vars, names)...)
 			}
 		}
 		return true
@@ -732,12 +741,13 @@ func appendedReasons(t *testing.T, pkg *goPackage, name string, vars map[string]
 }
 
 // reasonArgs are the string values given to the parameter "reason" of the
-// functions names: literal arguments, and literals assigned to a variable
-// passed as the argument in the calling function.
-func reasonArgs(t *testing.T, pkg *goPackage, names []string) []string {
+// functions funcs: literal arguments or the table's reasons (reason.X),
+// and those assigned to a variable passed as the argument in the calling
+// function. names are the table's reasons by Go name (tableNames).
+func reasonArgs(t *testing.T, pkg *goPackage, funcs []string, names map[string]string) []string {
 	t.Helper()
 	index := map[string]int{} // function → position of its reason parameter
-	for _, name := range names {
+	for _, name := range funcs {
 		fd := funcDecl(pkg, name)
 		if fd == nil {
 			t.Fatalf("%s has no function %s", pkg.dir, name)
@@ -768,19 +778,20 @@ func reasonArgs(t *testing.T, pkg *goPackage, names []string) []string {
 				if !ok || i >= len(call.Args) {
 					return true
 				}
-				switch a := call.Args[i].(type) {
-				case *ast.BasicLit:
-					out = append(out, unquote(t, a))
-				case *ast.Ident: // a variable of the caller: what it is set to
+				arg := call.Args[i]
+				values := resolveReason(arg, nil, names)
+				if id, ok := arg.(*ast.Ident); ok { // a variable of the caller: what it is set to
 					ast.Inspect(fd.Body, func(node ast.Node) bool {
-						if as, ok := node.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && identName(as.Lhs[0]) == a.Name {
-							if lit, ok := as.Rhs[0].(*ast.BasicLit); ok {
-								out = append(out, unquote(t, lit))
-							}
+						if as, ok := node.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && identName(as.Lhs[0]) == id.Name {
+							values = append(values, resolveReason(as.Rhs[0], nil, names)...)
 						}
 						return true
 					})
 				}
+				if len(values) == 0 {
+					t.Errorf("%s: a reason passed to %s that this test cannot read", fd.Name.Name, selName(call.Fun))
+				}
+				out = append(out, values...)
 				return true
 			})
 		}

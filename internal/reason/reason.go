@@ -171,3 +171,28 @@ func All() []Code {
 		NoSpace,
 	}
 }
+
+// Reasons an answer carries in a field of its own, not as a refusal, and
+// so without a status: why an order ended before it ran (an order's
+// reason, as status and orders/cancel show it), and why the VM market
+// cannot run machines although the edge is ready (/readyz's machines and
+// reasons, beside PaymentsUnavailable's and WebhookNotConfigured's names).
+const (
+	// CheckoutFailed: the checkout could not be opened.
+	CheckoutFailed = "checkoutFailed"
+	// CheckoutExpired: the checkout expired unpaid.
+	CheckoutExpired = "checkoutExpired"
+	// PaymentFailed: the buyer's payment failed.
+	PaymentFailed = "paymentFailed"
+	// BuyerCancelled: the buyer cancelled the order before paying.
+	BuyerCancelled = "buyerCancelled"
+	// ClusterUnreachable: the provisioner cannot reach the Kubernetes
+	// API, so paid orders wait.
+	ClusterUnreachable = "clusterUnreachable"
+)
+
+// Fields is every reason of the constants above: what an answer's field
+// may carry besides the table's names.
+func Fields() []string {
+	return []string{CheckoutFailed, CheckoutExpired, PaymentFailed, BuyerCancelled, ClusterUnreachable}
+}
