@@ -314,10 +314,10 @@ func (u *uploader) createRefusal(err error) error {
 	if !errors.As(err, &ae) {
 		return err
 	}
-	switch ae.Reason {
-	case "ticketUsed", "ticketExpired", "ticketUnknown":
+	switch {
+	case ae.is(reason.TicketUsed), ae.is(reason.TicketExpired), ae.is(reason.TicketUnknown):
 		return refusedf("the edge did not take the fresh ticket: %v; run the same command again", err)
-	case "tooLarge":
+	case ae.is(reason.TooLarge):
 		return refusedf("the edge does not take %s (%s): %v", u.path, sizeIEC(u.size), err)
 	}
 	return refusedf("the edge refused to start the upload: %v", err)
