@@ -59,8 +59,8 @@ const (
 )
 
 var (
-	errConsoleOrder = apierr.New(reason.OrderUnknown).
-			WithMsg("you have no such order: only its buyer opens a machine's console")
+	errConsoleOrder = apierr.New(reason.OrderUnknown).WithMsg(
+		"you have no such order: only its buyer opens a machine's console")
 	errConsoleReplica      = apierr.New(reason.ReplicaUnknown)
 	errConsoleKind         = apierr.New(reason.BadConsoleKind)
 	errNotRunning          = apierr.New(reason.ReplicaNotRunning)

@@ -59,12 +59,12 @@ var (
 	errListingUnknown      = apierr.New(reason.ListingUnknown)
 	errNoCapacity          = apierr.New(reason.NoCapacity)
 	errOwnListing          = apierr.New(reason.OwnListing)
-	errTooManyListings     = apierr.New(reason.TooManyListings).
-				WithMsg("this box already has " + strconv.Itoa(maxOpenListings) + " open listings; close one first")
-	errTooManyUnpaid = apierr.New(reason.TooManyUnpaidOrders).
-				WithMsg("this box already has " + strconv.Itoa(maxUnpaidOrders) + " orders awaiting payment; pay, cancel or let one expire first")
-	errHostGone = apierr.New(reason.NotHosting).
-			WithMsg("the listing's host no longer hosts machines or has no payout account")
+	errTooManyListings     = apierr.New(reason.TooManyListings).WithMsg(
+		"this box already has " + strconv.Itoa(maxOpenListings) + " open listings; close one first")
+	errTooManyUnpaid = apierr.New(reason.TooManyUnpaidOrders).WithMsg(
+		"this box already has " + strconv.Itoa(maxUnpaidOrders) + " orders awaiting payment; pay, cancel or let one expire first")
+	errHostGone = apierr.New(reason.NotHosting).WithMsg(
+		"the listing's host no longer hosts machines or has no payout account")
 	// errNeedsConsole refuses an installation ISO of the catalogue on an
 	// edge without the browser console to install it with.
 	errNeedsConsole = apierr.New(reason.NeedsConsole)
@@ -76,8 +76,8 @@ var (
 
 // errStripeNoAnswer is the 503 of a Stripe call that got no answer; the
 // client may retry.
-var errStripeNoAnswer = apierr.New(reason.PaymentsUnavailable).
-	WithMsg("the payment provider did not answer; try again in a minute").WithRetryAfter(30)
+var errStripeNoAnswer = apierr.New(reason.PaymentsUnavailable).WithMsg(
+	"the payment provider did not answer; try again in a minute").WithRetryAfter(30)
 
 // stripeUnavailable is errStripeNoAnswer caused by err.
 func stripeUnavailable(err error) error { return errStripeNoAnswer.WithCause(err) }
