@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 const (
@@ -256,7 +258,7 @@ func (p probeAnswer) String() string {
 // busy reports whether p is the documented refusal: 503 busy with
 // Retry-After.
 func (p probeAnswer) busy() bool {
-	return p.err == nil && p.status == http.StatusServiceUnavailable && p.reason == "busy" && p.retryAfter
+	return p.err == nil && p.status == http.StatusServiceUnavailable && p.reason == reason.Busy.Name() && p.retryAfter
 }
 
 // ask sends req and reads the answer's head and, for a refusal, its reason.

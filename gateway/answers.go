@@ -3,10 +3,9 @@ package gateway
 import (
 	"errors"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 	"github.com/vmshelf/vmshelf/internal/unavailable"
 )
 
@@ -20,40 +19,31 @@ import (
 // to another class without a sound.
 var (
 	// answerBusy: every slot is taken; the client retries shortly.
-	answerBusy = apierr.New(fasthttp.StatusServiceUnavailable, "busy",
-		"the edge is running as many transfers as it may; retry after a few seconds").WithRetryAfter(5)
+	answerBusy = apierr.New(reason.Busy).WithRetryAfter(5)
 	// answerShuttingDown: Shutdown stopped the request; another
 	// replica, or this one restarted, takes the retry.
-	answerShuttingDown = apierr.New(fasthttp.StatusServiceUnavailable, "shuttingDown",
-		"the edge is restarting; retry after a few seconds").WithRetryAfter(5)
+	answerShuttingDown = apierr.New(reason.ShuttingDown).WithRetryAfter(5)
 	// answerClientGone: the client left while its fetch waited for a
 	// slot; nobody reads this answer, the log and the counters do.
-	answerClientGone = apierr.Wrap(errClientGone, fasthttp.StatusServiceUnavailable, "clientGone",
-		"the client went away while waiting for a slot")
+	answerClientGone = apierr.Wrap(errClientGone, reason.ClientGone)
 	// answerIdle: no byte arrived within the idle timeout (the message
 	// names it).
-	answerIdle = apierr.New(fasthttp.StatusRequestTimeout, "idle",
-		"no data arrived in time; the upload was abandoned")
+	answerIdle = apierr.New(reason.Idle)
 	// answerIncomplete: the body ended before the length it announced.
-	answerIncomplete = apierr.New(fasthttp.StatusBadRequest, "incompleteBody",
-		"the connection ended before the whole image arrived")
+	answerIncomplete = apierr.New(reason.IncompleteBody)
 	// answerLocked: another request, or another replica, is still
 	// writing the upload; the client retries.
-	answerLocked = apierr.New(fasthttp.StatusLocked, "locked", "another request for this upload is still running; retry")
+	answerLocked = apierr.New(reason.Locked)
 	// answerTakenOver: a newer request of the same upload took over.
-	answerTakenOver = apierr.Wrap(errTakenOver, fasthttp.StatusLocked, "takenOver",
-		"a newer request for this upload took it over; this one stopped")
+	answerTakenOver = apierr.Wrap(errTakenOver, reason.TakenOver)
 	// answerNoSpace: the disk, or the tenant's share of it, is full; the
 	// client may retry once space is freed, a session resumes.
-	answerNoSpace = apierr.New(fasthttp.StatusInsufficientStorage, "noSpace",
-		"the edge ran out of disk space while storing the image; try again later")
+	answerNoSpace = apierr.New(reason.NoSpace)
 	// answerBadContentType: tus bytes without their media type, a client
 	// error that does not end the session (unlike the 415 of notQcow2).
-	answerBadContentType = apierr.New(fasthttp.StatusUnsupportedMediaType, "badContentType",
-		"upload bytes need Content-Type: "+offsetOctets)
+	answerBadContentType = apierr.New(reason.BadContentType)
 	// answerImageQuota: the tenant holds as many images as it may.
-	answerImageQuota = apierr.New(fasthttp.StatusConflict, "imageQuota",
-		"you already hold as many images as this edge allows; remove one first")
+	answerImageQuota = apierr.New(reason.ImageQuota)
 	// answerStoreUnreachable: the record store did not answer, or this
 	// replica could not keep its lease on the upload in it. An upload
 	// answered so keeps nothing but what a resumable one had made
@@ -72,7 +62,7 @@ func storeFailure(err error, msg string) *apierr.Error {
 	if errors.Is(err, imagestore.ErrNoSpace) {
 		return writeFailure(err)
 	}
-	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", msg)
+	return apierr.Wrap(err, reason.Internal).WithMsg(msg)
 }
 
 // isAny reports whether e is one of the declared answers.

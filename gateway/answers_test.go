@@ -49,8 +49,8 @@ func TestAnswerClasses(t *testing.T) {
 		{"imageQuota", answerImageQuota, outcomeRejected, slog.LevelInfo, true},
 		{"tooLarge", exceedsLength(10), outcomeRejected, slog.LevelInfo, false},
 		{"offsetMismatch", offsetMismatch(7), outcomeRejected, slog.LevelInfo, false},
-		{"a busy of another status", apierr.New(fasthttp.StatusInternalServerError, "busy", "x"), outcomeFailed, slog.LevelWarn, false},
-		{"a misspelt shuttingDown", apierr.New(fasthttp.StatusServiceUnavailable, "shutingDown", "x"), outcomeFailed, slog.LevelWarn, false},
+		{"a busy of another status", &apierr.Error{Status: fasthttp.StatusInternalServerError, Reason: "busy", Msg: "x"}, outcomeFailed, slog.LevelWarn, false},
+		{"a misspelt shuttingDown", &apierr.Error{Status: fasthttp.StatusServiceUnavailable, Reason: "shutingDown", Msg: "x"}, outcomeFailed, slog.LevelWarn, false},
 	} {
 		if got := outcomeOf(tc.e); got != tc.outcome {
 			t.Errorf("%s: outcome %s, want %s", tc.name, got, tc.outcome)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // handleFetch is GET|HEAD /market/vm-images/fetch/{token} and, with the
@@ -104,7 +105,7 @@ func (g *Gateway) choosePart(ctx *fasthttp.RequestCtx, blob imagestore.Blob, img
 	switch {
 	case ok && !satisfiable:
 		blob.Close()
-		aerr := apierr.New(fasthttp.StatusRequestedRangeNotSatisfiable, "rangeNotSatisfiable", "the range lies outside the image").
+		aerr := apierr.New(reason.RangeNotSatisfiable).
 			WithHeader("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
 		g.refused(dirFetch, aerr)
 		writeError(ctx, aerr)
@@ -180,7 +181,7 @@ func (g *Gateway) openForToken(ctx *fasthttp.RequestCtx, fc fetchCapability, now
 		if !g.misses.miss(g.clientAddr(ctx), now) {
 			return g.tooManyMisses()
 		}
-		return apierr.New(fasthttp.StatusNotFound, "tokenUnknown", "no such fetch token, or it was revoked or has expired")
+		return apierr.New(reason.TokenUnknown)
 	}
 	if !isSecretShape(fc.token) {
 		return imagestore.Image{}, nil, unknown()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // fetchCapability is what a fetch presents. The route has two forms:
@@ -35,7 +36,7 @@ func errNoCredential(ctx *fasthttp.RequestCtx) *apierr.Error {
 	// send, Basic what its secretRef (accessKeyId/secretKey) sends.
 	ctx.Response.Header.Add("WWW-Authenticate", `Bearer realm="vmshelf"`)
 	ctx.Response.Header.Add("WWW-Authenticate", `Basic realm="vmshelf"`)
-	return apierr.New(fasthttp.StatusUnauthorized, "unauthorized",
+	return apierr.New(reason.Unauthorized).WithMsg(
 		"this fetch URL names an image: send its fetch token as Authorization: Bearer <token> (or as the basic-auth password)")
 }
 

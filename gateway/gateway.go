@@ -29,6 +29,7 @@ import (
 	"github.com/vmshelf/vmshelf/internal/lazyctx"
 	"github.com/vmshelf/vmshelf/internal/logsample"
 	"github.com/vmshelf/vmshelf/internal/readiness"
+	"github.com/vmshelf/vmshelf/internal/reason"
 	"github.com/vmshelf/vmshelf/internal/settle"
 )
 
@@ -278,9 +279,10 @@ func (g *Gateway) newServer() *fasthttp.Server {
 		// large) still get our JSON shape.
 		// A head that does not arrive within ReadTimeout is a 408.
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			aerr := apierr.Wrap(err, fasthttp.StatusBadRequest, "badRequest", "the request could not be read as HTTP/1.1")
+			aerr := apierr.Wrap(err, reason.BadRequest).WithMsg("the request could not be read as HTTP/1.1")
 			if isTimeout(err) {
-				aerr = apierr.Wrap(err, fasthttp.StatusRequestTimeout, "requestTimeout", "the request head did not arrive in time")
+				aerr = apierr.Wrap(err, reason.RequestTimeout).
+					WithMsg("the request head did not arrive in time")
 			} else if refusal := parseRefusal(err); refusal != nil {
 				aerr = refusal.WithCause(err)
 			}
@@ -393,7 +395,7 @@ func (g *Gateway) route(ctx *fasthttp.RequestCtx) {
 			methodNotAllowed(ctx, "GET, HEAD")
 		}
 	default:
-		writeError(ctx, apierr.New(fasthttp.StatusNotFound, "notFound", "no such route on the data plane"))
+		writeError(ctx, apierr.New(reason.NotFound).WithMsg("no such route on the data plane"))
 	}
 }
 
@@ -449,7 +451,7 @@ func (g *Gateway) expect(ctx *fasthttp.RequestCtx) int {
 	case kind == routeSession && ctx.IsPatch():
 		_, _, aerr = g.admitPatch(ctx, capability)
 	case kind == routeNone && !slices.Contains(probePaths, string(ctx.Path())):
-		aerr = apierr.New(fasthttp.StatusNotFound, "notFound", "no such route on the data plane")
+		aerr = apierr.New(reason.NotFound).WithMsg("no such route on the data plane")
 	}
 	if aerr == nil {
 		return fasthttp.StatusContinue // the route answers the rest without reading
@@ -495,7 +497,7 @@ func headRefusal(ctx *fasthttp.RequestCtx) *apierr.Error {
 	}
 	aerr := head.Refusal(ctx.Request.Header.IsHTTP11())
 	if aerr == nil && otherCoding {
-		aerr = apierr.New(fasthttp.StatusBadRequest, "badRequest", "Transfer-Encoding other than chunked is not accepted")
+		aerr = apierr.New(reason.BadRequest).WithMsg("Transfer-Encoding other than chunked is not accepted")
 	}
 	if aerr != nil {
 		ctx.SetConnectionClose()
@@ -530,7 +532,7 @@ func parseRefusal(err error) *apierr.Error {
 
 func methodNotAllowed(ctx *fasthttp.RequestCtx, allow string) {
 	ctx.Response.Header.Set("Allow", allow)
-	writeError(ctx, apierr.New(fasthttp.StatusMethodNotAllowed, "methodNotAllowed", "method not allowed here; allowed: "+allow))
+	writeError(ctx, apierr.New(reason.MethodNotAllowed).WithMsg("method not allowed here; allowed: "+allow))
 }
 
 // writeError answers with the JSON error shape of docs/api.md "Errors" and
@@ -557,7 +559,7 @@ func (g *Gateway) refused(dir string, e *apierr.Error) {
 
 // tooManyMisses is the 429 for an address that guessed too often.
 func (g *Gateway) tooManyMisses() *apierr.Error {
-	return apierr.New(fasthttp.StatusTooManyRequests, "rateLimited", "too many unknown tickets or tokens from this address; wait and retry").
+	return apierr.New(reason.RateLimited).
 		WithRetryAfter(int(max(g.cfg.MissEvery/time.Second, 1)))
 }
 

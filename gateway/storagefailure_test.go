@@ -62,3 +62,28 @@ func TestReadBackFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestImageVerdictsAnsweredByName: each verdict of the QCOW2 inspector is
+// answered with the table's entry of the same name, in the inspector's
+// words (notQcow2 as 415, the rest as 422); a verdict the table lacks is
+// the edge's fault, never a reason the docs do not name.
+func TestImageVerdictsAnsweredByName(t *testing.T) {
+	verdicts := []string{qcow2.ReasonNotQcow2, qcow2.ReasonBackingFile, qcow2.ReasonExternalDataFile, qcow2.ReasonEncrypted,
+		qcow2.ReasonCorrupt, qcow2.ReasonBadHeader, qcow2.ReasonVirtualSizeTooLarge}
+	for _, v := range verdicts {
+		e := imageError(&qcow2.Reject{Reason: v, Msg: "the bytes say so"})
+		want := 422
+		if v == qcow2.ReasonNotQcow2 {
+			want = 415
+		}
+		if e.Status != want || e.Reason != v || e.Msg != "the bytes say so" {
+			t.Errorf("verdict %s answered %d %s %q, want %d %s in the inspector's words", v, e.Status, e.Reason, e.Msg, want, v)
+		}
+	}
+	if len(imageRefusals) != len(verdicts) {
+		t.Errorf("imageRefusals answers %d verdicts; the inspector has %d", len(imageRefusals), len(verdicts))
+	}
+	if e := imageError(&qcow2.Reject{Reason: "unheardOf", Msg: "x"}); e.Status != 500 {
+		t.Errorf("an unknown verdict answered %d %s, want 500 internal", e.Status, e.Reason)
+	}
+}

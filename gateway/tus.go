@@ -16,6 +16,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/crashpoint"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // Resumable uploads, tus 1.0.0 (https://tus.io/protocols/resumable-upload):
@@ -53,8 +54,7 @@ func (g *Gateway) handleOptions(ctx *fasthttp.RequestCtx) {
 
 // answerTusVersion is the 412 of a request for another tus version than
 // the one served, which it names.
-var answerTusVersion = apierr.New(fasthttp.StatusPreconditionFailed, "tusVersion",
-	"resumable uploads need the header Tus-Resumable: "+tusVersion).WithHeader("Tus-Version", tusVersion)
+var answerTusVersion = apierr.New(reason.TusVersion).WithHeader("Tus-Version", tusVersion)
 
 // tusRequest checks the protocol version a tus request names and marks the
 // answer as tus.
@@ -215,7 +215,7 @@ func (g *Gateway) admitPatch(ctx *fasthttp.RequestCtx, id string) (imagestore.Up
 	}
 	off, err := strconv.ParseInt(string(ctx.Request.Header.Peek("Upload-Offset")), 10, 64)
 	if err != nil || off < 0 {
-		return sess, 0, apierr.New(fasthttp.StatusBadRequest, "badRequest", "a PATCH needs Upload-Offset, a byte count")
+		return sess, 0, apierr.New(reason.BadRequest).WithMsg("a PATCH needs Upload-Offset, a byte count")
 	}
 	if off != sess.Offset {
 		return sess, off, offsetMismatch(sess.Offset)
@@ -567,7 +567,7 @@ func (g *Gateway) lookupSession(ctx *fasthttp.RequestCtx, id string) (imagestore
 		if !g.misses.miss(g.clientAddr(ctx), now) {
 			return g.tooManyMisses()
 		}
-		return apierr.New(fasthttp.StatusNotFound, "sessionUnknown", "no such upload session, or it ended or expired")
+		return apierr.New(reason.SessionUnknown)
 	}
 	if !isSecretShape(id) {
 		return imagestore.UploadSession{}, unknown()
@@ -579,7 +579,7 @@ func (g *Gateway) lookupSession(ctx *fasthttp.RequestCtx, id string) (imagestore
 	case errors.Is(err, imagestore.ErrNotFound):
 		return sess, unknown()
 	case err == nil && !now.Before(sess.ExpiresAt): // expired, not yet swept
-		return imagestore.UploadSession{}, apierr.New(fasthttp.StatusNotFound, "sessionUnknown", "no such upload session, or it ended or expired")
+		return imagestore.UploadSession{}, apierr.New(reason.SessionUnknown)
 	case err != nil:
 		return sess, storeFailure(err, "could not look the upload session up")
 	}
@@ -596,25 +596,27 @@ func (g *Gateway) endSession(uploadID string) {
 
 func uploadLength(ctx *fasthttp.RequestCtx) (int64, *apierr.Error) {
 	if len(ctx.Request.Header.Peek("Upload-Defer-Length")) > 0 {
-		return 0, apierr.New(fasthttp.StatusBadRequest, "badRequest", "Upload-Defer-Length is not supported; send Upload-Length")
+		return 0, apierr.New(reason.BadRequest).
+			WithMsg("Upload-Defer-Length is not supported; send Upload-Length")
 	}
 	n, err := strconv.ParseInt(string(ctx.Request.Header.Peek("Upload-Length")), 10, 64)
 	if err != nil || n < 0 {
-		return 0, apierr.New(fasthttp.StatusBadRequest, "badRequest", "creating a resumable upload needs Upload-Length, the image size in bytes")
+		return 0, apierr.New(reason.BadRequest).
+			WithMsg("creating a resumable upload needs Upload-Length, the image size in bytes")
 	}
 	return n, nil
 }
 
 func exceedsLength(length int64) *apierr.Error {
-	return apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
-		"more bytes than the Upload-Length of "+strconv.FormatInt(length, 10)+" announced")
+	return apierr.New(reason.TooLarge).
+		WithMsg("more bytes than the Upload-Length of " + strconv.FormatInt(length, 10) + " announced")
 }
 
 // offsetMismatch is the 409 of a PATCH at another offset than the one
 // stored, which its Upload-Offset tells.
 func offsetMismatch(have int64) *apierr.Error {
-	return apierr.New(fasthttp.StatusConflict, "offsetMismatch",
-		"Upload-Offset does not match the "+strconv.FormatInt(have, 10)+" bytes stored; ask with HEAD and continue from there").
+	return apierr.New(reason.OffsetMismatch).
+		WithMsg("Upload-Offset does not match the "+strconv.FormatInt(have, 10)+" bytes stored; ask with HEAD and continue from there").
 		WithHeader("Upload-Offset", strconv.FormatInt(have, 10))
 }
 

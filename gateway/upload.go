@@ -14,6 +14,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 	"github.com/vmshelf/vmshelf/internal/unavailable"
 	"github.com/vmshelf/vmshelf/qcow2"
 )
@@ -71,18 +72,18 @@ func (g *Gateway) lookupTicket(ticket string) (imagestore.Ticket, error) {
 // tooLarge is the 413 for an image above --upload-max-gib, before or
 // while the body streams.
 func (g *Gateway) tooLarge() *apierr.Error {
-	return apierr.New(fasthttp.StatusRequestEntityTooLarge, "tooLarge",
-		"the image is larger than this edge accepts ("+strconv.FormatInt(g.cfg.UploadMax, 10)+" bytes)")
+	return apierr.New(reason.TooLarge).
+		WithMsg("the image is larger than this edge accepts (" + strconv.FormatInt(g.cfg.UploadMax, 10) + " bytes)")
 }
 
 func ticketError(err error) *apierr.Error {
 	switch {
 	case errors.Is(err, imagestore.ErrNotFound):
-		return apierr.New(fasthttp.StatusNotFound, "ticketUnknown", "no such upload ticket")
+		return apierr.New(reason.TicketUnknown)
 	case errors.Is(err, imagestore.ErrTicketUsed):
-		return apierr.New(fasthttp.StatusGone, "ticketUsed", "this upload ticket was already used or cancelled; ask for a new one")
+		return apierr.New(reason.TicketUsed)
 	case errors.Is(err, imagestore.ErrTicketExpired):
-		return apierr.New(fasthttp.StatusGone, "ticketExpired", "this upload ticket has expired; ask for a new one")
+		return apierr.New(reason.TicketExpired)
 	}
 	return storeFailure(err, "could not look the ticket up")
 }
@@ -361,10 +362,24 @@ func imageError(err error) *apierr.Error {
 		// an image storage that did not answer is told as for a write.
 		return blobFailure(err, "could not read the image back to check it")
 	}
-	if rej.Reason == qcow2.ReasonNotQcow2 {
-		return apierr.New(fasthttp.StatusUnsupportedMediaType, rej.Reason, rej.Msg)
+	r, ok := imageRefusals[rej.Reason]
+	if !ok {
+		return apierr.Wrap(err, reason.Internal).
+			WithMsg("the image check gave a verdict this edge cannot answer")
 	}
-	return apierr.New(fasthttp.StatusUnprocessableEntity, rej.Reason, rej.Msg)
+	return apierr.New(r).WithMsg(rej.Msg)
+}
+
+// imageRefusals are the table's answers to the inspector's verdicts, by
+// the inspector's name for each (the same name).
+var imageRefusals = map[string]reason.Code{
+	qcow2.ReasonNotQcow2:            reason.NotQcow2,
+	qcow2.ReasonBackingFile:         reason.BackingFile,
+	qcow2.ReasonExternalDataFile:    reason.ExternalDataFile,
+	qcow2.ReasonEncrypted:           reason.Encrypted,
+	qcow2.ReasonCorrupt:             reason.Corrupt,
+	qcow2.ReasonBadHeader:           reason.BadHeader,
+	qcow2.ReasonVirtualSizeTooLarge: reason.VirtualSizeTooLarge,
 }
 
 // writeFailure is the answer to a write of image bytes that failed.
@@ -395,10 +410,10 @@ func storageFailure(err error, msg string) *apierr.Error {
 		return aerr
 	}
 	if errors.Is(err, imagestore.ErrBlobsUnavailable) {
-		return apierr.Wrap(err, fasthttp.StatusServiceUnavailable, "blobStoreUnreachable",
-			"the edge's image storage did not answer in time; try again in a minute").WithRetryAfter(60)
+		return apierr.Wrap(err, reason.BlobStoreUnreachable).
+			WithMsg("the edge's image storage did not answer in time; try again in a minute").WithRetryAfter(60)
 	}
-	return apierr.Wrap(err, fasthttp.StatusInternalServerError, "internal", msg)
+	return apierr.Wrap(err, reason.Internal).WithMsg(msg)
 }
 
 type eofReader struct{}

@@ -7,15 +7,14 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
-var errUnauthorized = apierr.New(http.StatusUnauthorized, "unauthorized",
-	"a valid tenant token is required: send Authorization: Bearer <token>")
+var errUnauthorized = apierr.New(reason.Unauthorized)
 
 // errNotSharing is the answer to every action of a tenant that does not
 // share its disk (docs/api.md: 409 notSharing).
-var errNotSharing = apierr.New(http.StatusConflict, "notSharing",
-	"this box does not share its disk, so it cannot use the market; turn sharing on first")
+var errNotSharing = apierr.New(reason.NotSharing)
 
 // tenantRoute authenticates the request before h runs, so that nothing of a
 // tenant route (not even body parsing) is reachable without a token.

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // maxBody caps every control-plane request body (64 KiB, docs/api.md
@@ -26,24 +27,21 @@ const maxBody = 64 << 10
 // errTooLarge is the answer to a body over maxBody. We chose 413 tooLarge
 // over 400 badRequest: it names the actual problem, and it is the reason the
 // data plane uses for the same fault.
-var errTooLarge = apierr.New(http.StatusRequestEntityTooLarge, "tooLarge",
-	"the request body is larger than 64 KiB")
+var errTooLarge = apierr.New(reason.TooLarge)
 
 func badRequest(msg string) error {
-	return apierr.New(http.StatusBadRequest, "badRequest", msg)
+	return apierr.New(reason.BadRequest).WithMsg(msg)
 }
 
 // errUnsupportedMediaType is the answer to a body that is not declared
 // JSON: the control plane reads nothing else, and refusing other types
 // keeps a form post from a browser page (text/plain, form encodings: no
 // CORS preflight) away from the tenants' routes.
-var errUnsupportedMediaType = apierr.New(http.StatusUnsupportedMediaType, "unsupportedMediaType",
-	"the request body must be sent with Content-Type: application/json")
+var errUnsupportedMediaType = apierr.New(reason.UnsupportedMediaType)
 
 // errRequestTimeout is the answer to a body that did not arrive within
 // Config.BodyTimeout; the connection is closed after it.
-var errRequestTimeout = apierr.New(http.StatusRequestTimeout, "requestTimeout",
-	"the request body did not arrive in time")
+var errRequestTimeout = apierr.New(reason.RequestTimeout)
 
 // DefaultBodyTimeout is Config.BodyTimeout's default: a body of at most
 // 64 KiB that takes longer than this is not a slow client but one holding

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // Consoles opens a replica's console in the cluster: the provisioner's
@@ -58,19 +59,17 @@ const (
 )
 
 var (
-	errConsoleOrder = apierr.New(http.StatusNotFound, "orderUnknown",
+	errConsoleOrder = apierr.New(reason.OrderUnknown).WithMsg(
 		"you have no such order: only its buyer opens a machine's console")
-	errConsoleReplica = apierr.New(http.StatusNotFound, "replicaUnknown", "the order has no such replica")
-	errConsoleKind    = apierr.New(http.StatusUnprocessableEntity, "badRequest", `kind is "vnc" or "serial"`)
-	errNotRunning     = apierr.New(http.StatusConflict, "replicaNotRunning",
-		"the machine is not running; its console opens once it runs")
-	errConsolesUnavailable = apierr.New(http.StatusServiceUnavailable, "consoleUnavailable",
-		"this edge reaches no cluster, so it opens no console")
+	errConsoleReplica      = apierr.New(reason.ReplicaUnknown)
+	errConsoleKind         = apierr.New(reason.BadConsoleKind)
+	errNotRunning          = apierr.New(reason.ReplicaNotRunning)
+	errConsolesUnavailable = apierr.New(reason.ConsoleUnavailable)
 )
 
 func errConsoleBusy(what string) *apierr.Error {
-	return apierr.New(http.StatusTooManyRequests, "consoleBusy",
-		"too many consoles are open "+what+"; close one and try again")
+	return apierr.New(reason.ConsoleBusy).
+		WithMsg("too many consoles are open " + what + "; close one and try again")
 }
 
 type consoleRequest struct {
@@ -538,8 +537,7 @@ func (s *Server) checkConsoleOrigin(r *http.Request) error {
 	return errConsoleOrigin
 }
 
-var errConsoleOrigin = apierr.New(http.StatusForbidden, "badOrigin",
-	"a machine's console opens only from the Machines page of this edge")
+var errConsoleOrigin = apierr.New(reason.BadOrigin)
 
 // pageOrigin is the Machines page's origin, the one a console's
 // WebSocket may come from: Config.ConsoleBase's scheme (http for ws:,

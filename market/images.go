@@ -11,15 +11,14 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/crashpoint"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
-var errImageUnknown = apierr.New(http.StatusNotFound, "imageUnknown",
-	"this box has no image with that upload_id")
+var errImageUnknown = apierr.New(reason.ImageUnknown)
 
 // errImageInUse refuses to remove an image an order still imports: a
 // replica whose import fails starts it again, until the order ends.
-var errImageInUse = apierr.New(http.StatusConflict, "imageInUse",
-	"an order that is awaiting payment, paid or running uses this image; it can be removed once the order has ended")
+var errImageInUse = apierr.New(reason.ImageInUse)
 
 // blobDeleteBound is how long a removal waits for the blob store to
 // delete the image's bytes before it answers all the same.

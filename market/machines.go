@@ -16,6 +16,7 @@ import (
 	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // The VM market's limits (docs/api.md and docs/operations.md give them to
@@ -51,40 +52,31 @@ const (
 )
 
 var (
-	errNotOffered = apierr.New(http.StatusConflict, "notOffered",
-		"this edge does not offer virtual machines (it runs without --vms-enable)")
-	errPaymentsUnavailable = apierr.New(http.StatusServiceUnavailable, "paymentsUnavailable",
-		"this edge cannot take payments now: its Stripe keys are not configured")
-	errNotHosting = apierr.New(http.StatusConflict, "notHosting",
-		"only a box in the mesh that shares its disk and hosts VMs (host-vms on, with an appliance node) can list machines")
-	errNoPayoutAccount = apierr.New(http.StatusConflict, "noPayoutAccount",
-		"this box has no Stripe account that can receive payouts (its transfers capability is not active)")
-	errListingUnknown = apierr.New(http.StatusNotFound, "listingUnknown",
-		"there is no such listing")
-	errNoCapacity = apierr.New(http.StatusConflict, "noCapacity",
-		"the listing does not have that many replicas free")
-	errOwnListing = apierr.New(http.StatusConflict, "ownListing",
-		"a box cannot order machines from its own listing")
-	errTooManyListings = apierr.New(http.StatusConflict, "tooManyListings",
-		"this box already has "+strconv.Itoa(maxOpenListings)+" open listings; close one first")
-	errTooManyUnpaid = apierr.New(http.StatusConflict, "tooManyUnpaidOrders",
-		"this box already has "+strconv.Itoa(maxUnpaidOrders)+" orders awaiting payment; pay, cancel or let one expire first")
-	errHostGone = apierr.New(http.StatusConflict, "notHosting",
+	errNotOffered          = apierr.New(reason.NotOffered)
+	errPaymentsUnavailable = apierr.New(reason.PaymentsUnavailable)
+	errNotHosting          = apierr.New(reason.NotHosting)
+	errNoPayoutAccount     = apierr.New(reason.NoPayoutAccount)
+	errListingUnknown      = apierr.New(reason.ListingUnknown)
+	errNoCapacity          = apierr.New(reason.NoCapacity)
+	errOwnListing          = apierr.New(reason.OwnListing)
+	errTooManyListings     = apierr.New(reason.TooManyListings).WithMsg(
+		"this box already has " + strconv.Itoa(maxOpenListings) + " open listings; close one first")
+	errTooManyUnpaid = apierr.New(reason.TooManyUnpaidOrders).WithMsg(
+		"this box already has " + strconv.Itoa(maxUnpaidOrders) + " orders awaiting payment; pay, cancel or let one expire first")
+	errHostGone = apierr.New(reason.NotHosting).WithMsg(
 		"the listing's host no longer hosts machines or has no payout account")
 	// errNeedsConsole refuses an installation ISO of the catalogue on an
 	// edge without the browser console to install it with.
-	errNeedsConsole = apierr.New(http.StatusConflict, "needsConsole",
-		"this system installs from an ISO and needs the browser console, which this edge does not offer yet")
+	errNeedsConsole = apierr.New(reason.NeedsConsole)
 	// errUserDataNotForInstaller refuses user_data for an installation
 	// ISO: the replica boots an installer, which runs no cloud-init, and
 	// data that is silently never applied would look like a broken order.
-	errUserDataNotForInstaller = apierr.New(http.StatusUnprocessableEntity, "userDataNotForInstaller",
-		"an installation ISO runs its own installer; cloud-init user data cannot be given to it")
+	errUserDataNotForInstaller = apierr.New(reason.UserDataNotForInstaller)
 )
 
 // errStripeNoAnswer is the 503 of a Stripe call that got no answer; the
 // client may retry.
-var errStripeNoAnswer = apierr.New(http.StatusServiceUnavailable, "paymentsUnavailable",
+var errStripeNoAnswer = apierr.New(reason.PaymentsUnavailable).WithMsg(
 	"the payment provider did not answer; try again in a minute").WithRetryAfter(30)
 
 // stripeUnavailable is errStripeNoAnswer caused by err.
@@ -200,8 +192,8 @@ func checkMinimumCharge(unitPrice int64, currency string) error {
 	if !ok || unitPrice >= minimum {
 		return nil // an unknown currency is refused at start-up
 	}
-	return apierr.New(http.StatusUnprocessableEntity, "belowMinimumCharge",
-		fmt.Sprintf("%s; a unit price of %s cannot be paid for one machine",
+	return apierr.New(reason.BelowMinimumCharge).
+		WithMsg(fmt.Sprintf("%s; a unit price of %s cannot be paid for one machine",
 			smallestCharge(currency, minimum), billing.Amount(unitPrice, currency)))
 }
 
@@ -219,11 +211,11 @@ func gateRefusal(o imagestore.Order, err error) error {
 	switch {
 	case errors.Is(err, billing.ErrBelowMinimum):
 		minimum, _ := billing.MinimumAmount(o.Currency)
-		return apierr.Wrap(err, http.StatusUnprocessableEntity, "belowMinimumCharge",
-			fmt.Sprintf("%s; this order's total of %s cannot be paid; the order is cancelled",
+		return apierr.Wrap(err, reason.BelowMinimumCharge).
+			WithMsg(fmt.Sprintf("%s; this order's total of %s cannot be paid; the order is cancelled",
 				smallestCharge(o.Currency, minimum), billing.Amount(o.Total, o.Currency)))
 	case errors.Is(err, billing.ErrDestination):
-		return apierr.Wrap(err, errHostGone.Status, errHostGone.Reason, errHostGone.Msg)
+		return errHostGone.WithCause(err)
 	}
 	return fmt.Errorf("order %s: the payment gate refused the checkout we built: %w", o.ID, err)
 }
@@ -253,7 +245,7 @@ func (s *Server) checkHost(ctx context.Context, t imagestore.Tenant) error {
 	case errors.Is(err, billing.ErrUnavailable):
 		return stripeUnavailable(err)
 	case err != nil: // not found, refused, malformed id: Stripe's answer
-		return apierr.Wrap(err, http.StatusConflict, "noPayoutAccount", errNoPayoutAccount.Msg)
+		return errNoPayoutAccount.WithCause(err)
 	case !ok:
 		return errNoPayoutAccount
 	}
@@ -401,8 +393,8 @@ func (s *Server) placeOrder(ctx context.Context, o imagestore.Order, userData st
 	case errors.Is(err, imagestore.ErrTooManyUnpaid):
 		return errTooManyUnpaid
 	case errors.Is(err, imagestore.ErrNoCapacity):
-		return apierr.Wrap(err, http.StatusConflict, "noCapacity",
-			fmt.Sprintf("the listing has fewer than %d replicas free (or is closed)", o.Quantity))
+		return apierr.Wrap(err, reason.NoCapacity).
+			WithMsg(fmt.Sprintf("the listing has fewer than %d replicas free (or is closed)", o.Quantity))
 	case errors.Is(err, imagestore.ErrOwnListing):
 		return errOwnListing
 	case errors.Is(err, imagestore.ErrNotFound):
@@ -421,15 +413,14 @@ func (s *Server) openCheckout(ctx context.Context, o imagestore.Order, hostName 
 	defer cancel()
 	sess, err := s.cfg.Payments.CreateCheckout(cctx, s.checkoutFor(o, hostName, expires))
 	if err != nil {
-		s.cancel(cctx, o.ID, "checkoutFailed", err)
+		s.cancel(cctx, o.ID, reason.CheckoutFailed, err)
 		switch {
 		case errors.Is(err, billing.ErrUnavailable):
 			return sess, stripeUnavailable(err)
 		case errors.Is(err, billing.ErrGate):
 			return sess, gateRefusal(o, err)
 		default:
-			return sess, apierr.Wrap(err, http.StatusBadGateway, "paymentRefused",
-				"the payment provider refused to open the checkout; the order is cancelled")
+			return sess, apierr.Wrap(err, reason.PaymentRefused)
 		}
 	}
 	if err := s.st.SetCheckout(cctx, o.ID, sess.ID, sess.URL); err != nil {

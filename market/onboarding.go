@@ -11,6 +11,7 @@ import (
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // A host onboards itself with Stripe Connect Express: the edge makes the
@@ -21,10 +22,8 @@ import (
 // events say (accountevents.go), never what the browser coming back says.
 
 var (
-	errAccountManagedElsewhere = apierr.New(http.StatusConflict, "accountManagedElsewhere",
-		"this box's Stripe account was set by the edge's operator (vmshelf tenant set --stripe-account), not made by onboarding here; its payouts are set up with Stripe directly, or by the operator")
-	errPayoutsNotEnabled = apierr.New(http.StatusConflict, "payoutsNotEnabled",
-		"this box's Stripe account cannot take charges and receive payouts yet: finish setting up payouts with Stripe on the Machines page")
+	errAccountManagedElsewhere = apierr.New(reason.AccountManagedElsewhere)
+	errPayoutsNotEnabled       = apierr.New(reason.PayoutsNotEnabled)
 )
 
 // The outcomes of POST /market/stripe/onboarding, the result label of
@@ -96,8 +95,7 @@ func (s *Server) onboardingLink(ctx context.Context, t imagestore.Tenant) (onboa
 		if t, err = s.st.SetOnboardedAccount(ctx, t.ID, account); err != nil {
 			if errors.Is(err, imagestore.ErrExists) {
 				// The operator set an account meanwhile: theirs stands.
-				return onboardingAnswer{}, apierr.Wrap(err, errAccountManagedElsewhere.Status,
-					errAccountManagedElsewhere.Reason, errAccountManagedElsewhere.Msg)
+				return onboardingAnswer{}, errAccountManagedElsewhere.WithCause(err)
 			}
 			return onboardingAnswer{}, fmt.Errorf("record the Express account of tenant %s: %w", t.Name, err)
 		}

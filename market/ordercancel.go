@@ -9,13 +9,13 @@ import (
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // errOrderUnknown answers a cancel of an order the tenant did not buy:
 // the host of the order, every other tenant and an id that names nothing
 // hear the same.
-var errOrderUnknown = apierr.New(http.StatusNotFound, "orderUnknown",
-	"you have no such order: only an order's buyer cancels it")
+var errOrderUnknown = apierr.New(reason.OrderUnknown)
 
 // What became of a cancelled order's checkout at Stripe: the checkout
 // label of vmshelf_orders_cancelled_total.
@@ -52,7 +52,7 @@ func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request, t imagestor
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), checkoutBound)
 	defer cancel()
-	if err := s.cancelByBuyer(ctx, t.ID, req.OrderID, "buyerCancelled"); err != nil {
+	if err := s.cancelByBuyer(ctx, t.ID, req.OrderID, reason.BuyerCancelled); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -109,8 +109,8 @@ func errNotAwaitingPayment(o imagestore.Order) error {
 	default: // refunding, refundFailed, refunded
 		what = fmt.Sprintf("this one's payment is being given back (%s)", o.State)
 	}
-	return apierr.New(http.StatusConflict, "orderNotAwaitingPayment",
-		"only an order awaiting payment can be cancelled; "+what)
+	return apierr.New(reason.OrderNotAwaitingPayment).
+		WithMsg("only an order awaiting payment can be cancelled; " + what)
 }
 
 // expireCheckout makes sure the checkout of o, cancelled now, can no

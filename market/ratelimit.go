@@ -2,13 +2,13 @@ package market
 
 import (
 	"math"
-	"net/http"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // Defaults of Config.TicketRate and Config.TicketBurst: a tenant may take
@@ -98,6 +98,6 @@ func (l *tenantLimiter) size() int {
 // Retry-After: wait in whole seconds, rounded up.
 func errRateLimited(wait time.Duration) error {
 	secs := int(math.Ceil(wait.Seconds()))
-	return apierr.New(http.StatusTooManyRequests, "rateLimited",
-		"this box asked for tickets faster than the edge allows; wait Retry-After seconds and retry").WithRetryAfter(max(secs, 1))
+	return apierr.New(reason.RateLimited).
+		WithMsg("this box asked for tickets faster than the edge allows; wait Retry-After seconds and retry").WithRetryAfter(max(secs, 1))
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/headwatch"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // router maps an exact path to its methods. It is deliberately smaller than
@@ -94,15 +95,14 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ro == nil {
-		rt.fail(sw, r, apierr.New(http.StatusNotFound, "notFound",
-			"there is no such route; see docs/api.md in vmshelf's repository for the routes"))
+		rt.fail(sw, r, apierr.New(reason.NotFound))
 		return
 	}
 	h := ro.methods[r.Method]
 	if h == nil {
 		sw.Header().Set("Allow", ro.allow)
-		rt.fail(sw, r, apierr.New(http.StatusMethodNotAllowed, "methodNotAllowed",
-			"this route does not accept "+strconv.Quote(r.Method)+"; it accepts "+ro.allow))
+		rt.fail(sw, r, apierr.New(reason.MethodNotAllowed).
+			WithMsg("this route does not accept "+strconv.Quote(r.Method)+"; it accepts "+ro.allow))
 		return
 	}
 	h(sw, r)

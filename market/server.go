@@ -25,6 +25,7 @@ import (
 	"github.com/vmshelf/vmshelf/internal/baseurl"
 	"github.com/vmshelf/vmshelf/internal/clientaddr"
 	"github.com/vmshelf/vmshelf/internal/readiness"
+	"github.com/vmshelf/vmshelf/internal/reason"
 	"github.com/vmshelf/vmshelf/internal/settle"
 	"github.com/vmshelf/vmshelf/internal/unavailable"
 	"github.com/vmshelf/vmshelf/market/web"
@@ -423,15 +424,14 @@ func (s *Server) logFailure(w http.ResponseWriter, r *http.Request, err error) *
 
 // errNoSpace is the 507 of a request the full disk refused.
 func errNoSpace(cause error) *apierr.Error {
-	return apierr.Wrap(cause, http.StatusInsufficientStorage, "noSpace",
-		"the edge's disk is full; uploads are refused until space is freed (removing an image works)")
+	return apierr.Wrap(cause, reason.NoSpace).
+		WithMsg("the edge's disk is full; uploads are refused until space is freed (removing an image works)")
 }
 
 // errBlobsUnreachable is the 503 of a request the image storage did not
 // take (an S3 server down, hung or failing), as the data plane answers it.
 func errBlobsUnreachable(cause error) *apierr.Error {
-	return apierr.Wrap(cause, http.StatusServiceUnavailable, "blobStoreUnreachable",
-		"the edge's image storage does not answer; try again in a minute").WithRetryAfter(60)
+	return apierr.Wrap(cause, reason.BlobStoreUnreachable).WithRetryAfter(60)
 }
 
 // routeLabel is the registered pattern of r, never the raw path: the path

@@ -10,6 +10,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/readiness"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // statusAnswer is POST /market/vms/status: everything a box sees of the
@@ -439,7 +440,7 @@ func (s *Server) notReady(ctx context.Context) []*apierr.Error {
 	case avail < s.cfg.MinFree:
 		// A store write that failed for space before the room came back
 		// is no reason to wait; one while the disk is still full is this.
-		out = append(out, apierr.Wrap(storeErr, http.StatusServiceUnavailable, "noSpace", "the disk is full; remove images or free space"))
+		out = append(out, apierr.Wrap(storeErr, reason.NotReadyNoSpace))
 	}
 	return out
 }
@@ -482,7 +483,7 @@ func (s *Server) machinesProblems() []string {
 	}
 	if s.cfg.ClusterReady != nil && s.cfg.ClusterReady() != nil {
 		// Why goes to the provisioner's log and the orders' notes.
-		out = append(out, "clusterUnreachable")
+		out = append(out, reason.ClusterUnreachable)
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 	"github.com/vmshelf/vmshelf/internal/settle"
 )
 
@@ -82,8 +83,8 @@ func (s *Server) ticket(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 	err = s.st.CreateTicket(r.Context(), tk, hash, s.cfg.ImagesPerTenant)
 	switch {
 	case errors.Is(err, imagestore.ErrQuota):
-		s.fail(w, r, apierr.Wrap(err, http.StatusConflict, "imageQuota",
-			"this box's images, unused tickets and unfinished uploads already number "+
+		s.fail(w, r, apierr.Wrap(err, reason.ImageQuota).
+			WithMsg("this box's images, unused tickets and unfinished uploads already number "+
 				strconv.Itoa(s.cfg.ImagesPerTenant)+", the most allowed; cancel an unused ticket (vmshelf cancel; status lists them), finish or let an upload expire, or remove an image"))
 		return
 	case errors.Is(err, imagestore.ErrNotFound), errors.Is(err, imagestore.ErrExists):
@@ -197,8 +198,8 @@ func cleanName(name string) (string, error) {
 	return name, nil
 }
 
-var errTicketUnknown = apierr.New(http.StatusNotFound, "ticketUnknown",
-	"this box has no upload ticket with that upload_id")
+var errTicketUnknown = apierr.New(reason.TicketUnknown).
+	WithMsg("this box has no upload ticket with that upload_id")
 
 // uploadIDRequest is the body of remove and ticket/cancel.
 type uploadIDRequest struct {
@@ -265,10 +266,10 @@ func (s *Server) uploadIDAction(w http.ResponseWriter, r *http.Request, t images
 // the place now, and how to give it back.
 func (s *Server) ticketUsed(r *http.Request, t imagestore.Tenant, uploadID string) error {
 	if img, err := s.st.Image(r.Context(), uploadID); err == nil && img.TenantID == t.ID {
-		return apierr.New(http.StatusConflict, "ticketUsed",
-			"this ticket's upload has finished: it is the image "+uploadID+"; remove the image to free its place (POST /market/vm-images/remove, vmshelf rm)")
+		return apierr.New(reason.TicketInUse).
+			WithMsg("this ticket's upload has finished: it is the image " + uploadID + "; remove the image to free its place (POST /market/vm-images/remove, vmshelf rm)")
 	}
-	return apierr.New(http.StatusConflict, "ticketUsed",
-		"an upload has already used this ticket; it holds a place only while it runs: a resumable upload ends with DELETE on its upload-session URL "+
+	return apierr.New(reason.TicketInUse).
+		WithMsg("an upload has already used this ticket; it holds a place only while it runs: a resumable upload ends with DELETE on its upload-session URL " +
 			"(or 24 hours after its last byte), a plain PUT when its connection closes")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/vmshelf/vmshelf/billing"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // maxWebhookBody caps a Stripe event: Stripe's own are a few KiB, and the
@@ -58,12 +59,9 @@ const (
 )
 
 var (
-	errWebhookNotConfigured = apierr.New(http.StatusServiceUnavailable, "webhookNotConfigured",
-		"this edge has no webhook signing secret (STRIPE_WEBHOOK_SECRET); events cannot be verified")
-	errBadSignature = apierr.New(http.StatusBadRequest, "badSignature",
-		"the Stripe-Signature header does not verify, or its timestamp is too old")
-	errWebhookTooLarge = apierr.New(http.StatusRequestEntityTooLarge, "tooLarge",
-		"the event is larger than 1 MiB")
+	errWebhookNotConfigured = apierr.New(reason.WebhookNotConfigured)
+	errBadSignature         = apierr.New(reason.BadSignature)
+	errWebhookTooLarge      = apierr.New(reason.TooLarge).WithMsg("the event is larger than 1 MiB")
 )
 
 type webhookAnswer struct {
@@ -103,11 +101,11 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, billing.ErrBadSignature), errors.Is(err, billing.ErrStale):
 		s.metrics.webhook("unknown", resultRefused)
-		s.fail(w, r, apierr.Wrap(err, errBadSignature.Status, errBadSignature.Reason, errBadSignature.Msg))
+		s.fail(w, r, errBadSignature.WithCause(err))
 		return
 	case err != nil:
 		s.metrics.webhook("unknown", resultRefused)
-		s.fail(w, r, apierr.Wrap(err, http.StatusBadRequest, "badRequest", "the body is not a Stripe event"))
+		s.fail(w, r, apierr.Wrap(err, reason.BadRequest).WithMsg("the body is not a Stripe event"))
 		return
 	}
 	// Stripe hanging up must not cut a state change in half, so the
@@ -221,11 +219,11 @@ func (s *Server) handleCheckoutOrAccount(ctx context.Context, ev billing.Event) 
 		if result != "" || err != nil {
 			return result, err
 		}
-		reason := "paymentFailed"
+		why := reason.PaymentFailed
 		if ev.Type == eventExpired {
-			reason = "checkoutExpired"
+			why = reason.CheckoutExpired
 		}
-		return s.release(ctx, o, reason)
+		return s.release(ctx, o, why)
 	case billing.EventAccountUpdated:
 		return s.accountUpdated(ctx, ev)
 	}
@@ -333,7 +331,7 @@ func (s *Server) sweepCheckouts(ctx context.Context) {
 			return
 		}
 		if o.CheckoutID == "" {
-			s.cancel(ctx, o.ID, "checkoutFailed", nil)
+			s.cancel(ctx, o.ID, reason.CheckoutFailed, nil)
 			continue
 		}
 		if s.cfg.Payments == nil {
@@ -342,7 +340,7 @@ func (s *Server) sweepCheckouts(ctx context.Context) {
 		sess, err := s.cfg.Payments.ExpireSession(ctx, o.CheckoutID)
 		switch {
 		case errors.Is(err, billing.ErrNotFound):
-			s.cancel(ctx, o.ID, "checkoutExpired", err) // Stripe's own word: no such session
+			s.cancel(ctx, o.ID, reason.CheckoutExpired, err) // Stripe's own word: no such session
 			continue
 		case err != nil:
 			s.log.Warn("overdue checkout: Stripe did not settle it; retried at the next sweep",
@@ -353,7 +351,7 @@ func (s *Server) sweepCheckouts(ctx context.Context) {
 		if sess.Status == billing.StatusComplete {
 			result, err = s.settle(ctx, o, sess)
 		} else {
-			result, err = s.release(ctx, o, "checkoutExpired")
+			result, err = s.release(ctx, o, reason.CheckoutExpired)
 		}
 		if err != nil {
 			s.log.Warn("overdue checkout not settled; retried at the next sweep", "order_id", o.ID, "err", err.Error())

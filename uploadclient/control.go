@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // Control is the edge's control plane as one tenant calls it.
@@ -155,7 +157,7 @@ func (c Control) refusal(err error, what string) error {
 	switch {
 	case ae.Status == http.StatusUnauthorized:
 		return refusedf("the control plane did not accept the token in %s (401 unauthorized): put this box's current tenant token in it", c.TokenFile)
-	case ae.Status == http.StatusNotFound && ae.Reason != "" && ae.Reason != "notFound":
+	case ae.Status == http.StatusNotFound && ae.Reason != "" && !ae.is(reason.NotFound):
 		return refusedf("the control plane refused %s: %v", what, err)
 	case ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed:
 		return refusedf("%s has no vmshelf control plane route for %s (%d): is --control the control plane's URL (port 8481 by default), not the data plane's?",

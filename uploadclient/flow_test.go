@@ -16,20 +16,27 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
 // fakeEdge is a control plane and a data plane in one: it issues tickets,
 // keeps one tus session and lists the image once the session has every
 // byte. It can cut the first PATCH after some bytes (the connection
-// closed, as a proxy's restart does) and report another digest than the
-// one of the bytes it holds (a file changed, or bytes changed on the way).
+// closed, as a proxy's restart does), lose the answer to the first
+// creation (the session is made, the connection closes; the ticket is
+// used, so a retry with it is the edge's 410 ticketUsed) and report
+// another digest than the one of the bytes it holds (a file changed, or
+// bytes changed on the way).
 type fakeEdge struct {
 	t   *testing.T
 	srv *httptest.Server
 
 	mu          sync.Mutex
 	cutAfter    int  // the first PATCH is cut after this many bytes; 0: none
+	loseCreate  bool // the first creation's answer is lost
+	ticketUsed  bool // the last ticket made a session
 	wrongDigest bool // the image is listed with another digest
 	tickets     int
 	sessions    int
@@ -55,12 +62,25 @@ func (e *fakeEdge) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/market/vm-images/ticket":
 		e.tickets++
+		e.ticketUsed = false
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(map[string]string{"ticket": testToken, "upload_id": testID, "upload_url": e.srv.URL + "/up/" + testID})
 	case r.Method == http.MethodPost && r.URL.Path == "/up/"+testID:
+		if e.ticketUsed {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(reason.TicketUsed.Status())
+			w.Write(apierr.New(reason.TicketUsed).JSON())
+			return
+		}
+		e.ticketUsed = true
 		e.sessions++
 		e.length, _ = strconv.ParseInt(r.Header.Get("Upload-Length"), 10, 64)
 		e.data = nil
+		if e.loseCreate {
+			e.loseCreate = false
+			hangUp(e.t, w)
+			return
+		}
 		w.Header().Set("Location", "/sessions/"+testID)
 		w.WriteHeader(http.StatusCreated)
 	case r.Method == http.MethodHead && r.URL.Path == "/sessions/"+testID:
@@ -94,12 +114,7 @@ func (e *fakeEdge) patch(w http.ResponseWriter, r *http.Request) {
 		buf := make([]byte, e.cutAfter)
 		n, _ := io.ReadFull(r.Body, buf)
 		e.data, e.received, e.cutAfter = append(e.data, buf[:n]...), e.received+n, 0
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			e.t.Errorf("hijack to cut the PATCH: %v", err)
-			return
-		}
-		conn.Close()
+		hangUp(e.t, w)
 		return
 	}
 	b, err := io.ReadAll(r.Body)
@@ -109,6 +124,16 @@ func (e *fakeEdge) patch(w http.ResponseWriter, r *http.Request) {
 	e.data, e.received = append(e.data, b...), e.received+len(b)
 	w.Header().Set("Upload-Offset", strconv.Itoa(len(e.data)))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// hangUp closes the connection of w without an answer.
+func hangUp(t *testing.T, w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		t.Errorf("hijack to hang up: %v", err)
+		return
+	}
+	conn.Close()
 }
 
 // TestUploadFlow runs Upload against the fake edge: a whole upload whose
@@ -124,15 +149,17 @@ func TestUploadFlow(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		cutAfter    int
+		loseCreate  bool
 		wrongDigest bool
 	}{
 		{name: "whole"},
 		{name: "cut halfway", cutAfter: len(img) / 2},
+		{name: "creation's answer lost", loseCreate: true},
 		{name: "digest not the file's", wrongDigest: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newFakeEdge(t)
-			e.cutAfter, e.wrongDigest = tc.cutAfter, tc.wrongDigest
+			e.cutAfter, e.loseCreate, e.wrongDigest = tc.cutAfter, tc.loseCreate, tc.wrongDigest
 			path := filepath.Join(t.TempDir(), "disk.qcow2")
 			if err := os.WriteFile(path, img, 0o600); err != nil {
 				t.Fatal(err)
@@ -159,9 +186,18 @@ func TestUploadFlow(t *testing.T) {
 			if got.SHA256 != want || got.UploadID != testID {
 				t.Errorf("stored %+v, want image %s with sha256 %s", got, testID, want)
 			}
-			if e.tickets != 1 || e.sessions != 1 || e.received != len(img) || !bytes.Equal(e.data, img) {
-				t.Errorf("%d tickets, %d sessions, %d bytes received (the edge holds %d, the file's: %v); want one ticket, one session, each of the %d bytes once",
-					e.tickets, e.sessions, e.received, len(e.data), bytes.Equal(e.data, img), len(img))
+			// A creation whose answer was lost used its ticket: its retry
+			// is 410 ticketUsed, and the client takes one fresh ticket.
+			fresh := 0
+			if tc.loseCreate {
+				fresh = 1
+			}
+			if e.tickets != 1+fresh || e.sessions != 1+fresh || e.received != len(img) || !bytes.Equal(e.data, img) {
+				t.Errorf("%d tickets, %d sessions, %d bytes received (the edge holds %d, the file's: %v); want %d tickets and sessions, each of the %d bytes once",
+					e.tickets, e.sessions, e.received, len(e.data), bytes.Equal(e.data, img), 1+fresh, len(img))
+			}
+			if tc.loseCreate && !strings.Contains(said.String(), "taking a new ticket") {
+				t.Errorf("the client does not say it took a new ticket:\n%s", said.String())
 			}
 			if _, err := os.Stat(path + stateSuffix); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the state file is left after the upload: %v", err)

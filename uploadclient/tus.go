@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/internal/baseurl"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // The tus 1.0.0 client side of the upload, and the control-plane request
@@ -89,6 +90,13 @@ func (e *apiError) Error() string {
 		return fmt.Sprintf("%s (%d %s)", msg, e.Status, e.Reason)
 	}
 	return fmt.Sprintf("%s (%d)", msg, e.Status)
+}
+
+// is reports whether the answer is the table's entry r: its status and
+// its reason code. The edge answers from that table, so the client keys
+// its decisions on the same entries, never on a name written again here.
+func (e *apiError) is(r reason.Code) bool {
+	return e.Status == r.Status() && e.Reason == r.Name()
 }
 
 // transientError is a request that failed on the way: no answer.

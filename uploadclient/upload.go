@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/vmshelf/vmshelf/internal/baseurl"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // Config is one upload.
@@ -278,7 +279,7 @@ func (u *uploader) start(ctx context.Context) (*session, error) {
 			var err error
 			loc, err = u.client.create(ctx, tk.UploadURL, u.size)
 			var ae *apiError
-			if lost && errors.As(err, &ae) && (ae.Reason == "ticketUsed" || ae.Reason == "ticketUnknown") {
+			if lost && errors.As(err, &ae) && (ae.is(reason.TicketUsed) || ae.is(reason.TicketUnknown)) {
 				return errTicketLost
 			}
 			if isTransient(err) {
@@ -313,10 +314,10 @@ func (u *uploader) createRefusal(err error) error {
 	if !errors.As(err, &ae) {
 		return err
 	}
-	switch ae.Reason {
-	case "ticketUsed", "ticketExpired", "ticketUnknown":
+	switch {
+	case ae.is(reason.TicketUsed), ae.is(reason.TicketExpired), ae.is(reason.TicketUnknown):
 		return refusedf("the edge did not take the fresh ticket: %v; run the same command again", err)
-	case "tooLarge":
+	case ae.is(reason.TooLarge):
 		return refusedf("the edge does not take %s (%s): %v", u.path, sizeIEC(u.size), err)
 	}
 	return refusedf("the edge refused to start the upload: %v", err)
@@ -368,7 +369,7 @@ func (u *uploader) transfer(ctx context.Context, sess *session, offset int64) er
 			if next > best {
 				best, attempt = next, 0
 			}
-		case errors.As(err, &ae) && ae.Status == http.StatusConflict && ae.Reason != "imageQuota" && ae.Offset >= 0:
+		case errors.As(err, &ae) && ae.Status == http.StatusConflict && !ae.is(reason.ImageQuota) && ae.Offset >= 0:
 			// Not where the edge is (a request whose answer was lost got
 			// further than we knew): continue from there.
 			attempt++
@@ -405,7 +406,7 @@ func (u *uploader) sessionFailure(ctx context.Context, sess *session, attempt *i
 	// on the image).
 	u.client.terminate(ctx, sess)
 	u.forget()
-	if ae.Status == http.StatusUnsupportedMediaType && ae.Reason != "badContentType" || ae.Status == http.StatusUnprocessableEntity {
+	if ae.Status == http.StatusUnsupportedMediaType && !ae.is(reason.BadContentType) || ae.Status == http.StatusUnprocessableEntity {
 		return refusedf("the edge refused %s: %v; 'vmshelf check %s' runs the same checks", file, err, file)
 	}
 	return refusedf("the edge refused the upload of %s: %v", file, err)

@@ -2,8 +2,9 @@ package main
 
 // docs/openapi.yaml, the HTTP reference of both planes, is kept true three
 // ways: it loads and validates as OpenAPI 3.1 (TestAPIDocValid); it names
-// every route and every (status, reason) pair the code can answer, and
-// nothing else (TestAPIDocCoversCode, which reads the code with go/parser);
+// every route the code serves and every (status, reason) pair of the
+// table of reasons (internal/reason), and nothing else
+// (TestAPIDocCoversCode, which reads the routes with go/parser);
 // and every answer the end-to-end tests receive is validated against it
 // (apivalidator_test.go). kin-openapi does the OpenAPI work: a well-kept
 // validator of the format, instead of one written here.
@@ -14,9 +15,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -26,6 +25,8 @@ import (
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // apiDocPath is docs/openapi.yaml seen from this package's directory.
@@ -189,15 +190,16 @@ type answer struct {
 
 func (a answer) String() string { return fmt.Sprintf("%d %s", a.status, a.reason) }
 
-// TestAPIDocCoversCode reads the routes and the error answers from the code
-// and fails on any the document lacks, and on any route or answer the
-// document names that the code does not have.
+// TestAPIDocCoversCode reads the routes from the code and the error answers
+// from the table of reasons, and fails on any the document lacks, and on
+// any route or answer the document names that they do not have.
 func TestAPIDocCoversCode(t *testing.T) {
 	doc, err := loadAPIDoc()
 	if err != nil {
 		t.Fatal(err)
 	}
 	code := readCode(t)
+	answers := tableAnswers()
 
 	// Routes, both ways. A GET route of the control plane also answers
 	// HEAD (market's router adds it), so the document may list HEAD too.
@@ -228,10 +230,10 @@ func TestAPIDocCoversCode(t *testing.T) {
 		t.Errorf("%s describes %s, which the code does not serve", apiDocPath, op)
 	}
 
-	// Error answers, both ways: a (status, reason) pair the code writes
-	// must be under some operation's response of that status (or among the
+	// Error answers, both ways: a (status, reason) pair of the table must
+	// be under some operation's response of that status (or among the
 	// answers to unrouted requests), and each documented pair must be one
-	// the code writes.
+	// of the table's.
 	docPairs := map[answer][]string{}
 	for _, path := range doc.Paths.InMatchingOrder() {
 		for method, op := range doc.Paths.Value(path).Operations() {
@@ -261,14 +263,14 @@ func TestAPIDocCoversCode(t *testing.T) {
 			docPairs[answer{status, r}] = append(docPairs[answer{status, r}], "x-unrouted-answers")
 		}
 	}
-	for _, a := range sortedAnswers(code.answers) {
+	for _, a := range sortedAnswers(answers) {
 		if docPairs[a] == nil {
-			t.Errorf("%s: the code answers %v, which no operation of %s lists under %d", code.answers[a], a, apiDocPath, a.status)
+			t.Errorf("the code answers %v (%q), which no operation of %s lists under %d", a, answers[a], apiDocPath, a.status)
 		}
 	}
 	for _, a := range sortedAnswers(docPairs) {
-		if _, ok := code.answers[a]; !ok {
-			t.Errorf("%s lists %v under %s, but the code never answers it", apiDocPath, a, strings.Join(docPairs[a], ", "))
+		if _, ok := answers[a]; !ok {
+			t.Errorf("%s lists %v under %s, but the table of reasons has no such entry", apiDocPath, a, strings.Join(docPairs[a], ", "))
 		}
 	}
 
@@ -296,6 +298,16 @@ func TestAPIDocCoversCode(t *testing.T) {
 	}
 }
 
+// tableAnswers are the (status, reason) pairs of the table of reasons, with
+// each entry's words.
+func tableAnswers() map[answer]string {
+	out := map[answer]string{}
+	for _, r := range reason.All() {
+		out[answer{r.Status(), r.Name()}] = r.Words()
+	}
+	return out
+}
+
 func sortedAnswers[V any](m map[answer]V) []answer {
 	out := make([]answer, 0, len(m))
 	for a := range m {
@@ -314,7 +326,6 @@ func sortedAnswers[V any](m map[answer]V) []answer {
 type codeFacts struct {
 	routes  map[string]string // "METHOD path" → plane
 	routeAt map[string]string // "METHOD path" → file:line where it is registered
-	answers map[answer]string // → file:line of (one) place that writes it
 	fields  []fieldReasons
 }
 
@@ -326,11 +337,14 @@ type fieldReasons struct {
 	values        []string
 }
 
-// The directories of the code that answers HTTP requests (with their
-// subpackages), and the QCOW2 inspector whose reasons the gateway passes on.
+// The directories whose code readCode reads: the planes' routes and the
+// enumerated fields of their answers, and the table of reasons, by whose
+// Go names the market's answers name their entries.
 var (
-	answeringDirs = []string{"gateway", "market", "billing", "internal"}
-	qcow2Dir      = filepath.Join("imagestore", "qcow2")
+	marketDir  = "market"
+	gatewayDir = "gateway"
+	webDir     = filepath.Join("market", "web")
+	reasonDir  = filepath.Join("internal", "reason")
 )
 
 // goPackage is the non-test files of one directory, parsed.
@@ -339,31 +353,31 @@ type goPackage struct {
 	files []*ast.File
 }
 
-// readCode parses the code and extracts its routes and answers. It uses
-// go/parser and go/ast only, so it reads shapes, not types:
+// readCode parses the code and extracts its routes and the reasons of its
+// answers' enumerated fields. It uses go/parser and go/ast only, so it
+// reads shapes, not types:
 //   - control-plane routes are the rt.handle(METHOD, PATH, ...) calls of
 //     market/server.go, where a PATH ranging over page.Paths() stands for the
 //     paths of market/web's files table;
 //   - data-plane routes are gateway's route(): its switch over the route
 //     kinds and, in each, the switch over methods; classify() pairs each kind
 //     with its prefix, to which the document's path adds one {parameter};
-//   - answers are the apierr.New/Wrap calls and apierr.Error literals, whose
-//     status is an integer or an http./fasthttp. Status constant (read from
-//     net/http's source; fasthttp's have the same names and values) and whose
-//     reason is a string literal, or either is the field of a package-level
-//     variable built with apierr.New. A reason passed on from a value (the
-//     QCOW2 inspector's verdict) must be one this test knows (dynamicReasons);
-//     an unknown one fails the test.
+//   - a field's reasons are literals, or the reason of a package-level
+//     answer built from an entry of the table (errX = apierr.New(reason.X)).
+//
+// The error answers themselves are the table's (tableAnswers): no code
+// answers a reason the table has not.
 func readCode(t *testing.T) *codeFacts {
 	t.Helper()
 	root := filepath.Join("..", "..")
 	fset := token.NewFileSet()
 	pkgs := map[string]*goPackage{}
-	parseDir := func(dir string) {
+	for _, dir := range []string{marketDir, gatewayDir, webDir, reasonDir} {
 		ents, err := os.ReadDir(filepath.Join(root, dir))
 		if err != nil {
 			t.Fatal(err)
 		}
+		pkgs[dir] = &goPackage{dir: dir}
 		for _, e := range ents {
 			if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
 				continue
@@ -372,43 +386,19 @@ func readCode(t *testing.T) *codeFacts {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if pkgs[dir] == nil {
-				pkgs[dir] = &goPackage{dir: dir}
-			}
 			pkgs[dir].files = append(pkgs[dir].files, f)
 		}
 	}
-	for _, top := range answeringDirs {
-		err := filepath.WalkDir(filepath.Join(root, top), func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				if d.Name() == "testdata" || d.Name() == "node_modules" {
-					return filepath.SkipDir
-				}
-				rel, _ := filepath.Rel(root, p)
-				parseDir(rel)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	parseDir(qcow2Dir)
 
-	c := &codeFacts{routes: map[string]string{}, routeAt: map[string]string{}, answers: map[answer]string{}}
+	c := &codeFacts{routes: map[string]string{}, routeAt: map[string]string{}}
 	at := func(n ast.Node) string {
 		p := fset.Position(n.Pos())
 		rel, _ := filepath.Rel(root, p.Filename)
 		return fmt.Sprintf("%s:%d", rel, p.Line)
 	}
-	statuses := httpStatuses(t)
-
 	// Control plane.
-	market := pkgs["market"]
-	webPaths := stringTable(t, pkgs[filepath.Join("market", "web")], "files")
+	market := pkgs[marketDir]
+	webPaths := stringTable(t, pkgs[webDir], "files")
 	// The rt.handle calls inside a loop over page.Paths() register the
 	// Machines page's files.
 	inPageLoop := map[ast.Node]bool{}
@@ -456,7 +446,7 @@ func readCode(t *testing.T) *codeFacts {
 	}
 
 	// Data plane.
-	gw := pkgs["gateway"]
+	gw := pkgs[gatewayDir]
 	consts := stringConsts(gw)
 	prefixOf := map[string]string{} // route kind → path prefix, from classify
 	route := funcDecl(gw, "route")
@@ -539,129 +529,22 @@ func readCode(t *testing.T) *codeFacts {
 		t.Fatal("found no gateway probePaths; the test no longer reads the data plane's probes")
 	}
 
-	// Answers.
-	qcow2Reasons := map[string]bool{}
-	for name, v := range stringConsts(pkgs[qcow2Dir]) {
-		if strings.HasPrefix(name, "Reason") {
-			qcow2Reasons[v] = true
-		}
-	}
-	for _, pkg := range pkgs {
-		vars := apierrVars(pkg, statuses)
-		for _, f := range pkg.files {
-			for _, decl := range f.Decls {
-				fn := ""
-				if fd, ok := decl.(*ast.FuncDecl); ok {
-					fn = filepath.Base(pkg.dir) + "." + fd.Name.Name
-				}
-				if fn == "apierr.New" || fn == "apierr.Wrap" {
-					continue // the constructors themselves
-				}
-				ast.Inspect(decl, func(node ast.Node) bool {
-					statusExpr, reasonExpr := answerArgs(node, pkg.dir)
-					if statusExpr == nil {
-						return true
-					}
-					status := resolveStatus(statusExpr, statuses, vars)
-					if status == 0 {
-						t.Errorf("%s: an answer whose status this test cannot read", at(node))
-						return true
-					}
-					reasons := resolveReason(reasonExpr, vars)
-					if reasons == nil {
-						dyn, ok := dynamicReasons[fn]
-						if !ok {
-							t.Errorf("%s: an answer whose reason is not a literal, in %s, which dynamicReasons does not know", at(node), fn)
-							return true
-						}
-						reasons = dyn(status, qcow2Reasons)
-						if len(reasons) == 0 {
-							t.Errorf("%s: dynamicReasons[%s] knows no reason with status %d", at(node), fn, status)
-						}
-					}
-					for _, r := range reasons {
-						if _, seen := c.answers[answer{status, r}]; !seen {
-							c.answers[answer{status, r}] = at(node)
-						}
-					}
-					return true
-				})
-			}
-		}
-	}
-	if len(c.answers) < 40 {
-		t.Fatalf("found only %d answers in the code; the test no longer reads them", len(c.answers))
-	}
-
 	// Enumerated fields of answers.
+	names := tableNames(t, pkgs[reasonDir])
+	vars := answerVars(t, market, names)
 	c.fields = []fieldReasons{
 		{schema: "Status", field: "reason", from: "market.machinesUnavailable's errors",
-			values: returnedReasons(t, market, "machinesUnavailable", statuses)},
+			values: returnedReasons(t, market, "machinesUnavailable", vars)},
 		{schema: "Ready", field: "machines", from: "the reasons market.machinesProblems appends",
-			values: appendedReasons(t, market, "machinesProblems", statuses)},
+			values: appendedReasons(t, market, "machinesProblems", vars, names)},
 		{schema: "Ready", field: "reasons", from: "the reasons market.machinesProblems appends",
-			values: appendedReasons(t, market, "machinesProblems", statuses)},
+			values: appendedReasons(t, market, "machinesProblems", vars, names)},
 		{schema: "Order", field: "reason", from: "the reason argument of market's cancel, release and cancelByBuyer",
-			values: reasonArgs(t, market, []string{"cancel", "release", "cancelByBuyer"})},
+			values: reasonArgs(t, market, []string{"cancel", "release", "cancelByBuyer"}, names)},
 		{schema: "WebhookAnswer", field: "result", from: "market's result constants but resultRefused (the 400s' metric label)",
 			values: webhookResults(market)},
 	}
 	return c
-}
-
-// dynamicReasons are the reasons of answers whose reason comes from a
-// value, by the function that writes them, given the status.
-var dynamicReasons = map[string]func(status int, qcow2 map[string]bool) []string{
-	// imageError passes the inspector's verdict on: notQcow2 as 415, every
-	// other qcow2 Reason as 422.
-	"gateway.imageError": func(status int, qcow2 map[string]bool) []string {
-		var out []string
-		for r := range qcow2 {
-			if (r == "notQcow2") == (status == 415) {
-				out = append(out, r)
-			}
-		}
-		return out
-	},
-}
-
-// answerArgs returns the status and reason expressions of an answer: an
-// apierr.New or apierr.Wrap call, or an apierr.Error composite literal.
-func answerArgs(node ast.Node, dir string) (status, reason ast.Expr) {
-	switch n := node.(type) {
-	case *ast.CallExpr:
-		if recvName(n.Fun) != "apierr" {
-			return nil, nil
-		}
-		switch selName(n.Fun) {
-		case "New":
-			if len(n.Args) == 3 {
-				return n.Args[0], n.Args[1]
-			}
-		case "Wrap":
-			if len(n.Args) == 4 {
-				return n.Args[1], n.Args[2]
-			}
-		}
-	case *ast.CompositeLit:
-		isError := selName(n.Type) == "Error" && recvName(n.Type) == "apierr" ||
-			identName(n.Type) == "Error" && filepath.Base(dir) == "apierr"
-		if !isError {
-			return nil, nil
-		}
-		for _, e := range n.Elts {
-			if kv, ok := e.(*ast.KeyValueExpr); ok {
-				switch identName(kv.Key) {
-				case "Status":
-					status = kv.Value
-				case "Reason":
-					reason = kv.Value
-				}
-			}
-		}
-		return status, reason
-	}
-	return nil, nil
 }
 
 // eachValue calls fn with every name = value of the package's top-level
@@ -685,84 +568,84 @@ func eachValue(pkg *goPackage, tok token.Token, fn func(name string, v ast.Expr)
 	}
 }
 
-// apierrVars are a package's variables built with apierr.New (errX =
-// apierr.New(status, reason, msg)), by name.
-func apierrVars(pkg *goPackage, statuses map[string]int) map[string]answer {
-	vars := map[string]answer{}
+// tableNames are the reasons of internal/reason by their Go names
+// (BadRequest → badRequest, CheckoutFailed → checkoutFailed), read from
+// its declarations: the table's entries (X = Code{status, "name", words}),
+// each of which must be in reason.All, and the reasons of answers' fields
+// (its string constants).
+func tableNames(t *testing.T, pkg *goPackage) map[string]string {
+	t.Helper()
+	entries := map[string]bool{}
+	for _, r := range reason.All() {
+		entries[r.Name()] = true
+	}
+	out := stringConsts(pkg)
+	for _, name := range out {
+		entries[name] = true
+	}
 	eachValue(pkg, token.VAR, func(name string, v ast.Expr) {
-		st, re := answerArgs(v, pkg.dir)
-		if st == nil {
-			return
+		if cl, ok := v.(*ast.CompositeLit); ok && identName(cl.Type) == "Code" && len(cl.Elts) == 3 {
+			if lit, ok := cl.Elts[1].(*ast.BasicLit); ok {
+				out[name] = unquote(t, lit)
+			}
 		}
-		if rs := resolveReason(re, nil); len(rs) == 1 {
-			vars[name] = answer{resolveStatus(st, statuses, nil), rs[0]}
+	})
+	for name, code := range out {
+		if !entries[code] {
+			t.Errorf("reason.%s (%s) is declared but not in reason.All", name, code)
+		}
+	}
+	if len(out) < 40 {
+		t.Fatalf("read %d entries from %s; the test no longer reads the table's declarations", len(out), pkg.dir)
+	}
+	return out
+}
+
+// answerVars are the reason codes of a package's answers built from an
+// entry of the table, by the variable's name: errX = apierr.New(reason.X),
+// or apierr.Wrap(cause, reason.X), with any With* calls after.
+func answerVars(t *testing.T, pkg *goPackage, names map[string]string) map[string]string {
+	t.Helper()
+	vars := map[string]string{}
+	eachValue(pkg, token.VAR, func(name string, v ast.Expr) {
+		for {
+			call, ok := v.(*ast.CallExpr)
+			if !ok {
+				return
+			}
+			if recvName(call.Fun) == "apierr" && (selName(call.Fun) == "New" || selName(call.Fun) == "Wrap") {
+				if r := call.Args[len(call.Args)-1]; recvName(r) == "reason" {
+					vars[name] = names[selName(r)]
+				}
+				return
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr) // a With* call: its receiver
+			if !ok {
+				return
+			}
+			v = sel.X
 		}
 	})
 	return vars
 }
 
-func resolveStatus(e ast.Expr, statuses map[string]int, vars map[string]answer) int {
-	switch x := e.(type) {
-	case *ast.BasicLit:
-		n, _ := strconv.Atoi(x.Value)
-		return n
-	case *ast.SelectorExpr:
-		if r := recvName(x); r == "http" || r == "fasthttp" {
-			return statuses[x.Sel.Name]
-		}
-		if x.Sel.Name == "Status" {
-			return vars[recvName(x)].status
-		}
-	}
-	return 0
-}
-
-// resolveReason is the reason of e, or nil when it is not a literal or a
-// known variable's Reason.
-func resolveReason(e ast.Expr, vars map[string]answer) []string {
+// resolveReason is the reason of e, or nil when it is not a literal, a
+// reason of the table (reason.X) or a known answer's Reason.
+func resolveReason(e ast.Expr, vars, names map[string]string) []string {
 	switch x := e.(type) {
 	case *ast.BasicLit:
 		if s, err := strconv.Unquote(x.Value); err == nil {
 			return []string{s}
 		}
 	case *ast.SelectorExpr:
-		if a, ok := vars[recvName(x)]; ok && x.Sel.Name == "Reason" {
-			return []string{a.reason}
+		if r, ok := names[x.Sel.Name]; ok && recvName(x) == "reason" {
+			return []string{r}
+		}
+		if r, ok := vars[recvName(x)]; ok && x.Sel.Name == "Reason" {
+			return []string{r}
 		}
 	}
 	return nil
-}
-
-// httpStatuses reads net/http's Status constants from its source.
-func httpStatuses(t *testing.T) map[string]int {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOROOT").Output()
-	if err != nil {
-		t.Fatalf("go env GOROOT: %v", err)
-	}
-	p := filepath.Join(strings.TrimSpace(string(out)), "src", "net", "http", "status.go")
-	f, err := parser.ParseFile(token.NewFileSet(), p, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	statuses := map[string]int{}
-	for _, decl := range f.Decls {
-		if gd, ok := decl.(*ast.GenDecl); ok && gd.Tok == token.CONST {
-			for _, spec := range gd.Specs {
-				vs := spec.(*ast.ValueSpec)
-				for i, v := range vs.Values {
-					if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.INT {
-						n, _ := strconv.Atoi(lit.Value)
-						statuses[vs.Names[i].Name] = n
-					}
-				}
-			}
-		}
-	}
-	if statuses["StatusInsufficientStorage"] != 507 {
-		t.Fatalf("read no Status constants from %s", p)
-	}
-	return statuses
 }
 
 // stringConsts are a package's string constants, by name.
@@ -816,19 +699,18 @@ func funcDecl(pkg *goPackage, name string) *ast.FuncDecl {
 
 // returnedReasons are the reasons of the apierr variables function name
 // returns.
-func returnedReasons(t *testing.T, pkg *goPackage, name string, statuses map[string]int) []string {
+func returnedReasons(t *testing.T, pkg *goPackage, name string, vars map[string]string) []string {
 	t.Helper()
 	fd := funcDecl(pkg, name)
 	if fd == nil {
 		t.Fatalf("%s has no function %s", pkg.dir, name)
 	}
-	vars := apierrVars(pkg, statuses)
 	var out []string
 	ast.Inspect(fd.Body, func(node ast.Node) bool {
 		if rs, ok := node.(*ast.ReturnStmt); ok {
 			for _, r := range rs.Results {
 				if a, ok := vars[identName(r)]; ok {
-					out = append(out, a.reason)
+					out = append(out, a)
 				}
 			}
 		}
@@ -838,19 +720,19 @@ func returnedReasons(t *testing.T, pkg *goPackage, name string, statuses map[str
 }
 
 // appendedReasons are the reasons the function name appends to a list:
-// the literals and known errors' Reasons among its append calls' values.
-func appendedReasons(t *testing.T, pkg *goPackage, name string, statuses map[string]int) []string {
+// the literals, the table's reasons and known answers' Reasons among its
+// append calls' values.
+func appendedReasons(t *testing.T, pkg *goPackage, name string, vars, names map[string]string) []string {
 	t.Helper()
 	fd := funcDecl(pkg, name)
 	if fd == nil {
 		t.Fatalf("%s has no function %s", pkg.dir, name)
 	}
-	vars := apierrVars(pkg, statuses)
 	var out []string
 	ast.Inspect(fd.Body, func(node ast.Node) bool {
 		if call, ok := node.(*ast.CallExpr); ok && identName(call.Fun) == "append" {
 			for _, a := range call.Args[1:] {
-				out = append(out, resolveReason(a, vars)...)
+				out = append(out, resolveReason(a, vars, names)...)
 			}
 		}
 		return true
@@ -859,12 +741,13 @@ func appendedReasons(t *testing.T, pkg *goPackage, name string, statuses map[str
 }
 
 // reasonArgs are the string values given to the parameter "reason" of the
-// functions names: literal arguments, and literals assigned to a variable
-// passed as the argument in the calling function.
-func reasonArgs(t *testing.T, pkg *goPackage, names []string) []string {
+// functions funcs: literal arguments or the table's reasons (reason.X),
+// and those assigned to a variable passed as the argument in the calling
+// function. names are the table's reasons by Go name (tableNames).
+func reasonArgs(t *testing.T, pkg *goPackage, funcs []string, names map[string]string) []string {
 	t.Helper()
 	index := map[string]int{} // function → position of its reason parameter
-	for _, name := range names {
+	for _, name := range funcs {
 		fd := funcDecl(pkg, name)
 		if fd == nil {
 			t.Fatalf("%s has no function %s", pkg.dir, name)
@@ -895,19 +778,20 @@ func reasonArgs(t *testing.T, pkg *goPackage, names []string) []string {
 				if !ok || i >= len(call.Args) {
 					return true
 				}
-				switch a := call.Args[i].(type) {
-				case *ast.BasicLit:
-					out = append(out, unquote(t, a))
-				case *ast.Ident: // a variable of the caller: what it is set to
+				arg := call.Args[i]
+				values := resolveReason(arg, nil, names)
+				if id, ok := arg.(*ast.Ident); ok { // a variable of the caller: what it is set to
 					ast.Inspect(fd.Body, func(node ast.Node) bool {
-						if as, ok := node.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && identName(as.Lhs[0]) == a.Name {
-							if lit, ok := as.Rhs[0].(*ast.BasicLit); ok {
-								out = append(out, unquote(t, lit))
-							}
+						if as, ok := node.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && identName(as.Lhs[0]) == id.Name {
+							values = append(values, resolveReason(as.Rhs[0], nil, names)...)
 						}
 						return true
 					})
 				}
+				if len(values) == 0 {
+					t.Errorf("%s: a reason passed to %s that this test cannot read", fd.Name.Name, selName(call.Fun))
+				}
+				out = append(out, values...)
 				return true
 			})
 		}

@@ -2,6 +2,11 @@
 // error from where it is decided to the handler that writes it, so that
 // handlers only translate and never decide.
 //
+// Every answer is built from an entry of the table of reasons
+// (internal/reason), so its status and reason code are the table's:
+// apierr.New(reason.TicketUsed), apierr.Wrap(err, reason.Internal), and
+// WithMsg where the place that refuses says more than the table's words.
+//
 // An answer code keys behaviour on (how a transfer is counted, whether a
 // session ends, a log level) is declared once as a package-level *Error and
 // recognised with errors.Is, never by comparing Reason with a literal: a
@@ -13,14 +18,16 @@ package apierr
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // Error is an error a client is meant to see: a status, a stable reason code
-// (docs/api.md "Errors" lists them) and a human sentence. Err, if set, is the internal cause;
+// (an entry of internal/reason's table, which docs/api.md "Errors" lists)
+// and a human sentence. Err, if set, is the internal cause;
 // it is never shown to the client.
 //
 // The answer's headers that belong to the error travel with it (the model
@@ -45,15 +52,18 @@ type Error struct {
 // Field is one answer header.
 type Field struct{ Name, Value string }
 
-// New returns an error with the given status, reason and message.
-func New(status int, reason, msg string) *Error {
-	return &Error{Status: status, Reason: reason, Msg: msg}
+// New returns the answer of the table's entry r: its status, its reason
+// code and its words.
+func New(r reason.Code) *Error {
+	return &Error{Status: r.Status(), Reason: r.Name(), Msg: r.Words()}
 }
 
-// Wrap returns an error that shows status, reason and msg to the client and
-// keeps err as its cause for logs and errors.Is.
-func Wrap(err error, status int, reason, msg string) *Error {
-	return &Error{Status: status, Reason: reason, Msg: msg, Err: err}
+// Wrap returns New(r) with err as its cause, for logs and errors.Is; the
+// client never sees err.
+func Wrap(err error, r reason.Code) *Error {
+	e := New(r)
+	e.Err = err
+	return e
 }
 
 func (e *Error) Error() string {
@@ -137,8 +147,7 @@ func From(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	return &Error{Status: http.StatusInternalServerError, Reason: "internal",
-		Msg: "internal error; the operator's log has the details", Err: err}
+	return Wrap(err, reason.Internal)
 }
 
 // Body is the JSON shape of every error answer.

@@ -13,10 +13,10 @@
 package headerrule
 
 import (
-	"net/http"
 	"strings"
 
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // The answers to a head read two ways. Both planes answer them; the
@@ -25,11 +25,9 @@ import (
 var (
 	// RepeatedHeader: a header of one value in more than one line (the
 	// message names it).
-	RepeatedHeader = apierr.New(http.StatusBadRequest, "repeatedHeader",
-		"a header that carries one value is given more than once; send it once")
+	RepeatedHeader = apierr.New(reason.RepeatedHeader)
 	// AmbiguousLength: the body's length is framed two ways.
-	AmbiguousLength = apierr.New(http.StatusBadRequest, "ambiguousLength",
-		"the request gives both Content-Length and Transfer-Encoding; send one of them")
+	AmbiguousLength = apierr.New(reason.AmbiguousLength)
 	// TransferEncodingBeforeHTTP11 is AmbiguousLength for a request older
 	// than HTTP/1.1 with a Transfer-Encoding (RFC 9112 6.1: its framing is
 	// faulty, whatever else it gives).

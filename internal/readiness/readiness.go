@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
 	"github.com/vmshelf/vmshelf/internal/logsample"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // Store is why the record store is not ready, from its Ping's error; nil
@@ -28,13 +28,13 @@ func Store(err error) *apierr.Error {
 	case err == nil, errors.Is(err, imagestore.ErrNoSpace):
 		return nil
 	case errors.Is(err, imagestore.ErrDamaged):
-		return apierr.Wrap(err, http.StatusServiceUnavailable, "storeCorrupt", "the record store is damaged; restore it from a backup")
+		return apierr.Wrap(err, reason.StoreCorrupt)
 	case errors.Is(err, imagestore.ErrUnwritable):
-		return apierr.Wrap(err, http.StatusServiceUnavailable, "storeUnwritable", "the record store cannot write")
+		return apierr.Wrap(err, reason.StoreUnwritable)
 	case errors.Is(err, imagestore.ErrStoreUnavailable):
-		return apierr.Wrap(err, http.StatusServiceUnavailable, "storeUnreachable", "the record store does not answer")
+		return apierr.Wrap(err, reason.StoreUnreachable).WithMsg("the record store does not answer")
 	}
-	return apierr.Wrap(err, http.StatusServiceUnavailable, "notReady", "the record store failed to answer")
+	return apierr.Wrap(err, reason.NotReady)
 }
 
 // Blobs is why the image storage is not ready, from its Ping's error;
@@ -43,7 +43,8 @@ func Blobs(err error) *apierr.Error {
 	if err == nil {
 		return nil
 	}
-	return apierr.Wrap(err, http.StatusServiceUnavailable, "blobStoreUnreachable", "the image storage (the S3 bucket or the image directory) does not answer")
+	return apierr.Wrap(err, reason.BlobStoreUnreachable).
+		WithMsg("the image storage (the S3 bucket or the image directory) does not answer")
 }
 
 // Ask asks the record store and the image storage at once, each within

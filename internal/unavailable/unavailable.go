@@ -9,10 +9,10 @@ package unavailable
 
 import (
 	"errors"
-	"net/http"
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
 // RetryAfter is the wait the answer suggests, in seconds: a PostgreSQL
@@ -22,8 +22,7 @@ const RetryAfter = 10
 
 // Store is the declared answer; every answer of its kind is a copy
 // (apierr.Error's With* methods) and matches it with errors.Is.
-var Store = apierr.New(http.StatusServiceUnavailable, "storeUnreachable",
-	"the edge's record store does not answer; try again in a few seconds").
+var Store = apierr.New(reason.StoreUnreachable).
 	WithRetryAfter(RetryAfter)
 
 // Answer is Store with err as its cause, if err is the store's outage;

@@ -6,14 +6,16 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
-// Every reason code the edge can answer has a sentence in app.js's REASONS
-// table: a refusal is shown in words, never as a bare code. The codes are
-// read from the sources that answer them (the data plane, the control
-// plane, the QCOW2 gate's reasons, the order cancellations, the rule of
-// one reading of a head both planes answer), so a new code without words
-// fails here.
+// Every reason the page can meet has a sentence in app.js's REASONS table:
+// a refusal is shown in words, never as a bare code. The reasons are the
+// edge's table of them (internal/reason): every error answer of both
+// planes, and the reasons answers carry in fields of their own (why an
+// order was cancelled, why the market cannot run machines); besides them,
+// the page's own reasons. A new reason without words fails here.
 func TestEveryReasonHasWords(t *testing.T) {
 	app, err := os.ReadFile(filepath.Join("static", "app.js"))
 	if err != nil {
@@ -28,40 +30,14 @@ func TestEveryReasonHasWords(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\s+(\w+): '`).FindAllStringSubmatch(string(app)[start:start+end], -1) {
 		table[m[1]] = true
 	}
-	patterns := []*regexp.Regexp{
-		regexp.MustCompile(`Status\w+, "([a-z]\w+)"`),      // apierr.New/Wrap(status, "reason", …)
-		regexp.MustCompile(`Reason\w+\s*=\s*"(\w+)"`),      // the QCOW2 gate's reasons
-		regexp.MustCompile(`\bcancel\w*\([^()]*, "(\w+)"`), // why an order was cancelled (cancel, cancelByBuyer)
-		regexp.MustCompile(`reason := "(\w+)"`),            // the webhook's cancellation
-		regexp.MustCompile(`ans\.Machines = "(\w+)"`),      // readiness of the market
-	}
-	codes := map[string]string{}
-	for _, dir := range []string{"../../gateway", "..", "../../qcow2", "../../internal/apierr", "../../internal/headerrule"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, re := range patterns {
-				for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-					codes[m[1]] = f
-				}
-			}
+	for _, r := range reason.All() {
+		if !table[r.Name()] {
+			t.Errorf("reason %q (%d: %s) has no sentence in app.js's REASONS", r.Name(), r.Status(), r.Words())
 		}
 	}
-	if len(codes) < 40 {
-		t.Fatalf("found only %d reason codes in the sources: the patterns no longer match the code", len(codes))
-	}
-	for code, file := range codes {
+	for _, code := range reason.Fields() {
 		if !table[code] {
-			t.Errorf("reason %q (answered in %s) has no sentence in app.js's REASONS", code, file)
+			t.Errorf("the field reason %q has no sentence in app.js's REASONS", code)
 		}
 	}
 	// The page's own reasons, named in the DOM contract.

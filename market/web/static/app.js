@@ -115,6 +115,7 @@
     storeUnwritable: 'The edge cannot write its records.',
     notReady: 'The edge is not ready.',
     blobStoreUnreachable: 'The edge cannot reach the storage that holds the images. Try again later.',
+    storeUnreachable: 'The edge cannot reach its record store right now. Try again in a few seconds.',
     // answers the page never provokes, for completeness
     badSignature: 'The webhook\'s signature did not verify.',
     rangeNotSatisfiable: 'The requested range lies outside the image.',
