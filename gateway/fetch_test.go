@@ -184,7 +184,7 @@ func TestFetchRevocationBound(t *testing.T) {
 		secret := imagestore.NewSecret()
 		e.remember(secret)
 		if err := e.st.CreateFetchToken(context.Background(), imagestore.HashSecret(secret),
-			imagestore.FetchToken{UploadID: id, OrderID: order, ExpiresAt: e.clock.now().Add(ttl)}); err != nil {
+			imagestore.FetchToken{UploadID: id, OrderID: order, ExpiresAt: e.clock.Now().Add(ttl)}); err != nil {
 			t.Fatal(err)
 		}
 		return e.base + fetchPrefix + secret
@@ -204,25 +204,25 @@ func TestFetchRevocationBound(t *testing.T) {
 	if got := status(other); got != 206 {
 		t.Fatalf("valid token: %d", got)
 	}
-	if _, err := e.st.RevokeOrderTokens(ctx, "o-other", e.clock.now()); err != nil { // behind the gateway's back
+	if _, err := e.st.RevokeOrderTokens(ctx, "o-other", e.clock.Now()); err != nil { // behind the gateway's back
 		t.Fatal(err)
 	}
 	if got := status(other); got != 206 {
 		t.Errorf("revoked by another process, at once: %d; the cache should still serve it until the TTL", got)
 	}
 	// The clock runs on from the real time, so "within" keeps a margin.
-	e.clock.advance(imagestore.TokenCacheTTL / 2)
+	e.clock.Advance(imagestore.TokenCacheTTL / 2)
 	if got := status(other); got != 206 {
 		t.Errorf("revoked by another process, half the TTL later: %d", got)
 	}
-	e.clock.advance(imagestore.TokenCacheTTL / 2)
+	e.clock.Advance(imagestore.TokenCacheTTL / 2)
 	if got := status(other); got != 404 {
 		t.Errorf("revoked by another process, TTL later: %d, want 404", got)
 	}
 
 	shared := token("o-shared", time.Hour)
 	status(shared)
-	if _, err := cached.RevokeOrderTokens(ctx, "o-shared", e.clock.now()); err != nil {
+	if _, err := cached.RevokeOrderTokens(ctx, "o-shared", e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if got := status(shared); got != 404 {
@@ -231,7 +231,7 @@ func TestFetchRevocationBound(t *testing.T) {
 
 	short := token("o-short", imagestore.TokenCacheTTL/2)
 	status(short)
-	e.clock.advance(imagestore.TokenCacheTTL / 2)
+	e.clock.Advance(imagestore.TokenCacheTTL / 2)
 	if got := status(short); got != 404 {
 		t.Errorf("at its expiry, within the cache's TTL: %d, want 404", got)
 	}
@@ -254,7 +254,7 @@ func TestFetchUnknownTokens(t *testing.T) {
 	expired := e.fetchURL(id, time.Minute)
 	revoked := e.fetchURL(id, time.Hour)
 	good := e.fetchURL(id, time.Hour)
-	e.clock.advance(2 * time.Minute)
+	e.clock.Advance(2 * time.Minute)
 	if err := e.st.RemoveImage(context.Background(), e.tenant.ID, id); err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestFetchUnknownTokens(t *testing.T) {
 	if resp.StatusCode != 429 {
 		t.Fatalf("upload after misses: %d %s, want 429", resp.StatusCode, b)
 	}
-	e.clock.advance(2 * time.Hour)
+	e.clock.Advance(2 * time.Hour)
 	if resp, _ := get(t, "GET", good); resp.StatusCode != 404 {
 		t.Fatalf("after the budget refilled: %d, want 404", resp.StatusCode)
 	}

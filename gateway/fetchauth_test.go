@@ -148,7 +148,7 @@ func TestFetchHeaderFormRefusals(t *testing.T) {
 	expired := capabilityOf(e.fetchURL(id, time.Minute))
 	othersToken := capabilityOf(e.fetchURL(other, time.Hour))
 	revoked := capabilityOf(e.fetchURL(gone, time.Hour))
-	e.clock.advance(2 * time.Minute)
+	e.clock.Advance(2 * time.Minute)
 	if err := e.st.RemoveImage(context.Background(), e.tenant.ID, gone); err != nil {
 		t.Fatal(err)
 	}

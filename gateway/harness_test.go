@@ -28,6 +28,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/internal/testkit/fakeclock"
 )
 
 // Bounds of the waits in these tests. They are generous: they only decide
@@ -62,24 +63,9 @@ type env struct {
 	secrets []string // capabilities handed out: tickets, fetch tokens, session ids
 }
 
-// clock is a settable time source; it starts at the real time so that
-// deadlines set from it on sockets are sane.
-type clock struct {
-	mu  sync.Mutex
-	off time.Duration
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.off)
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.off += d
-	c.mu.Unlock()
-}
+// clock is the gateway's time: the real time, moved ahead by the test, so
+// that deadlines set from it on sockets are sane.
+type clock = fakeclock.Ahead
 
 // slotEvents counts, by direction, the transfers that gave their slot
 // back. The gateway calls record from releaseSlot: it takes a mutex for a
@@ -168,7 +154,7 @@ func startEnv(t *testing.T, dataDir, dbPath string, mod func(*Config), wrap func
 		MaxTransfers:    4,
 		ImagesPerTenant: 3,
 		Headroom:        1 << 20,
-		Now:             e.clock.now,
+		Now:             e.clock.Now,
 		// Debug too: range fetches log there, and no level may leak.
 		Log: slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
@@ -236,7 +222,7 @@ func (e *env) ticket() (string, string) {
 	e.t.Helper()
 	secret := imagestore.NewSecret()
 	id := imagestore.NewUploadID()
-	now := e.clock.now()
+	now := e.clock.Now()
 	err := e.st.CreateTicket(context.Background(), imagestore.Ticket{
 		UploadID: id, TenantID: e.tenant.ID, Name: "disk", CreatedAt: now, ExpiresAt: now.Add(time.Hour),
 	}, imagestore.HashSecret(secret), 100)
@@ -252,7 +238,7 @@ func (e *env) fetchURL(uploadID string, ttl time.Duration) string {
 	e.t.Helper()
 	secret := imagestore.NewSecret()
 	err := e.st.CreateFetchToken(context.Background(), imagestore.HashSecret(secret),
-		imagestore.FetchToken{UploadID: uploadID, ExpiresAt: e.clock.now().Add(ttl)})
+		imagestore.FetchToken{UploadID: uploadID, ExpiresAt: e.clock.Now().Add(ttl)})
 	if err != nil {
 		e.t.Fatal(err)
 	}

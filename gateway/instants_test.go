@@ -2,10 +2,10 @@ package gateway
 
 import (
 	"bytes"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/vmshelf/vmshelf/internal/testkit/fakeclock"
 	"github.com/vmshelf/vmshelf/qcow2/qcow2test"
 )
 
@@ -24,23 +24,23 @@ func TestTusCheckpointInterval(t *testing.T) {
 	// real one, and a nanosecond is a boundary only on a still clock.
 	// The idle timeout outlasts the test, as the socket deadlines are
 	// set from this clock.
-	clk := &stillClock{t: time.Now()}
+	clk := fakeclock.NewStill(time.Now())
 	e := newEnv(t, func(c *Config) {
-		c.Now, c.IdleTimeout = clk.now, 2*time.Minute
+		c.Now, c.IdleTimeout = clk.Now, 2*time.Minute
 		c.CheckpointInterval, c.CheckpointBytes = interval, 1<<40
 	})
 	sess, _ := e.create(len(img))
 	rc := slowPatch(t, e, sess, 0, len(img), img[:100000])
 	waitFor(t, "the PATCH to take its first 100000 bytes", func() bool { return uploadedBytes(e) == 100000 })
 
-	clk.advance(interval - time.Nanosecond)
+	clk.Advance(interval - time.Nanosecond)
 	rc.send(img[100000:101000], "1000 bytes a nanosecond before the interval")
 	waitFor(t, "the PATCH to take 1000 bytes more", func() bool { return uploadedBytes(e) == 101000 })
 	if off, _ := headOffset(t, sess); off != 0 {
 		t.Fatalf("durable offset %d before the interval passed, want 0", off)
 	}
 
-	clk.advance(time.Nanosecond)
+	clk.Advance(time.Nanosecond)
 	rc.send(img[101000:102000], "1000 bytes at the interval")
 	waitFor(t, "the checkpoint at the interval", func() bool {
 		off, _ := headOffset(t, sess)
@@ -54,14 +54,14 @@ func TestTusCheckpointInterval(t *testing.T) {
 // like a ticket or a token, whether or not the sweep has run: a
 // nanosecond before it HEAD finds it, at it 404 sessionUnknown.
 func TestTusSessionExpiresAtItsInstant(t *testing.T) {
-	clk := &stillClock{t: time.Now()}
-	e := newEnv(t, func(c *Config) { c.Now = clk.now })
+	clk := fakeclock.NewStill(time.Now())
+	e := newEnv(t, func(c *Config) { c.Now = clk.Now })
 	sess, _ := e.create(len(qcow2test.Base()))
-	clk.advance(sessionTTL - time.Nanosecond)
+	clk.Advance(sessionTTL - time.Nanosecond)
 	if off, code := headOffset(t, sess); code != 200 || off != 0 {
 		t.Fatalf("a nanosecond before the expiry: HEAD %d at %d, want 200 at 0", code, off)
 	}
-	clk.advance(time.Nanosecond)
+	clk.Advance(time.Nanosecond)
 	resp, b := tusReq(t, "HEAD", sess, nil)
 	if resp.StatusCode != 404 {
 		t.Fatalf("at the expiry: HEAD %d %s, want 404", resp.StatusCode, b)
@@ -70,22 +70,4 @@ func TestTusSessionExpiresAtItsInstant(t *testing.T) {
 	if resp.StatusCode != 404 || errorOf(t, bytes.NewReader(b)).Reason != "sessionUnknown" {
 		t.Fatalf("at the expiry: PATCH %d %s, want 404 sessionUnknown", resp.StatusCode, b)
 	}
-}
-
-// stillClock is a time source that stands still until advanced.
-type stillClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *stillClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *stillClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }

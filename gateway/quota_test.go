@@ -22,7 +22,7 @@ func TestRunningPutHoldsQuota(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.ImagesPerTenant = 1 })
 	ctx := context.Background()
 	newTicket := func() error {
-		now := e.clock.now()
+		now := e.clock.Now()
 		return e.st.CreateTicket(ctx, imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: e.tenant.ID,
 			Name: "disk", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, imagestore.HashSecret(imagestore.NewSecret()), 1)
 	}

@@ -29,7 +29,7 @@ func (e *env) assertReleased(uploadURL string) {
 	if tk.UsedAt.IsZero() {
 		e.t.Errorf("ticket %s is unused after a refusal that ends it", tk.UploadID)
 	}
-	if err := e.st.CancelTicket(ctx, tk.TenantID, tk.UploadID, e.clock.now()); !errors.Is(err, imagestore.ErrTicketCancelled) {
+	if err := e.st.CancelTicket(ctx, tk.TenantID, tk.UploadID, e.clock.Now()); !errors.Is(err, imagestore.ErrTicketCancelled) {
 		e.t.Errorf("ticket %s: CancelTicket = %v, want ErrTicketCancelled (released, not used by a transfer)", tk.UploadID, err)
 	}
 }
@@ -60,7 +60,7 @@ func TestRefusalReleasesTicket(t *testing.T) {
 	// last case's ticket still counts.
 	issue := func(what string) string {
 		t.Helper()
-		secret, now := imagestore.NewSecret(), e.clock.now()
+		secret, now := imagestore.NewSecret(), e.clock.Now()
 		err := e.st.CreateTicket(context.Background(), imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: e.tenant.ID,
 			Name: "disk", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, imagestore.HashSecret(secret), 1)
 		if err != nil {
@@ -142,7 +142,7 @@ func TestRefusalKeepsTicket(t *testing.T) {
 	over := strconv.Itoa(2 << 20)
 	unknown := e.base + uploadPrefix + imagestore.NewSecret()
 	expired, _ := e.ticket()
-	e.clock.advance(time.Hour)
+	e.clock.Advance(time.Hour)
 	u, _ := e.ticket() // issued now, unlike the expired one
 	for _, c := range []struct {
 		name   string

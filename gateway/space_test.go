@@ -116,7 +116,7 @@ func (e *env) ticketOf(name string) (string, string) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	secret, id, now := imagestore.NewSecret(), imagestore.NewUploadID(), e.clock.now()
+	secret, id, now := imagestore.NewSecret(), imagestore.NewUploadID(), e.clock.Now()
 	err = e.st.CreateTicket(ctx, imagestore.Ticket{UploadID: id, TenantID: tn.ID, Name: "disk", CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
 		imagestore.HashSecret(secret), 100)
 	if err != nil {

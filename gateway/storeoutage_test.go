@@ -257,11 +257,11 @@ func TestLeaseUncheckedStopsUpload(t *testing.T) {
 	rc := openRaw(t, e.base, fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d", strings.TrimPrefix(up, e.base), len(data)))
 	rc.send(data[:2*preRead], "the first 16 KiB")
 	waitFor(t, "the PUT to take its lease", func() bool {
-		return e.st.CheckLease(context.Background(), uploadLeaseName(id), 1, e.clock.now()) == nil
+		return e.st.CheckLease(context.Background(), uploadLeaseName(id), 1, e.clock.Now()) == nil
 	})
 	st.fail(false, "RenewLease")
 	// The next renewal fails with less than the margin left.
-	e.clock.advance(uploadLeaseTTL - fenceMargin)
+	e.clock.Advance(uploadLeaseTTL - fenceMargin)
 	resp, body := rc.answer("the PUT whose lease could not be renewed")
 	wantStoreUnreachable(t, "the PUT whose lease could not be renewed", resp, body)
 	e.logHas("upload lease could not be renewed in time", `guards="no write on a local disk`)
@@ -287,10 +287,10 @@ func TestTusLeaseUncheckedKeepsOffset(t *testing.T) {
 	sess, id := e.create(len(data))
 	rc := slowPatch(t, e, sess, 0, len(data), data[:2*preRead])
 	waitFor(t, "the PATCH to take its lease", func() bool {
-		return e.st.CheckLease(context.Background(), uploadLeaseName(id), 1, e.clock.now()) == nil
+		return e.st.CheckLease(context.Background(), uploadLeaseName(id), 1, e.clock.Now()) == nil
 	})
 	st.fail(false, "RenewLease")
-	e.clock.advance(uploadLeaseTTL - fenceMargin)
+	e.clock.Advance(uploadLeaseTTL - fenceMargin)
 	resp, body := rc.answer("the PATCH whose lease could not be renewed")
 	wantStoreUnreachable(t, "the PATCH whose lease could not be renewed", resp, body)
 	if resp.Header.Get("Upload-Offset") != "0" {

@@ -483,11 +483,11 @@ func TestTusExpiry(t *testing.T) {
 	if resp, b := patch(t, sess, 0, data[:5000]); resp.StatusCode != 204 {
 		t.Fatalf("PATCH: %d %s", resp.StatusCode, b)
 	}
-	e.clock.advance(23 * time.Hour)
+	e.clock.Advance(23 * time.Hour)
 	e.g.sweepSessions()
 	wantOffset(t, sess, 5000, "after 23 h")
 	e.assertLeft(nil, []string{id})
-	e.clock.advance(2 * time.Hour)
+	e.clock.Advance(2 * time.Hour)
 	e.g.sweepSessions()
 	if _, code := headOffset(t, sess); code != 404 {
 		t.Fatalf("after 25 h: HEAD %d, want 404", code)

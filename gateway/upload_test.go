@@ -208,7 +208,7 @@ func TestUploadRefusedBeforeBody(t *testing.T) {
 		}, ticket: used, status: 410, reason: "ticketUsed"},
 		{name: "expired ticket", setup: func(e *env) string {
 			u, _ := e.ticket()
-			e.clock.advance(time.Hour + time.Second)
+			e.clock.Advance(time.Hour + time.Second)
 			return u
 		}, ticket: unused, status: 410, reason: "ticketExpired"},
 		{name: "content-length over the limit", mod: func(c *Config) { c.UploadMax = 1 << 20 },

@@ -23,7 +23,7 @@ func TestPutHoldsLease(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.ImagesPerTenant = 1; c.Replica = "r1" })
 	ctx := context.Background()
 	newTicket := func() error {
-		now := e.clock.now()
+		now := e.clock.Now()
 		return e.st.CreateTicket(ctx, imagestore.Ticket{UploadID: imagestore.NewUploadID(), TenantID: e.tenant.ID,
 			Name: "disk", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}, imagestore.HashSecret(imagestore.NewSecret()), 1)
 	}
@@ -31,10 +31,10 @@ func TestPutHoldsLease(t *testing.T) {
 	rc := openRaw(t, e.base, fmt.Sprintf("PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d", strings.TrimPrefix(up, e.base), len(head)))
 	rc.send(head[:2*preRead], "the first 16 KiB")
 	waitFor(t, "the PUT to take its lease", func() bool {
-		return e.st.CheckLease(ctx, uploadLeaseName(id), 1, e.clock.now()) == nil
+		return e.st.CheckLease(ctx, uploadLeaseName(id), 1, e.clock.Now()) == nil
 	})
 	// The sweep's question, as if the upload were old: it is alive.
-	now := e.clock.now()
+	now := e.clock.Now()
 	if n, err := e.st.EndUnleasedUploads(ctx, uploadLeaseName(""), now, now.Add(time.Hour)); err != nil || n != 0 {
 		t.Fatalf("EndUnleasedUploads beside the running PUT = %d, %v; want 0", n, err)
 	}
@@ -43,7 +43,7 @@ func TestPutHoldsLease(t *testing.T) {
 	}
 	// The lease lapses: the PUT's next renewal finds it expired, and the
 	// PUT stops.
-	e.clock.advance(uploadLeaseTTL + time.Second)
+	e.clock.Advance(uploadLeaseTTL + time.Second)
 	resp, body := rc.answer("the PUT whose lease lapsed")
 	wantStoreUnreachable(t, "the PUT whose lease lapsed", resp, body)
 	e.logHas("upload lease lapsed: this request stops", "upload/"+id)

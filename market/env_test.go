@@ -22,6 +22,7 @@ import (
 	"github.com/vmshelf/vmshelf/imagestore/blobfs"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/testkit/fakeclock"
 	"github.com/vmshelf/vmshelf/internal/testkit/syncbuf"
 )
 
@@ -54,23 +55,8 @@ const clientTimeout = 30 * time.Second
 // t0 is the test clock's start; a fixed instant makes expiry checks exact.
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// clock is a settable clock, safe for the sweeper goroutine and handlers.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// clock is the market's time, moved by the test.
+type clock = fakeclock.Still
 
 // syncBuffer collects log output from concurrent handlers.
 type syncBuffer = syncbuf.Buffer
@@ -102,7 +88,7 @@ func newEnv(t *testing.T, mod ...func(*Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{t: t, dbPath: filepath.Join(dir, "vmshelf.db"), blobDir: filepath.Join(dir, "vm-images"),
-		clock: &clock{now: t0}, logs: &syncBuffer{}}
+		clock: fakeclock.NewStill(t0), logs: &syncBuffer{}}
 	var err error
 	if e.st, err = sqlite.Open(t.Context(), e.dbPath); err != nil {
 		t.Fatalf("sqlite.Open: %v", err)

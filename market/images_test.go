@@ -212,7 +212,7 @@ func TestCatalogueImagesNotModified(t *testing.T) {
 // TestCatalogueImagesFromConfig: the catalogue of Config (serve's
 // --vm-catalogue) is the one answered, with its own ETag.
 func TestCatalogueImagesFromConfig(t *testing.T) {
-	own, err := catalogue.Load(filepath.Join("catalogue", "testdata", "small.json"))
+	own, err := catalogue.Load(filepath.Join("..", "catalogue", "testdata", "small.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

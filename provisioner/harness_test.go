@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/internal/testkit/fakeclock"
 	"github.com/vmshelf/vmshelf/internal/testkit/syncbuf"
 )
 
@@ -45,28 +45,8 @@ const month = 30 * 24 * time.Hour
 // fetchBase is the data plane's public URL in the tests.
 const fetchBase = "https://edge.example.org:8480"
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// clock is the provisioner's time, moved by the test.
+type clock = fakeclock.Still
 
 // syncBuffer collects log output.
 type syncBuffer = syncbuf.Buffer
@@ -97,7 +77,7 @@ type harness struct {
 func newHarness(t *testing.T, mod ...func(*Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, k: k8sfake.NewSimpleClientset(), kv: kvfake.NewSimpleClientset(), cdi: cdifake.NewSimpleClientset(),
-		clock: &clock{now: t0}, logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
+		clock: fakeclock.NewStill(t0), logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
 	t.Cleanup(h.checkNoDeletes)
 	var err error
 	if h.st, err = sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "vmshelf.db")); err != nil {
