@@ -524,7 +524,9 @@ func (b *booting) monthEnds(o *bootOrder) {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite", filepath.Join(b.e.dataDir, "vmshelf.db"))
+	// serve writes the same database meanwhile (other orders run beside
+	// this one): wait for its write lock as serve's own connections do.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(b.e.dataDir, "vmshelf.db")+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		b.t.Fatal(err)
 	}
