@@ -403,6 +403,9 @@
       delete un.dataset.reason
       show(un, false)
     }
+    // A trial edge (serve --dev, its Stripe a stand-in on this machine)
+    // says so before anyone pays.
+    show($('#demo-payments'), st.demo_payments === true)
     renderImages(st)
     renderCatalogue()
     const market = st.available !== false
