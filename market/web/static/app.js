@@ -160,7 +160,7 @@
   const REPLICA_STATES = {
     running: 'running',
     starting: 'starting',
-    importing: 'importing the disk',
+    importing: 'copying the disk',
     paused: 'paused',
     stopped: 'stopped',
     failed: 'failed'
