@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -18,12 +19,12 @@ const checkoutPath = "/demo/checkout/"
 // webhookTimeout bounds one post of Complete to the webhook.
 const webhookTimeout = 30 * time.Second
 
-// WebhooksTo makes Complete post its events to url (the edge's POST
+// WebhooksTo makes Complete post its events to hook (the edge's POST
 // /market/stripe/webhook), signed with secret as Stripe signs them.
-func (s *Server) WebhooksTo(url, secret string) {
+func (s *Server) WebhooksTo(hook, secret string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.webhookURL, s.webhookSecret = url, secret
+	s.webhookURL, s.webhookSecret = hook, secret
 }
 
 // ServeCheckoutPage makes every open session's url the stand-in's
@@ -43,9 +44,9 @@ func (s *Server) ServeCheckoutPage() {
 // answer, and an error unless it was 200.
 func (s *Server) Complete(ctx context.Context, id string) ([]byte, error) {
 	s.mu.Lock()
-	url, secret := s.webhookURL, s.webhookSecret
+	hook, secret := s.webhookURL, s.webhookSecret
 	s.mu.Unlock()
-	if url == "" {
+	if hook == "" {
 		return nil, fmt.Errorf("stripetest: no webhook to post to (WebhooksTo)")
 	}
 	if err := s.Pay(id); err != nil {
@@ -57,7 +58,7 @@ func (s *Server) Complete(ctx context.Context, id string) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, webhookTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook, bytes.NewReader(payload))
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +116,10 @@ func (s *Server) checkout(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
+		// The button's POST answers with a redirect to the Machines page,
+		// which form-action must allow too.
+		back, _ := url.Parse(success)
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self' "+back.Scheme+"://"+back.Host)
 		amount := cs.UnitAmount * cs.Quantity
 		_ = checkoutPageHTML.Execute(w, map[string]any{"OrderID": cs.OrderID, "Quantity": cs.Quantity,
 			"Amount": fmt.Sprintf("%d.%02d %s", amount/100, amount%100, strings.ToUpper(cs.Currency)),

@@ -77,6 +77,11 @@ func TestCheckoutPage(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Demo: no money moves") || !strings.Contains(string(body), "6.00 EUR") {
 		t.Fatalf("the page: %d %s", resp.StatusCode, body)
 	}
+	// The browser follows the button's redirect to the Machines page only
+	// where the page's form-action allows it (Chromium blocks it otherwise).
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "form-action 'self' http://127.0.0.1:1") {
+		t.Errorf("the page's CSP %q does not let its form return to the Machines page", csp)
+	}
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err = noRedirect.Post(page, "application/x-www-form-urlencoded", nil)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -69,17 +68,7 @@ func guestImages(t TB, ctx context.Context) *guestimage.Set {
 func startBootCluster(t TB, ctx context.Context, caPEM []byte) *bootCluster {
 	t.Helper()
 	js := startJudge(t, judges[0])
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, newCRD := range virtControllerCRDs {
-		crd, err := newCRD()
-		if err != nil {
-			t.Fatalf("KubeVirt %s's CRD generator: %v", kubeVirtLinked, err)
-		}
-		crds = append(crds, crd)
-	}
-	registerCRDs(t, js.srv.Admin, crds)
-	deployKubeVirt(t, ctx, js)
-	clusterConfig := runVirtController(t, ctx, js.srv.Admin)
+	clusterConfig := startVirtController(t, ctx, js)
 
 	lv, err := testnode.StartLibvirt(ctx, t.Logf)
 	if err != nil {

@@ -21,8 +21,9 @@ import (
 const pageHarness = "../../cmd/vmshelf/testdata/browser"
 
 // demoTimeout bounds TestBootDemo: the cluster, the upload, one guest's
-// boot in software emulation to its login prompt, and the stop.
-const demoTimeout = 25 * time.Minute
+// boot in software emulation to its login prompt (minutes; more on a
+// machine that boots other guests at once), and the stop.
+const demoTimeout = 45 * time.Minute
 
 // TestBootDemo: make demo's runner (RunDemo, what cmd/demo runs), walked
 // through in headless Chromium as its printed steps say: sign in with
@@ -49,10 +50,21 @@ func TestBootDemo(t *testing.T) {
 		ended <- RunDemo(runCtx, DemoConfig{Vmshelf: bin, Out: out, Log: log,
 			Ready: func(i DemoInfo) { ready <- i }})
 	}()
+	// However the test ends, the runner stops before it returns: nothing
+	// of the demo outlives the test.
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-ended:
+		case <-time.After(demoStopTimeout + time.Minute):
+			t.Errorf("the demo did not stop within %s", demoStopTimeout)
+		}
+	})
 	var info DemoInfo
 	select {
 	case info = <-ready:
 	case err := <-ended:
+		ended <- err // for the cleanup
 		t.Fatalf("the demo ended while starting: %v\n%s\nits log's end:\n%s", err, out, tailOf(log.String(), 5000))
 	case <-ctx.Done():
 		t.Fatalf("the demo did not start within %s:\n%s", demoTimeout, out)
@@ -101,6 +113,7 @@ func TestBootDemo(t *testing.T) {
 	stop()
 	select {
 	case err := <-ended:
+		ended <- err // for the cleanup
 		if err != nil {
 			t.Errorf("the demo's stop: %v", err)
 		}

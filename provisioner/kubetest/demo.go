@@ -108,7 +108,7 @@ Logs: %s. Ctrl-C stops everything (serve, the VM, the cluster).`,
 		cfg.Ready(info)
 	}
 	<-ctx.Done()
-	say("Stopping: serve, the VM, the cluster (at most %s)…", demoStopTimeout)
+	say("Stopping: serve, the VM, the cluster (at most %s; a second Ctrl-C ends at once, and may leave the VM running: virsh list)…", demoStopTimeout)
 	return nil
 }
 

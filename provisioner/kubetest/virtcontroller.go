@@ -46,6 +46,24 @@ var virtControllerCRDs = []func() (*apiextensionsv1.CustomResourceDefinition, er
 	components.NewMigrationPolicyCrd,
 }
 
+// startVirtController registers the CRDs virt-controller watches beyond
+// the judge's, marks the kit's KubeVirt CR deployed and runs KubeVirt's VM
+// and VMI controllers until ctx ends; it returns their cluster config.
+func startVirtController(t TB, ctx context.Context, js *judgeServer) *virtconfig.ClusterConfig {
+	t.Helper()
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, newCRD := range virtControllerCRDs {
+		crd, err := newCRD()
+		if err != nil {
+			t.Fatalf("KubeVirt %s's CRD generator: %v", kubeVirtLinked, err)
+		}
+		crds = append(crds, crd)
+	}
+	registerCRDs(t, js.srv.Admin, crds)
+	deployKubeVirt(t, ctx, js)
+	return runVirtController(t, ctx, js.srv.Admin)
+}
+
 // deployKubeVirt gives the kit's KubeVirt CR the phase virt-operator gives
 // it once KubeVirt is deployed: virt-controller's cluster config reads the
 // CR's configuration only then.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,19 +35,9 @@ import (
 func TestVirtControllerRunsOurVM(t *testing.T) {
 	start := time.Now()
 	js := startJudge(t, judges[0])
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, newCRD := range virtControllerCRDs {
-		crd, err := newCRD()
-		if err != nil {
-			t.Fatalf("KubeVirt %s's CRD generator: %v", kubeVirtLinked, err)
-		}
-		crds = append(crds, crd)
-	}
-	registerCRDs(t, js.srv.Admin, crds)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	deployKubeVirt(t, ctx, js)
-	runVirtController(t, ctx, js.srv.Admin)
+	startVirtController(t, ctx, js)
 
 	clk := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
 	m := newJudgeMarket(t, ctx, clk.Now(), 0)

@@ -61,7 +61,7 @@ b.main(async (track) => {
   // 5. Watch the machine on the first tab until it runs (the page polls
   // by itself), noting each state it shows.
   const machine = '#machine-list li[data-order-id]';
-  const deadline = Date.now() + minutes(12);
+  const deadline = Date.now() + minutes(15);
   for (;;) {
     const now = await page.evaluate((sel) => {
       const li = document.querySelector(sel);
@@ -79,7 +79,7 @@ b.main(async (track) => {
     if (now && (now.replica === 'failed' || ['cancelled', 'refunded', 'refunding'].includes(now.order))) {
       throw new Error(`the machine ended ${key}`);
     }
-    if (Date.now() > deadline) throw new Error(`the machine did not run within 12 minutes: ${JSON.stringify(report.seen)}`);
+    if (Date.now() > deadline) throw new Error(`the machine did not run within 15 minutes: ${JSON.stringify(report.seen)}`);
     await page.waitForTimeout(1000);
   }
 
@@ -88,9 +88,9 @@ b.main(async (track) => {
   await page.locator(`${machine} li.replica button.replica-serial`).click();
   await page.waitForSelector('#console[data-state="open"][data-kind="serial"]', { timeout: 60000 });
   const serial = () => page.evaluate(() => document.querySelector('#console-serial .xterm-rows')?.textContent || '');
-  const loginBy = Date.now() + minutes(8);
+  const loginBy = Date.now() + minutes(15);
   while (!/login:/.test(await serial())) {
-    if (Date.now() > loginBy) throw new Error(`no login prompt on the serial console within 8 minutes; it shows: ${(await serial()).slice(-500)}`);
+    if (Date.now() > loginBy) throw new Error(`no login prompt on the serial console within 15 minutes; it shows: ${(await serial()).slice(-500)}`);
     await page.locator('#console-serial').click();
     await page.keyboard.press('Enter');
     await page.waitForFunction(() => /login:/.test(document.querySelector('#console-serial .xterm-rows')?.textContent || ''), null, { timeout: 15000 }).catch(() => {});
