@@ -93,14 +93,17 @@ The demo runs. In a browser on this machine:
   2. Sign in: paste the dev box's token, the content of
        %s
      (cat it), into "Token" and click "Use token".
-  3. Upload the guest image (a Debian 12 with a BIOS boot loader; leave the EFI box unticked):
+  3. Upload the guest image (a Debian 12 with a BIOS boot loader; leave the EFI box unticked);
+     once stored it is listed under your images:
        %s
-  4. List it is done for you: the host box "box1" offers 10 replicas. Order one replica of
-     your uploaded image from box1's offer.
-  5. Click "Pay": the demo payment page opens. Its banner says it: no money moves. Click
-     "Complete the demo payment"; it sends Stripe's signed webhook and returns you to the page.
-  6. Watch the machine: "copying the disk", then "running" (the page refreshes by itself).
-  7. Open its console (Console, serial): after a minute or two of emulated boot, the login prompt.
+  4. Order one replica of it from the offer of "box1" (a host box the demo made, offering 10).
+     Ordering opens the checkout in a new tab: the demo payment page, whose banner says
+     it: no money moves. Click "Complete the demo payment": it sends Stripe's signed
+     webhook to vmshelf and returns you to the Machines page.
+  5. Watch the machine start: "copying the disk" (seconds here: the page may not catch it),
+     then "running" (the page refreshes by itself).
+  6. Click "Serial console": after a minute or two of emulated boot, the login prompt
+     (press Enter if the screen stays empty).
 
 Logs: %s. Ctrl-C stops everything (serve, the VM, the cluster).`,
 		info.PageURL, info.TokenFile, info.Image, r.logName())

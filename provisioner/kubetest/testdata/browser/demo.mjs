@@ -54,8 +54,9 @@ b.main(async (track) => {
   await pay.waitForURL(/\/machines/, { timeout: 30000 });
   await b.ready(pay);
   report.returnedTo = new URL(pay.url()).pathname;
-  report.returnMessage = await b.message(pay);
-  b.log('returned to', report.returnedTo, ':', report.returnMessage);
+  await pay.waitForSelector('#machine-list li[data-order-id]', { timeout: 30000 });
+  report.returnedOrders = await pay.evaluate(() => document.querySelectorAll('#machine-list li[data-order-id]').length);
+  b.log('returned to', report.returnedTo, 'signed in, listing', report.returnedOrders, 'machine(s)');
   await pay.close();
 
   // 5. Watch the machine on the first tab until it runs (the page polls
