@@ -92,7 +92,7 @@ The demo runs. In a browser on this machine:
   1. Open %s
   2. Sign in: paste the dev box's token, the content of
        %s
-     (cat it), into "Token" and click "Use token".
+     (cat it), into "Tenant token" and click "Use token".
   3. Upload the guest image (a Debian 12 with a BIOS boot loader; leave the EFI box unticked);
      once stored it is listed under your images:
        %s
