@@ -34,6 +34,15 @@ func main() {
 		os.Exit(1)
 	}
 	defer log.Close()
+	// The API server, etcd's client and KubeVirt's code write their logs
+	// to the process's stderr: they go to the log file, so that the
+	// terminal keeps the newcomer's steps. The demo's own failure still
+	// reaches the terminal, through a copy of the original stderr.
+	terminal, err := divertStderr(log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// A second Ctrl-C is not caught: it ends the process at once.
@@ -42,8 +51,21 @@ func main() {
 	}()
 	err = kubetest.RunDemo(ctx, kubetest.DemoConfig{Vmshelf: abs, Out: os.Stdout, Log: log})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		fmt.Fprintf(terminal, "demo: %v (the log: %s)\n", err, *logPath)
 		os.Exit(1)
 	}
 	fmt.Println("Stopped: nothing of the demo runs any more.")
+}
+
+// divertStderr points the process's stderr (descriptor 2) at log and
+// returns the terminal's stderr as it was.
+func divertStderr(log *os.File) (*os.File, error) {
+	fd, err := syscall.Dup(int(os.Stderr.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("keeping stderr: %w", err)
+	}
+	if err := syscall.Dup3(int(log.Fd()), int(os.Stderr.Fd()), 0); err != nil {
+		return nil, fmt.Errorf("stderr to the log: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "stderr"), nil
 }
