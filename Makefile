@@ -10,7 +10,7 @@ DATA    ?= ./vmshelf-data
 # Empty: each fuzz target gets an execution count (see fuzz below).
 FUZZTIME ?=
 
-.PHONY: build image run deps test test-short test-quick test-race test-race-kube test-kube test-boot guest-image fuzz bench lint lint-kube clean mutate mutate-all
+.PHONY: build image run demo deps test test-short test-quick test-race test-race-kube test-kube test-boot guest-image fuzz bench lint lint-kube clean mutate mutate-all
 
 # -buildvcs=auto: `vmshelf version` names the commit it was built from,
 # even where the environment sets GOFLAGS=-buildvcs=false (this one does).
@@ -32,6 +32,19 @@ image:
 
 run: build
 	./$(BIN) serve --dev --data-dir $(DATA)
+
+# `make demo`: a buyer's whole journey on this machine, for a newcomer at a
+# browser (README's first screen): provisioner/kubetest's cmd/demo runs
+# the API server with KubeVirt's virt-controller, the test node (libvirtd,
+# QEMU in software emulation), the Stripe stand-in with its demo payment
+# page and this build's bin/vmshelf serve --dev --vms-enable, and prints
+# what to open and click. Root, and what `make deps` installs for the boot
+# tests; the guest's first build takes minutes. Its logs go to
+# bin/demo.log; Ctrl-C stops everything it started. At nice 10, as
+# test-boot: libvirtd and its QEMUs inherit it.
+demo: build
+	cd provisioner/kubetest && nice -n 10 $(GO) build -o $(CURDIR)/bin/vmshelf-demo ./cmd/demo
+	cd provisioner/kubetest && exec nice -n 10 $(CURDIR)/bin/vmshelf-demo -vmshelf $(CURDIR)/$(BIN) -log $(CURDIR)/bin/demo.log
 
 # What the tests use that Go does not bring (Debian packages, npm packages,
 # stripe-mock): installed when missing (as root or through sudo -n), or a

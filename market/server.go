@@ -101,6 +101,10 @@ type Config struct {
 	// with ?order=<id>&checkout=success|cancelled added. Required with
 	// Payments.
 	CheckoutReturnURL string
+	// DemoPayments: Payments is a Stripe stand-in on this machine (serve
+	// --dev with a loopback --stripe-api-base); status says so and the
+	// Machines page shows that no money moves.
+	DemoPayments bool
 	// CheckoutTTL is how long a checkout stays payable (Stripe: 30 min to
 	// 24 h); CheckoutGrace how long after that the sweeper waits for
 	// Stripe's expiry event before it settles the order itself. 0 means

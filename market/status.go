@@ -37,6 +37,9 @@ type statusAnswer struct {
 	// Currency is the edge's listing currency (--currency, lower case):
 	// a host creating its first listing needs it to read its price.
 	Currency string `json:"currency,omitempty"`
+	// DemoPayments says the payments go to a Stripe stand-in on this
+	// machine (a trial edge): no money moves. Absent otherwise.
+	DemoPayments bool `json:"demo_payments,omitempty"`
 }
 
 // limits are the edge's limits a client should know before it uploads
@@ -221,7 +224,8 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, t imagestore.Ten
 			MaxVirtualBytes: s.cfg.MaxVirtualSize,
 			MaxTransfers:    s.cfg.MaxTransfers,
 		},
-		Currency: s.cfg.Currency,
+		Currency:     s.cfg.Currency,
+		DemoPayments: s.cfg.DemoPayments,
 	}
 	if e := s.machinesUnavailable(t, true); e != nil {
 		ans.Available, ans.Reason = false, e.Reason

@@ -327,6 +327,26 @@ func TestStatusLimits(t *testing.T) {
 	}
 }
 
+// TestStatusDemoPayments: a trial edge whose payments go to a stand-in
+// on this machine says so in status (the page's banner reads it); any
+// other edge leaves the field out.
+func TestStatusDemoPayments(t *testing.T) {
+	for _, demo := range []bool{true, false} {
+		e := newEnv(t, func(c *Config) { c.DemoPayments = demo })
+		_, token := e.tenant("buyer", true)
+		r := e.post("/market/vms/status", token, "")
+		if r.status != http.StatusOK {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		var got map[string]json.RawMessage
+		decode(t, r, &got)
+		field, ok := got["demo_payments"]
+		if demo && string(field) != "true" || !demo && ok {
+			t.Errorf("DemoPayments %v: demo_payments %s (present %v)", demo, field, ok)
+		}
+	}
+}
+
 // TestStatusNamesHostsWithoutOffers: an order names its host even when
 // no listing is open any more (status reads the tenants only when its
 // answer names one), and a host whose only open listing is its own sees

@@ -13,7 +13,9 @@
 // POST /v1/refunds (full refunds only), GET /v1/refunds/{id}, POST
 // /v1/accounts (Express), GET /v1/accounts/{id} and POST
 // /v1/account_links; and, for the browser, the onboarding page its
-// account links point to, /connect/onboard/{account}.
+// account links point to, /connect/onboard/{account}, and (once
+// ServeCheckoutPage is called, for make demo) a checkout page,
+// /demo/checkout/{session}, whose button pays and posts the webhook.
 package stripetest
 
 import (
@@ -92,6 +94,11 @@ type Server struct {
 	refundStatus, refundFailure string
 
 	disputes map[string]*Dispute // by PaymentIntent
+
+	// Where Complete posts its events (WebhooksTo), and whether open
+	// sessions point at the checkout page (ServeCheckoutPage).
+	webhookURL, webhookSecret string
+	checkoutPage              bool
 }
 
 // New starts a fake Stripe on 127.0.0.1 that accepts key. accounts maps
@@ -239,6 +246,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.onboard(w, r) // the browser's page, not the API
 		return
 	}
+	if strings.HasPrefix(r.URL.Path, checkoutPath) {
+		s.checkout(w, r) // the browser's too
+		return
+	}
 	s.mu.Lock()
 	s.requests++
 	down := s.down > 0
@@ -348,6 +359,9 @@ func (s *Server) sessionJSON(cs *Session, expandPI bool) map[string]any {
 	}
 	if cs.Status == "open" {
 		obj["url"] = "https://checkout.stripe.test/c/pay/" + cs.ID
+		if s.checkoutPage {
+			obj["url"] = s.URL + checkoutPath + cs.ID
+		}
 	}
 	// Stripe makes the PaymentIntent when the buyer pays: a completed
 	// session has one, also while an async payment is still processing.

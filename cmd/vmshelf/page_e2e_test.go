@@ -1293,6 +1293,7 @@ func TestPageOrder(t *testing.T) {
 		AfterKube     *orderRow      `json:"afterKube"`
 		PhoneOverflow int            `json:"phoneOverflow"`
 		Heights       map[string]int `json:"heights"`
+		DemoBanner    bool           `json:"demoBanner"`
 		LayoutBefore  pageLayout     `json:"layoutBefore"`
 		LayoutAfter   pageLayout     `json:"layoutAfter"`
 		Store         pageStorage    `json:"store"`
@@ -1368,6 +1369,11 @@ func TestPageOrder(t *testing.T) {
 	st := marketStatusOf(t, s, &answers{}, s.token)
 	if len(st.Orders) != 1 || st.Orders[0].OrderID != orderID || st.Orders[0].Quantity != 2 || st.Orders[0].Image != "debian-13" {
 		t.Errorf("status orders %+v; want the page's order of 2 debian-13", st.Orders)
+	}
+	// serve --dev with the stand-in on loopback: a trial edge, which
+	// says that no money moves.
+	if !rep.DemoBanner {
+		t.Error("the page of a trial edge (--dev, its Stripe on loopback) did not say that no money moves")
 	}
 	wantOrderLayout(t, s, rep.LayoutBefore, rep.LayoutAfter, rep.Heights)
 	// The browser ran in America/Los_Angeles: the page's times are UTC

@@ -334,6 +334,7 @@ func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs *open
 		ConsolesPerTenant: f.consolesPerTenant,
 		ConsolesPerEdge:   f.consolesPerEdge,
 		UnfinishedWrites:  blobs.unfinished,
+		DemoPayments:      f.demoPayments(),
 		Log:               log.With("plane", "control"),
 	}, shared, blobs, reg, reg)
 }

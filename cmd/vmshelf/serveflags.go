@@ -235,6 +235,12 @@ func (f *serveFlags) validate() error {
 			return usagef("--%s %q is not an http(s) URL", name, u)
 		}
 	}
+	// A Stripe on this machine is a stand-in (stripe-mock, make demo's):
+	// it takes orders and no money moves. Buyers who reach the edge
+	// from elsewhere must never be sold machines through it.
+	if loopbackURL(f.stripeAPIBase) && !(f.dev && loopbackAddr(f.controlAddr)) {
+		return usagef("--stripe-api-base %q is a stand-in on this machine, through which no money moves: it is accepted only with --dev and a loopback --control-addr", f.stripeAPIBase)
+	}
 	if f.vmCatalogue != "" {
 		// The whole file is checked now: a bad entry would otherwise only
 		// show when a buyer's import fails.
@@ -370,6 +376,34 @@ func (f *serveFlags) browserPageURL(ctl net.Addr) string {
 		}
 	}
 	return "http://" + net.JoinHostPort(host, port) + "/machines"
+}
+
+// demoPayments: the market's payments go to a Stripe stand-in on this
+// machine (validate accepts one only with --dev on loopback), and the
+// Machines page says that no money moves.
+func (f *serveFlags) demoPayments() bool {
+	return f.dev && loopbackURL(f.stripeAPIBase)
+}
+
+// loopbackURL reports whether u is an URL of a loopback host.
+func loopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	return err == nil && isLoopbackHost(p.Hostname())
+}
+
+// loopbackAddr reports whether the listen address addr is on a loopback
+// host (not a wildcard one).
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && isLoopbackHost(host)
+}
+
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // corsOrigins are the origins the data plane lets upload from a browser:

@@ -61,3 +61,45 @@ func TestPublicBaseOfEveryAddress(t *testing.T) {
 		t.Errorf("publicBase with --public-url = %q, %v", base, err)
 	}
 }
+
+// TestStripeStandInOnlyInDev: a --stripe-api-base on this machine (a
+// stand-in: no money moves through it) is accepted only with --dev and a
+// loopback --control-addr, and only then does the page say the payments
+// are a demo; Stripe's own API, or another host's, is taken as before.
+func TestStripeStandInOnlyInDev(t *testing.T) {
+	unsetEnv(t, "VMSHELF_", "STRIPE_")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		refused bool
+		demo    bool
+	}{
+		{"Stripe's own API", nil, false, false},
+		{"Stripe's own API in dev", []string{"--dev"}, false, false},
+		{"another host's API", []string{"--stripe-api-base", "https://stripe-proxy.example"}, false, false},
+		{"a stand-in in dev on loopback", []string{"--dev", "--stripe-api-base", "http://127.0.0.1:12111"}, false, true},
+		{"a stand-in on localhost, v6 control plane", []string{"--dev", "--control-addr", "[::1]:9481", "--stripe-api-base", "http://localhost:12111"}, false, true},
+		{"a stand-in without --dev", []string{"--stripe-api-base", "http://127.0.0.1:12111"}, true, false},
+		{"a stand-in on [::1] without --dev", []string{"--stripe-api-base", "http://[::1]:12111"}, true, false},
+		{"a stand-in with a control plane on every address", []string{"--dev", "--control-addr", "0.0.0.0:9481", "--data-addr", "127.0.0.1:9480",
+			"--stripe-api-base", "http://127.0.0.1:12111"}, true, false},
+		{"a stand-in with a control plane on a LAN address", []string{"--dev", "--control-addr", "192.0.2.7:9481",
+			"--stripe-api-base", "http://127.0.0.1:12111"}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := parseServeFlags(tc.args)
+			if tc.refused {
+				if err == nil || !strings.Contains(err.Error(), "--stripe-api-base") || !strings.Contains(err.Error(), "--dev") {
+					t.Fatalf("%v: %v, want a refusal naming --stripe-api-base and --dev", tc.args, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.demoPayments(); got != tc.demo {
+				t.Errorf("%v: demo payments %v, want %v", tc.args, got, tc.demo)
+			}
+		})
+	}
+}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/vmshelf/vmshelf/internal/testkit/testguest"
 	"github.com/vmshelf/vmshelf/provisioner/kubetest/guestimage"
+	"github.com/vmshelf/vmshelf/provisioner/kubetest/testnode"
 )
 
 // scriptUserData is the second order's user data: a shell script, not a
@@ -594,5 +595,21 @@ func flipByte(t *testing.T, p string, off int64) {
 	b[0] ^= 0xff
 	if _, err := f.WriteAt(b, off); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// needBoot fails t under CI=true, and skips it elsewhere, when a tool of
+// the guest's build or of the node is missing; under -short it skips.
+func needBoot(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the boot tests build a guest and boot it in QEMU (minutes)")
+	}
+	if missing := append(guestimage.Missing(), testnode.Missing()...); len(missing) > 0 {
+		msg := fmt.Sprintf("the boot tests need %s (.ci/deps installs them)", strings.Join(missing, ", "))
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
 	}
 }

@@ -21,21 +21,6 @@ import (
 // and the design state, so that an edit that breaks one fails here and
 // names it.
 
-// The names the kit and the design share (the provisioner's ClusterRole is
-// docs/deploy/components/market/rbac.yaml).
-const (
-	provisionerRole      = "vmshelf-provisioner"
-	vmshelfNamespace     = "vmshelf"
-	vmshelfSA            = "vmshelf"
-	computeWindowTaint   = "losos.dev/compute-window"
-	vmStorageClass       = "losos-vm-local"
-	vmDiskPath           = "/home/shared/vms"
-	localPathImage       = "rancher/local-path-provisioner:v0.0.37"
-	localPathProvisioner = "losos.dev/vm-local-path"
-	localPathDeployment  = "losos-vm-local-path"
-	applianceLabel       = "losos.dev/appliance"
-)
-
 // provisionerRights: group → resources, each with exactly these verbs.
 var (
 	provisionerVerbs     = []string{"create", "get", "list", "patch", "update", "watch"}

@@ -48,12 +48,6 @@ var (
 	dvGVR = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
 )
 
-const (
-	testDomain    = "vms.example.net"
-	testFetchBase = "https://vmshelf.example.net"
-	testAppliance = "box1"
-)
-
 // marketFixture is a store with a host, a buyer and two paid orders: one
 // of a catalogue image (2 replicas), one of the buyer's own upload (1).
 type marketFixture struct {

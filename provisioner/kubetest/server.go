@@ -8,6 +8,11 @@
 // builds it; etcd is go.etcd.io/etcd/server/v3/embed, listening on a unix
 // socket, so nothing but the API server's own 127.0.0.1 port is opened. No controller runs: objects
 // are stored and served, never acted on (no pods, no garbage collection).
+//
+// The boot tests' cluster (KubeVirt's CRDs, admitter and virt-controller,
+// the test node) and edge (vmshelf serve against it, with the stand-in
+// Stripe) are built by this package's non-test files, through TB, so that
+// make demo's runner (RunDemo, cmd/demo) starts the very same ones.
 package kubetest
 
 import (
@@ -24,7 +29,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -112,7 +116,7 @@ var Flags = []string{
 // klog's -v on the process's flag set, and kubevirt.io/client-go/log (which
 // the provisioner links) registers a -v of its own there too: one binary
 // with both panics before any test runs.
-func Start(t testing.TB) *Server {
+func Start(t TB) *Server {
 	t.Helper()
 	etcdURL := startEtcd(t)
 	routes := &serviceRoutes{to: map[string]string{}}
@@ -126,7 +130,7 @@ func Start(t testing.TB) *Server {
 // apiServerOptions are kube-apiserver's options for one test's server:
 // Flags, a loopback listener of its own, a self-signed certificate and a
 // signing key in a temporary directory, and etcd at etcdURL.
-func apiServerOptions(t testing.TB, etcdURL string) (*options.ServerRunOptions, error) {
+func apiServerOptions(t TB, etcdURL string) (*options.ServerRunOptions, error) {
 	dir := t.TempDir()
 
 	// A registry of versions and feature gates of its own, as kube-apiserver
@@ -179,7 +183,7 @@ func apiServerOptions(t testing.TB, etcdURL string) (*options.ServerRunOptions, 
 	return s, nil
 }
 
-func startAPIServer(t testing.TB, etcdURL string, routes *serviceRoutes) (*rest.Config, error) {
+func startAPIServer(t TB, etcdURL string, routes *serviceRoutes) (*rest.Config, error) {
 	s, err := apiServerOptions(t, etcdURL)
 	if err != nil {
 		return nil, err
@@ -286,7 +290,7 @@ func writeSigningKey(dir string) (string, error) {
 
 // startEtcd runs an embedded single-member etcd whose clients come through a
 // unix socket, and returns the socket's URL for the API server.
-func startEtcd(t testing.TB) string {
+func startEtcd(t TB) string {
 	t.Helper()
 	// A short directory of its own: a unix socket's path has at most 107 bytes,
 	// more than t.TempDir() guarantees for long test names.

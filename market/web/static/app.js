@@ -161,7 +161,7 @@
   const REPLICA_STATES = {
     running: 'running',
     starting: 'starting',
-    importing: 'importing the disk',
+    importing: 'copying the disk',
     paused: 'paused',
     stopped: 'stopped',
     failed: 'failed'
@@ -404,6 +404,9 @@
       delete un.dataset.reason
       show(un, false)
     }
+    // A trial edge (serve --dev, its Stripe a stand-in on this machine)
+    // says so before anyone pays.
+    show($('#demo-payments'), st.demo_payments === true)
     renderImages(st)
     renderCatalogue()
     const market = st.available !== false

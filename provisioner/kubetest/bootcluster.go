@@ -8,11 +8,9 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -49,24 +47,8 @@ var boxAllocatable = corev1.ResourceList{
 	"devices.kubevirt.io/vhost-net": resource.MustParse("1k"),
 }
 
-// needBoot fails t under CI=true, and skips it elsewhere, when a tool of
-// the guest's build or of the node is missing; under -short it skips.
-func needBoot(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: the boot tests build a guest and boot it in QEMU (minutes)")
-	}
-	if missing := append(guestimage.Missing(), testnode.Missing()...); len(missing) > 0 {
-		msg := fmt.Sprintf("the boot tests need %s (.ci/deps installs them)", strings.Join(missing, ", "))
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-}
-
 // guestImages are the guest's disks, built or from the cache.
-func guestImages(t *testing.T, ctx context.Context) *guestimage.Set {
+func guestImages(t TB, ctx context.Context) *guestimage.Set {
 	t.Helper()
 	s, err := guestimage.Ensure(ctx, guestimage.Options{Logf: t.Logf})
 	if err != nil {
@@ -83,20 +65,10 @@ func guestImages(t *testing.T, ctx context.Context) *guestimage.Set {
 // startBootCluster starts the cluster; ctx must end before the test's
 // cleanups run (virt-controller stops with it). caPEM is what the node's
 // importer trusts beside the system's roots.
-func startBootCluster(t *testing.T, ctx context.Context, caPEM []byte) *bootCluster {
+func startBootCluster(t TB, ctx context.Context, caPEM []byte) *bootCluster {
 	t.Helper()
 	js := startJudge(t, judges[0])
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, newCRD := range virtControllerCRDs {
-		crd, err := newCRD()
-		if err != nil {
-			t.Fatalf("KubeVirt %s's CRD generator: %v", kubeVirtLinked, err)
-		}
-		crds = append(crds, crd)
-	}
-	registerCRDs(t, js.srv.Admin, crds)
-	deployKubeVirt(t, ctx, js)
-	clusterConfig := runVirtController(t, ctx, js.srv.Admin)
+	clusterConfig := startVirtController(t, ctx, js)
 
 	lv, err := testnode.StartLibvirt(ctx, t.Logf)
 	if err != nil {
@@ -134,7 +106,7 @@ func startBootCluster(t *testing.T, ctx context.Context, caPEM []byte) *bootClus
 // holds want, and returns the log; it fails t with the log's end if not.
 // The log is KubeVirt's serial console log (the converter's <log>), which
 // the guest writes to whether or not a console is open.
-func (c *bootCluster) serialUntil(t *testing.T, ctx context.Context, ns, name, want string) string {
+func (c *bootCluster) serialUntil(t TB, ctx context.Context, ns, name, want string) string {
 	t.Helper()
 	var got []byte
 	for {
@@ -156,7 +128,7 @@ func (c *bootCluster) serialUntil(t *testing.T, ctx context.Context, ns, name, w
 }
 
 // vmi is VMI ns/name as the API server has it.
-func (c *bootCluster) vmi(t *testing.T, ctx context.Context, ns, name string) *kubevirtv1.VirtualMachineInstance {
+func (c *bootCluster) vmi(t TB, ctx context.Context, ns, name string) *kubevirtv1.VirtualMachineInstance {
 	t.Helper()
 	u, err := c.js.dyn.Resource(kubevirtv1.VirtualMachineInstanceGroupVersionKind.GroupVersion().WithResource("virtualmachineinstances")).
 		Namespace(ns).Get(ctx, name, metav1.GetOptions{})
@@ -192,7 +164,7 @@ func (c *bootCluster) syncFailure(ctx context.Context, ns, name string) string {
 
 // httpThroughService GETs / from the order's Service (port 80) as a
 // client in the cluster would: through the node's kube-proxy.
-func (c *bootCluster) httpThroughService(t *testing.T, ctx context.Context, ns, svc string) string {
+func (c *bootCluster) httpThroughService(t TB, ctx context.Context, ns, svc string) string {
 	t.Helper()
 	var last error
 	for {
@@ -242,7 +214,7 @@ func tailOf(s string, n int) string {
 }
 
 // kube is a clientset of the API server as its administrator.
-func (s *Server) kube(t *testing.T) kubernetes.Interface {
+func (s *Server) kube(t TB) kubernetes.Interface {
 	t.Helper()
 	k, err := kubernetes.NewForConfig(s.Admin)
 	if err != nil {

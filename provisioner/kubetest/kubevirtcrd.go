@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -47,7 +46,7 @@ var kubeVirtCRDFuncs = []func() (*apiextensionsv1.CustomResourceDefinition, erro
 // kubeVirtCRDs are KubeVirt v1.8.0's own CRDs for those kinds, as its
 // virt-operator installs them: schemas, versions, status subresources,
 // printer columns.
-func kubeVirtCRDs(t testing.TB) []*apiextensionsv1.CustomResourceDefinition {
+func kubeVirtCRDs(t TB) []*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	crds := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(kubeVirtCRDFuncs))
 	for _, newCRD := range kubeVirtCRDFuncs {
@@ -68,7 +67,7 @@ func kubeVirtCRDs(t testing.TB) []*apiextensionsv1.CustomResourceDefinition {
 // kubeVirtCRDsOfEdge are the same CRDs with every version's schema
 // replaced by KubeVirt v1.9.0's, as v1.9.0's own generator does it
 // (patchValidation: the CRD's singular name keys CRDsValidation).
-func kubeVirtCRDsOfEdge(t testing.TB) []*apiextensionsv1.CustomResourceDefinition {
+func kubeVirtCRDsOfEdge(t TB) []*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	schemas := edgeSchemas(t)
 	crds := kubeVirtCRDs(t)
@@ -98,7 +97,7 @@ var edgeSchemasOnce struct {
 // validations_generated.go in its module (downloaded by the go command
 // into the module cache, as any dependency is): each CRD's
 // openAPIV3Schema as the YAML text its generator decodes.
-func edgeSchemas(t testing.TB) map[string]string {
+func edgeSchemas(t TB) map[string]string {
 	t.Helper()
 	o := &edgeSchemasOnce
 	o.Do(func() {

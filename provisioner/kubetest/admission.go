@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -66,7 +65,7 @@ type vmAdmission struct {
 // serveVMAdmission starts the admitter, judging with the cluster
 // configuration of kv (the kit's KubeVirt CR), and registers it with the
 // API server behind admin; it returns once the API server calls it.
-func serveVMAdmission(t *testing.T, admin *rest.Config, kv *kubevirtv1.KubeVirt) *vmAdmission {
+func serveVMAdmission(t TB, admin *rest.Config, kv *kubevirtv1.KubeVirt) *vmAdmission {
 	t.Helper()
 	cfg, _, _ := testutils.NewFakeClusterConfigUsingKV(kv.DeepCopy())
 	virtClient, err := kubecli.GetKubevirtClientFromRESTConfig(rest.CopyConfig(admin))
@@ -125,7 +124,7 @@ func serveVMAdmission(t *testing.T, admin *rest.Config, kv *kubevirtv1.KubeVirt)
 // waitCalled returns once the API server sends VirtualMachine writes to
 // the webhook: it picks a new configuration up from its informer, a moment
 // after the create. Each probe is a dry-run create, so nothing is stored.
-func (a *vmAdmission) waitCalled(t *testing.T, ctx context.Context, admin *rest.Config) {
+func (a *vmAdmission) waitCalled(t TB, ctx context.Context, admin *rest.Config) {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(admin)
 	if err != nil {
@@ -190,7 +189,7 @@ func (a *vmAdmission) Reviews() []admission {
 
 // loopbackCert is a self-signed certificate for 127.0.0.1 and its PEM,
 // which the webhook configuration carries as its CA bundle.
-func loopbackCert(t *testing.T) (tls.Certificate, []byte) {
+func loopbackCert(t TB) (tls.Certificate, []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -40,7 +39,7 @@ var (
 
 // buildVmshelf builds cmd/vmshelf once per test process, into the
 // repository's bin/ (ignored by git).
-func buildVmshelf(t *testing.T) string {
+func buildVmshelf(t TB) string {
 	t.Helper()
 	vmshelfBinOnce.Do(func() {
 		root, err := filepath.Abs("../..")
@@ -80,11 +79,29 @@ type lockedBuffer = syncbuf.Buffer
 // edgeAccount is the host's Stripe Connect account, active at the stand-in.
 const edgeAccount = "acct_bootHost"
 
-// startEdge runs vmshelf serve --dev --vms-enable against the API server
-// of c, with args added (sizes, the catalogue), and waits for /healthz.
-func startEdge(t *testing.T, c *bootCluster, args ...string) *edge {
+// startEdge runs vmshelf serve --dev --vms-enable, built from this tree,
+// against the API server of c, with args added (sizes, the catalogue),
+// and waits for /healthz.
+func startEdge(t TB, c *bootCluster, args ...string) *edge {
 	t.Helper()
-	e := &edge{bin: buildVmshelf(t), dataDir: filepath.Join(t.TempDir(), "data"), stdout: &lockedBuffer{}, stderr: &lockedBuffer{},
+	return startEdgeWith(t, c, edgeConfig{bin: buildVmshelf(t)}, args...)
+}
+
+// edgeConfig is how startEdgeWith runs serve.
+type edgeConfig struct {
+	bin string // the vmshelf binary
+	// checkoutPage: the stand-in Stripe's checkout URLs open its demo
+	// payment page (the demo's), not an address no browser opens.
+	checkoutPage bool
+	// log, if set, takes serve's log in place of the edge's buffer.
+	log io.Writer
+}
+
+// startEdgeWith is startEdge with the binary and the stand-in's checkout
+// page of cfg.
+func startEdgeWith(t TB, c *bootCluster, cfg edgeConfig, args ...string) *edge {
+	t.Helper()
+	e := &edge{bin: cfg.bin, dataDir: filepath.Join(t.TempDir(), "data"), stdout: &lockedBuffer{}, stderr: &lockedBuffer{},
 		done: make(chan struct{})}
 	key, whsec := "sk_test_boot"+rand.Text(), "whsec_boot"+rand.Text()
 	e.whsec = whsec
@@ -101,12 +118,19 @@ func startEdge(t *testing.T, c *bootCluster, args ...string) *edge {
 	}
 	dataAddr, ctlAddr := freeLoopback(t), freeLoopback(t)
 	e.dataBase, e.ctlBase = "http://"+dataAddr, "http://"+ctlAddr
+	e.stripe.WebhooksTo(e.ctlBase+"/market/stripe/webhook", whsec)
+	if cfg.checkoutPage {
+		e.stripe.ServeCheckoutPage()
+	}
 	full := append([]string{"serve", "--dev", "--data-dir", e.dataDir, "--data-addr", dataAddr, "--control-addr", ctlAddr,
 		"--vms-enable", "--kubeconfig", kubeconfig, "--stripe-api-base", e.stripe.URL,
 		"--vm-storage-class", vmStorageClass, "--headroom-mib", "16"}, args...)
 	cmd := exec.Command(e.bin, full...)
 	cmd.Env = append(os.Environ(), "STRIPE_SECRET_KEY="+key, "STRIPE_WEBHOOK_SECRET_FILE="+whFile, "no_proxy=*", "NO_PROXY=*")
 	cmd.Stdout, cmd.Stderr = e.stdout, e.stderr
+	if cfg.log != nil {
+		cmd.Stdout, cmd.Stderr = cfg.log, cfg.log
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -155,7 +179,7 @@ func startEdge(t *testing.T, c *bootCluster, args ...string) *edge {
 // identity, with a ServiceAccount's groups), so that the kit's RBAC is
 // what authorizes serve's provisioner; it returns the file and the token
 // in it (a secret serve must never log).
-func provisionerKubeconfig(t *testing.T, srv *Server) (string, string) {
+func provisionerKubeconfig(t TB, srv *Server) (string, string) {
 	t.Helper()
 	admin := srv.Admin
 	if len(admin.TLSClientConfig.CAData) == 0 || admin.BearerToken == "" {
@@ -195,7 +219,7 @@ current-context: kubetest
 }
 
 // freeLoopback is a 127.0.0.1 address nothing listens on now.
-func freeLoopback(t *testing.T) string {
+func freeLoopback(t TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -207,7 +231,7 @@ func freeLoopback(t *testing.T) string {
 
 // call POSTs body (JSON; "" for none) to the control plane's path as
 // token, and returns the status and the answer.
-func (e *edge) call(t *testing.T, path, token, body string) (int, []byte) {
+func (e *edge) call(t TB, path, token, body string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, e.ctlBase+path, strings.NewReader(body))
 	if err != nil {
@@ -232,7 +256,7 @@ func (e *edge) call(t *testing.T, path, token, body string) (int, []byte) {
 }
 
 // must is call that wants status want, and decodes the answer into v.
-func (e *edge) must(t *testing.T, path, token, body string, want int, v any) {
+func (e *edge) must(t TB, path, token, body string, want int, v any) {
 	t.Helper()
 	code, b := e.call(t, path, token, body)
 	if code != want {
@@ -246,7 +270,7 @@ func (e *edge) must(t *testing.T, path, token, body string, want int, v any) {
 }
 
 // vmshelf runs a command of the binary on the edge's store.
-func (e *edge) vmshelf(t *testing.T, args ...string) string {
+func (e *edge) vmshelf(t TB, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(e.bin, append(args, "--data-dir", e.dataDir)...)
 	var stderr bytes.Buffer
@@ -260,7 +284,7 @@ func (e *edge) vmshelf(t *testing.T, args ...string) string {
 
 // addHost adds the hosting box (its appliance the test node's label, its
 // payout account the stand-in's active one) and returns its token.
-func (e *edge) addHost(t *testing.T) string {
+func (e *edge) addHost(t TB) string {
 	t.Helper()
 	tok := e.vmshelf(t, "tenant", "add", "box1", "--in-mesh", "--sharing", "--hosts-vms", "--appliance", testAppliance,
 		"--stripe-account", edgeAccount)
@@ -278,7 +302,7 @@ type uploaded struct {
 }
 
 // ticket asks for an upload ticket of the buyer.
-func (e *edge) ticket(t *testing.T, name string, efi bool) string {
+func (e *edge) ticket(t TB, name string, efi bool) string {
 	t.Helper()
 	var tk struct {
 		UploadURL string `json:"upload_url"`
@@ -288,7 +312,7 @@ func (e *edge) ticket(t *testing.T, name string, efi bool) string {
 }
 
 // putImage uploads file with one PUT, as curl -T does.
-func (e *edge) putImage(t *testing.T, name string, efi bool, file string) uploaded {
+func (e *edge) putImage(t TB, name string, efi bool, file string) uploaded {
 	t.Helper()
 	u := e.ticket(t, name, efi)
 	f, err := os.Open(file)
@@ -324,7 +348,7 @@ func (e *edge) putImage(t *testing.T, name string, efi bool, file string) upload
 // tusImage uploads file resumably (tus 1.0.0: creation, then the bytes in
 // two PATCHes, the second from the offset HEAD reports), as the page's
 // tus-js-client does.
-func (e *edge) tusImage(t *testing.T, name string, efi bool, file string) uploaded {
+func (e *edge) tusImage(t TB, name string, efi bool, file string) uploaded {
 	t.Helper()
 	u := e.ticket(t, name, efi)
 	data, err := os.Open(file)
@@ -400,7 +424,7 @@ type namedImage struct {
 }
 
 // images are the buyer's images, from the status.
-func (e *edge) images(t *testing.T) []namedImage {
+func (e *edge) images(t TB) []namedImage {
 	t.Helper()
 	var st struct {
 		Images []namedImage `json:"images"`
@@ -410,7 +434,7 @@ func (e *edge) images(t *testing.T) []namedImage {
 }
 
 // listing opens the host's offer and returns its id.
-func (e *edge) listing(t *testing.T, host string, capacity int) string {
+func (e *edge) listing(t TB, host string, capacity int) string {
 	t.Helper()
 	var l struct {
 		ListingID string `json:"listing_id"`
@@ -421,7 +445,7 @@ func (e *edge) listing(t *testing.T, host string, capacity int) string {
 
 // order places the buyer's order of one replica of image, with userData,
 // and returns its id.
-func (e *edge) order(t *testing.T, listing, image, name, userData string) string {
+func (e *edge) order(t TB, listing, image, name, userData string) string {
 	t.Helper()
 	req := map[string]any{"listing_id": listing, "quantity": 1, "image": image, "name": name}
 	if userData != "" {
@@ -435,9 +459,9 @@ func (e *edge) order(t *testing.T, listing, image, name, userData string) string
 	return o.OrderID
 }
 
-// pay plays the buyer at the stand-in's checkout and Stripe's signed
-// webhook; serve must answer "paid".
-func (e *edge) pay(t *testing.T, orderID string) {
+// pay plays the buyer at the stand-in's checkout, which posts Stripe's
+// signed webhook; serve must answer "paid".
+func (e *edge) pay(t TB, orderID string) {
 	t.Helper()
 	var session string
 	for _, cs := range e.stripe.Sessions() {
@@ -448,27 +472,9 @@ func (e *edge) pay(t *testing.T, orderID string) {
 	if session == "" {
 		t.Fatalf("the stand-in Stripe has no checkout session for order %s", orderID)
 	}
-	if err := e.stripe.Pay(session); err != nil {
-		t.Fatal(err)
-	}
-	payload, sig, err := e.stripe.Event("evt_boot_"+orderID, "checkout.session.completed", session, e.whsec, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequest(http.MethodPost, e.ctlBase+"/market/stripe/webhook", bytes.NewReader(payload))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Stripe-Signature", sig)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"paid"`) {
-		t.Fatalf("the webhook of order %s: %d %s, want paid", orderID, resp.StatusCode, b)
+	b, err := e.stripe.Complete(context.Background(), session)
+	if err != nil || !strings.Contains(string(b), `"paid"`) {
+		t.Fatalf("the webhook of order %s: %v %s, want paid", orderID, err, b)
 	}
 }
 
@@ -486,7 +492,7 @@ type machine struct {
 }
 
 // machineOf is order id as the buyer's status shows it now.
-func (e *edge) machineOf(t *testing.T, id string) machine {
+func (e *edge) machineOf(t TB, id string) machine {
 	t.Helper()
 	var st struct {
 		Orders []machine `json:"orders"`
@@ -504,7 +510,7 @@ func (e *edge) machineOf(t *testing.T, id string) machine {
 // waitMachine polls the buyer's status (bounded by ctx, every second:
 // the page polls every 15 s) until ok says yes of order id, and returns
 // what it saw each time the replica's state changed.
-func (e *edge) waitMachine(t *testing.T, ctx context.Context, id, what string, ok func(machine) bool) (machine, []string) {
+func (e *edge) waitMachine(t TB, ctx context.Context, id, what string, ok func(machine) bool) (machine, []string) {
 	t.Helper()
 	var seen []string
 	var m machine
@@ -530,7 +536,7 @@ func (e *edge) waitMachine(t *testing.T, ctx context.Context, id, what string, o
 }
 
 // assertNoSecrets: no secret of the test reached serve's output.
-func (e *edge) assertNoSecrets(t *testing.T) {
+func (e *edge) assertNoSecrets(t TB) {
 	t.Helper()
 	out := e.stdout.String() + e.stderr.String()
 	for _, s := range e.secrets {
@@ -542,7 +548,7 @@ func (e *edge) assertNoSecrets(t *testing.T) {
 
 // metric is the value of a counter or gauge without labels on serve's
 // /metrics (-1 if it is not there).
-func (e *edge) metric(t *testing.T, name string) float64 {
+func (e *edge) metric(t TB, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(e.ctlBase + "/metrics")
 	if err != nil {
