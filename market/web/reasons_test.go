@@ -8,21 +8,21 @@ import (
 	"testing"
 )
 
-// Every reason code the edge can answer has a sentence in app.js's REASONS
+// Every reason code the edge can answer has a sentence in reasons.js's REASONS
 // table: a refusal is shown in words, never as a bare code. The codes are
 // read from the sources that answer them (the data plane, the control
 // plane, the QCOW2 gate's reasons, the order cancellations, the rule of
 // one reading of a head both planes answer), so a new code without words
 // fails here.
 func TestEveryReasonHasWords(t *testing.T) {
-	app, err := os.ReadFile(filepath.Join("static", "app.js"))
+	app, err := os.ReadFile(filepath.Join("static", "reasons.js"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := strings.Index(string(app), "const REASONS = {")
-	end := strings.Index(string(app)[start:], "\n  }\n")
+	end := strings.Index(string(app)[start:], "\n}\n")
 	if start < 0 || end < 0 {
-		t.Fatal("app.js has no REASONS table")
+		t.Fatal("reasons.js has no REASONS table")
 	}
 	table := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^\s+(\w+): '`).FindAllStringSubmatch(string(app)[start:start+end], -1) {
@@ -61,7 +61,7 @@ func TestEveryReasonHasWords(t *testing.T) {
 	}
 	for code, file := range codes {
 		if !table[code] {
-			t.Errorf("reason %q (answered in %s) has no sentence in app.js's REASONS", code, file)
+			t.Errorf("reason %q (answered in %s) has no sentence in reasons.js's REASONS", code, file)
 		}
 	}
 	// The page's own reasons, named in the DOM contract.
