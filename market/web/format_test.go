@@ -38,10 +38,7 @@ func TestFormatAgreesWithTheCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script, err := filepath.Abs(filepath.Join("static", "format.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := pageModule(t, "format.js")
 	cmd := exec.CommandContext(t.Context(), node, filepath.Join("testdata", "formatcheck.mjs"), script)
 	cmd.Stdin = bytes.NewReader(body)
 	cmd.Env = append(os.Environ(), "TZ=America/New_York", "LANG=de_DE.UTF-8", "LC_ALL=de_DE.UTF-8")

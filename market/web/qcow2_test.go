@@ -121,19 +121,10 @@ func TestQcow2JSAgreesWithTheGate(t *testing.T) {
 		{"empty.qcow2", "notQcow2"},
 		{"version4.qcow2", "notQcow2"},
 	}
-	args := []string{filepath.Join("testdata", "qcow2check.mjs"), filepath.Join("static", "qcow2.js"),
+	args := []string{filepath.Join("testdata", "qcow2check.mjs"), pageModule(t, "qcow2.js"),
 		strconv.Itoa(maxVirtual), strconv.Itoa(uploadMax)}
 	for _, c := range cases {
 		args = append(args, file(c.file))
-	}
-	// Absolute paths: node resolves createRequire's argument against the
-	// script, not the working directory.
-	for i := range 2 {
-		abs, err := filepath.Abs(args[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		args[i] = abs
 	}
 	out, err := exec.CommandContext(t.Context(), node, args...).Output()
 	if err != nil {
@@ -198,7 +189,7 @@ func TestQcow2JSTooLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	script, _ := filepath.Abs(filepath.Join("testdata", "qcow2check.mjs"))
-	lib, _ := filepath.Abs(filepath.Join("static", "qcow2.js"))
+	lib := pageModule(t, "qcow2.js")
 	for _, c := range []struct {
 		uploadMax int64
 		reason    string

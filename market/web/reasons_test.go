@@ -10,21 +10,21 @@ import (
 	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
-// Every reason the page can meet has a sentence in app.js's REASONS table:
+// Every reason the page can meet has a sentence in reasons.js's REASONS table:
 // a refusal is shown in words, never as a bare code. The reasons are the
 // edge's table of them (internal/reason): every error answer of both
 // planes, and the reasons answers carry in fields of their own (why an
 // order was cancelled, why the market cannot run machines); besides them,
 // the page's own reasons. A new reason without words fails here.
 func TestEveryReasonHasWords(t *testing.T) {
-	app, err := os.ReadFile(filepath.Join("static", "app.js"))
+	app, err := os.ReadFile(filepath.Join("static", "reasons.js"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := strings.Index(string(app), "const REASONS = {")
-	end := strings.Index(string(app)[start:], "\n  }\n")
+	end := strings.Index(string(app)[start:], "\n}\n")
 	if start < 0 || end < 0 {
-		t.Fatal("app.js has no REASONS table")
+		t.Fatal("reasons.js has no REASONS table")
 	}
 	table := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^\s+(\w+): '`).FindAllStringSubmatch(string(app)[start:start+end], -1) {
@@ -32,12 +32,12 @@ func TestEveryReasonHasWords(t *testing.T) {
 	}
 	for _, r := range reason.All() {
 		if !table[r.Name()] {
-			t.Errorf("reason %q (%d: %s) has no sentence in app.js's REASONS", r.Name(), r.Status(), r.Words())
+			t.Errorf("reason %q (%d: %s) has no sentence in reasons.js's REASONS", r.Name(), r.Status(), r.Words())
 		}
 	}
 	for _, code := range reason.Fields() {
 		if !table[code] {
-			t.Errorf("the field reason %q has no sentence in app.js's REASONS", code)
+			t.Errorf("the field reason %q has no sentence in reasons.js's REASONS", code)
 		}
 	}
 	// The page's own reasons, named in the DOM contract.

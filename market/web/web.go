@@ -37,8 +37,7 @@ import (
 // from npm, each in its folder under static/third_party. The READMEs and
 // the third-party manifest are for developers and stay out of the binary.
 //
-//go:embed static/index.html static/app.js static/qcow2.js static/format.js static/style.css
-//go:embed static/console.js
+//go:embed static/index.html static/style.css static/*.js
 //go:embed static/third_party/novnc static/third_party/xterm static/third_party/tus-js-client
 var static embed.FS
 
@@ -47,15 +46,27 @@ var static embed.FS
 // extension.
 var vendored = []string{"third_party/novnc", "third_party/xterm", "third_party/tus-js-client"}
 
-// files are the page's paths and what each serves: exact paths, since the
-// control plane's router has no prefixes.
-var files = []struct{ path, file, contentType string }{
-	{"/machines", "index.html", "text/html; charset=utf-8"},
-	{"/machines/app.js", "app.js", "text/javascript; charset=utf-8"},
-	{"/machines/qcow2.js", "qcow2.js", "text/javascript; charset=utf-8"},
-	{"/machines/format.js", "format.js", "text/javascript; charset=utf-8"},
-	{"/machines/style.css", "style.css", "text/css; charset=utf-8"},
-	{"/machines/console.js", "console.js", "text/javascript; charset=utf-8"},
+// files are the page's paths and what each serves, its type by its
+// extension: exact paths, since the control plane's router has no
+// prefixes. Every script is an ES module that imports the others by
+// name, app.js the one index.html loads.
+var files = []struct{ path, file string }{
+	{"/machines", "index.html"},
+	{"/machines/app.js", "app.js"},
+	{"/machines/qcow2.js", "qcow2.js"},
+	{"/machines/format.js", "format.js"},
+	{"/machines/style.css", "style.css"},
+	{"/machines/console.js", "console.js"},
+	{"/machines/api.js", "api.js"},
+	{"/machines/reasons.js", "reasons.js"},
+	{"/machines/dom.js", "dom.js"},
+	{"/machines/money.js", "money.js"},
+	{"/machines/status.js", "status.js"},
+	{"/machines/images.js", "images.js"},
+	{"/machines/orders.js", "orders.js"},
+	{"/machines/listings.js", "listings.js"},
+	{"/machines/uploads.js", "uploads.js"},
+	{"/machines/transfer.js", "transfer.js"},
 }
 
 type asset struct {
@@ -92,7 +103,7 @@ func New(dataPlaneURL, consoleBase string) (*Page, error) {
 	}
 	p := &Page{assets: make(map[string]asset, len(files)), csp: CSP(origins...)}
 	for _, f := range files {
-		if err := p.add(f.path, path.Join("static", f.file), f.contentType); err != nil {
+		if err := p.add(f.path, path.Join("static", f.file), typeOf(f.file)); err != nil {
 			return nil, err
 		}
 	}
@@ -123,11 +134,14 @@ func (p *Page) add(urlPath, name, contentType string) error {
 	return nil
 }
 
-// typeOf is the Content-Type of a vendored file: scripts and styles by
-// their extension, the rest (licences, AUTHORS) plain text. A module
-// script must be served as JavaScript, or the browser refuses it.
+// typeOf is the Content-Type of a file of the page by its extension: the
+// page, scripts, styles, and the rest (licences, AUTHORS) plain text. A
+// module script must be served as JavaScript, or the browser refuses it
+// (and nosniff makes the browser hold the page to the type it is told).
 func typeOf(name string) string {
 	switch path.Ext(name) {
+	case ".html":
+		return "text/html; charset=utf-8"
 	case ".js", ".mjs":
 		return "text/javascript; charset=utf-8"
 	case ".css":

@@ -1,9 +1,8 @@
 // console.js: a machine's console in the Machines page, its screen with
 // noVNC (third_party/novnc/, 1.7.0) and its serial line with xterm.js (third_party/xterm/, 6.0.0),
-// both vendored unchanged. An ES module, loaded beside app.js; app.js asks
-// for a console through window.vmshelfConsole.open, with a function that
-// fetches a ticket, so that the tenant token stays in app.js and never
-// goes in a URL: the ticket's WebSocket URL is a capability for one
+// both vendored unchanged. An ES module; orders.js asks for a console
+// through its open, with a function that fetches a ticket, so that the
+// tenant token stays with api.js and never goes in a URL: the ticket's WebSocket URL is a capability for one
 // console, usable once, within a minute.
 //
 // One console is open at a time, in the #console panel. Every state the
@@ -88,7 +87,7 @@ function say (state, words, code) {
 // what it is called in the page, ticket an async function answering the
 // WebSocket URL of a fresh ticket or throwing an Error whose message is
 // the refusal in words.
-function open ({ kind, title, ticket }) {
+export function open ({ kind, title, ticket }) {
   close()
   const p = panel()
   p.dataset.kind = kind
@@ -177,7 +176,7 @@ function drop (c) {
   }
 }
 
-function close () {
+export function close () {
   gen++
   if (cur) {
     drop(cur)
@@ -222,4 +221,3 @@ function init () {
 }
 
 init()
-window.vmshelfConsole = { open, close }

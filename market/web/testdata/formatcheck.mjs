@@ -3,13 +3,13 @@
 //   node formatcheck.mjs FORMAT_JS < {"bytes": [N…], "times": ["RFC 3339"…]}
 // Prints one JSON object: {"bytes": ["…"…], "times": ["…"…]}.
 import fs from 'node:fs'
-import { createRequire } from 'node:module'
+import { pathToFileURL } from 'node:url'
 
 const [script] = process.argv.slice(2)
 if (!script) {
   console.error('usage: node formatcheck.mjs FORMAT_JS < values.json')
   process.exit(2)
 }
-const { bytes, when } = createRequire(import.meta.url)(script)
+const { bytes, when } = await import(pathToFileURL(script).href)
 const input = JSON.parse(fs.readFileSync(0, 'utf8'))
 console.log(JSON.stringify({ bytes: input.bytes.map(bytes), times: input.times.map(when) }))

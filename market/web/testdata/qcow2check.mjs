@@ -3,14 +3,14 @@
 //   node qcow2check.mjs QCOW2_JS MAX_VIRTUAL_BYTES UPLOAD_MAX_BYTES FILE...
 // Prints one JSON object: {"<file>": {"ok":…, "reason":…, …}, …}.
 import fs from 'node:fs'
-import { createRequire } from 'node:module'
+import { pathToFileURL } from 'node:url'
 
 const [script, maxVirtual, uploadMax, ...files] = process.argv.slice(2)
 if (!script || !uploadMax) {
   console.error('usage: node qcow2check.mjs QCOW2_JS MAX_VIRTUAL_BYTES UPLOAD_MAX_BYTES FILE...')
   process.exit(2)
 }
-const { checkFile } = createRequire(import.meta.url)(script)
+const { checkFile } = await import(pathToFileURL(script).href)
 const limits = { maxVirtualBytes: Number(maxVirtual), uploadMaxBytes: Number(uploadMax) }
 const out = {}
 for (const f of files) {
