@@ -55,7 +55,8 @@ deps:
 
 # The tool check first, lint, then the race tests with provisioner/kubetest's
 # build beside them at the lowest CPU priority (nice 19), then kubetest's
-# tests, then the fuzz step. The Kubernetes build is the longest single step
+# tests (its binary's, then its test node's rules and the guest's recipe,
+# without the boot tests), then the fuzz step. The Kubernetes build is the longest single step
 # of a cold run (7 of its minutes); at nice 19 it takes only the CPU the race
 # tests leave idle (their waits on serve, Chromium and throttled uploads) and
 # slows them hardly at all. (At the same priority, side by side, each slowed
@@ -83,7 +84,8 @@ test-race-kube:
 	start=$$(date +%s); cd provisioner/kubetest && \
 	if $(CURDIR)/$(KUBETEST_BIN) -test.count=1 -test.skip '$(BOOT_TESTS)' -test.timeout $(KUBETEST_TIMEOUT) >$(CURDIR)/bin/kubetest.log 2>&1; then \
 		echo "ok  	provisioner/kubetest	$$(( $$(date +%s) - start ))s (the API server's log: bin/kubetest.log)"; \
-	else cat $(CURDIR)/bin/kubetest.log; echo "FAIL	provisioner/kubetest"; exit 1; fi
+	else cat $(CURDIR)/bin/kubetest.log; echo "FAIL	provisioner/kubetest"; exit 1; fi; \
+	$(GO) test -count=1 -skip '$(BOOT_TESTS)' ./testnode ./guestimage
 
 # -vet=off: lint ran every vet analyzer on every package just before; the
 # subset go test runs by itself would run again, under flags of its own,
