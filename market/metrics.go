@@ -117,8 +117,21 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 		}, []string{"result"}),
 		log: log,
 	}
+	m.showEveryLabel()
+	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.ordersCancelled, m.webhookEvents,
+		m.refunds, m.disputes, m.disputesClosed, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, newStatsCollector(st, blobs, unfinished)} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("market: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// showEveryLabel makes each bounded label value of the counters whose
+// first event rate() must see show from the start, at 0.
+func (m *metrics) showEveryLabel() {
 	for _, r := range []string{onboardingOK, onboardingRefused, onboardingUnavailable} {
-		m.onboardingLinks.WithLabelValues(r) // every result shows from the start, at 0
+		m.onboardingLinks.WithLabelValues(r)
 	}
 	for _, c := range strings.Fields(checkoutOutcomes) {
 		m.ordersCancelled.WithLabelValues(c)
@@ -131,13 +144,6 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 			m.refunds.WithLabelValues(cause, outcome)
 		}
 	}
-	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.ordersCancelled, m.webhookEvents,
-		m.refunds, m.disputes, m.disputesClosed, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, newStatsCollector(st, blobs, unfinished)} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("market: registering metrics: %w", err)
-		}
-	}
-	return m, nil
 }
 
 func (m *metrics) consoleOpened(kind string) { m.consolesOpen.WithLabelValues(kind).Inc() }
