@@ -154,6 +154,7 @@ guest-image:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzInspector$$' -fuzztime $(or $(FUZZTIME),100000x) -fuzzminimizetime 1s ./qcow2
 	$(GO) test -run '^$$' -fuzz '^FuzzStructure$$' -fuzztime $(or $(FUZZTIME),15000x) -fuzzminimizetime 1s ./qcow2
+	$(GO) test -run '^$$' -fuzz '^FuzzStarts$$' -fuzztime $(or $(FUZZTIME),100000x) -fuzzminimizetime 1s ./internal/bootdisk
 
 # `make bench`: vmshelf against dd, loopback, nginx and tusd on this machine (root; nginx, wrk,
 # curl, qemu-img, tusd v2 needed; about 20 min, see bench/README.md), written to docs/bench.md and docs/bench.json.

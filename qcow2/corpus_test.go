@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,8 +198,8 @@ func (qm qemu) run(t *testing.T, args ...string) []byte {
 }
 
 // agreeWithQemu checks an accepted image at path (holding data) against
-// QEMU: `qemu-img check` calls it clean, go-qcow2reader reads what
-// `qemu-img convert` reads, and our Stats match `qemu-img map`.
+// QEMU: `qemu-img check` calls it clean, go-qcow2reader and our own Guest
+// read what `qemu-img convert` reads, and our Stats match `qemu-img map`.
 func agreeWithQemu(t *testing.T, qm qemu, path string, data []byte) {
 	t.Helper()
 	if out, code := qm.exec(t, "check", path); code != 0 {
@@ -225,13 +226,17 @@ func agreeWithQemu(t *testing.T, qm qemu, path string, data []byte) {
 		t.Errorf("AllocatedBytes %d, qemu-img map says %d bytes of data (%+v)", st.AllocatedBytes, mapped, st)
 	}
 	img := openSecond(t, qemuFile{bytes.NewReader(data)})
+	guest, err := qcow2.NewGuest(bytes.NewReader(data), int64(len(data)), h)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	vsize := int64(h.VirtualSize)
 	// Whole disks up to 2 GiB (extended L2: 64 MiB, see readsWhole).
 	if readsWhole(h) {
 		raw := filepath.Join(dir, "full.raw")
 		qm.run(t, "convert", "-O", "raw", path, raw)
-		compareRange(t, img, raw, 0, vsize)
+		compareRange(t, img, guest, raw, 0, vsize)
 		return
 	}
 	// Too big to read whole: every cluster the tables map is read without
@@ -258,13 +263,13 @@ func agreeWithQemu(t *testing.T, qm qemu, path string, data []byte) {
 		raw := filepath.Join(dir, fmt.Sprintf("window%d.raw", i))
 		qm.run(t, "convert", "-O", "raw", "--image-opts",
 			fmt.Sprintf("driver=raw,offset=%d,size=%d,file.driver=qcow2,file.file.driver=file,file.file.filename=%s", e.Start, n, path), raw)
-		compareRange(t, img, raw, e.Start, n)
+		compareRange(t, img, guest, raw, e.Start, n)
 	}
 }
 
 // compareRange compares [off, off+n) of the virtual disk as go-qcow2reader
-// reads it with the raw file QEMU wrote for it, 1 MiB at a time.
-func compareRange(t *testing.T, img *lq.Qcow2, rawPath string, off, n int64) {
+// and Guest read it with the raw file QEMU wrote for it, 1 MiB at a time.
+func compareRange(t *testing.T, img *lq.Qcow2, guest *qcow2.Guest, rawPath string, off, n int64) {
 	t.Helper()
 	raw, err := os.Open(rawPath)
 	if err != nil {
@@ -286,6 +291,16 @@ func compareRange(t *testing.T, img *lq.Qcow2, rawPath string, off, n int64) {
 				i++
 			}
 			t.Fatalf("at virtual offset %d: go-qcow2reader reads %#x, qemu-img convert %#x", off+done+int64(i), got[i], want[i])
+		}
+		if m, err := guest.ReadAt(got[:k], off+done); m != int(k) || err != nil && err != io.EOF {
+			t.Fatalf("Guest at %d: %d of %d bytes, %v", off+done, m, k, err)
+		}
+		if !bytes.Equal(want[:k], got[:k]) {
+			i := 0
+			for want[i] == got[i] {
+				i++
+			}
+			t.Fatalf("at virtual offset %d: Guest reads %#x, qemu-img convert %#x", off+done+int64(i), got[i], want[i])
 		}
 		done += k
 	}

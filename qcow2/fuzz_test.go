@@ -104,6 +104,22 @@ func FuzzStructure(f *testing.F) {
 			// the end of the file); a panic is not.
 			_ = readSecond(img, buf[:min(uint64(len(buf)), h.VirtualSize-uint64(off))], off)
 		}
+		// Our own reader of the virtual disk, which the boot check uses on
+		// every accepted upload: it must read what the library reads,
+		// and never panic.
+		guest, err := qcow2.NewGuest(bytes.NewReader(data), int64(len(data)), h)
+		if err != nil {
+			t.Fatalf("NewGuest on an accepted image: %v", err)
+		}
+		want := make([]byte, len(buf))
+		for _, off := range offs {
+			k := min(uint64(len(buf)), h.VirtualSize-uint64(off))
+			errLib := readSecond(img, want[:k], off)
+			n, err := guest.ReadAt(buf[:k], off)
+			if err == nil && errLib == nil && (n != int(k) || !bytes.Equal(buf[:k], want[:k])) {
+				t.Fatalf("at %d: Guest and go-qcow2reader read different bytes", off)
+			}
+		}
 	})
 }
 
