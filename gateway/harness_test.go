@@ -409,10 +409,12 @@ func sortedCopy(s []string) []string {
 
 // installHint is the command that installs a tool the tests use.
 var installHint = map[string]string{
-	"qemu-img": "apt-get install qemu-utils",
-	"qemu-io":  "apt-get install qemu-utils",
-	"curl":     "apt-get install curl",
-	"nbdkit":   "apt-get install nbdkit",
+	"qemu-img":  "apt-get install qemu-utils",
+	"qemu-io":   "apt-get install qemu-utils",
+	"curl":      "apt-get install curl",
+	"nbdkit":    "apt-get install nbdkit",
+	"sfdisk":    "apt-get install fdisk",
+	"mkfs.vfat": "apt-get install dosfstools",
 }
 
 // needTool skips a test whose peer is missing, except in CI, where a

@@ -202,6 +202,7 @@ func (g *Gateway) finish(w imagestore.BlobWriter, in *intake, img imagestore.Ima
 	if err := qcow2.CheckStructure(w, in.n, hdr); err != nil {
 		return imagestore.Image{}, imageError(err)
 	}
+	img.Boot = g.bootOf(w, in.n, hdr, img.UploadID)
 	// The intent first: a crash between the commit and the record leaves
 	// a file start-up must not take for a sign of lost records.
 	if err := g.store.IntendCommit(cctx, img.UploadID, g.cfg.Now()); err != nil {

@@ -144,6 +144,10 @@ type Image struct {
 	VirtualSize int64     `json:"virtual_size"`
 	SHA256      string    `json:"sha256"`
 	CreatedAt   time.Time `json:"created_at"`
+	// Boot is the firmware that could start the image's disk, as the data
+	// plane read its first sectors at upload: "bios", "uefi",
+	// "bios+uefi" or "none"; "" for an image stored before that check.
+	Boot string `json:"boot,omitempty"`
 }
 
 // FetchToken names one image for one order (or for an operator, with an

@@ -168,8 +168,16 @@ func (e *env) tenant(name string, sharing bool) (imagestore.Tenant, string) {
 }
 
 // image stores an image for t the way the data plane does: file committed
-// first, record second.
+// first, record second. Its firmware is unknown (Boot ""), as an image
+// stored before the boot check; booting sets EFI and Boot.
 func (e *env) image(t imagestore.Tenant, content string) imagestore.Image {
+	e.t.Helper()
+	return e.booting(t, content, false, "")
+}
+
+// booting stores an image whose EFI box and boot check's verdict are efi
+// and boot.
+func (e *env) booting(t imagestore.Tenant, content string, efi bool, boot string) imagestore.Image {
 	e.t.Helper()
 	ctx := e.t.Context()
 	id := imagestore.NewUploadID()
@@ -185,7 +193,7 @@ func (e *env) image(t imagestore.Tenant, content string) imagestore.Image {
 	}
 	sum := sha256.Sum256([]byte(content))
 	img := imagestore.Image{UploadID: id, TenantID: t.ID, Name: "disk " + id[:4], Size: int64(len(content)),
-		VirtualSize: 1 << 30, SHA256: hex.EncodeToString(sum[:]), CreatedAt: e.clock.Now()}
+		VirtualSize: 1 << 30, SHA256: hex.EncodeToString(sum[:]), CreatedAt: e.clock.Now(), EFI: efi, Boot: boot}
 	if err := e.st.AddImage(ctx, img, 0); err != nil {
 		e.t.Fatalf("AddImage: %v", err)
 	}

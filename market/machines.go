@@ -16,6 +16,7 @@ import (
 	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/internal/apierr"
+	"github.com/vmshelf/vmshelf/internal/bootdisk"
 	"github.com/vmshelf/vmshelf/internal/reason"
 )
 
@@ -72,6 +73,10 @@ var (
 	// ISO: the replica boots an installer, which runs no cloud-init, and
 	// data that is silently never applied would look like a broken order.
 	errUserDataNotForInstaller = apierr.New(reason.UserDataNotForInstaller)
+	// errNoBootLoader and errWrongFirmware refuse an order of an image
+	// that no machine could start as ordered, before anybody pays.
+	errNoBootLoader  = apierr.New(reason.NoBootLoader)
+	errWrongFirmware = apierr.New(reason.WrongFirmware)
 )
 
 // errStripeNoAnswer is the 503 of a Stripe call that got no answer; the
@@ -481,7 +486,39 @@ func (s *Server) orderImage(ctx context.Context, t imagestore.Tenant, image, use
 	case err != nil:
 		return "", err
 	}
+	if err := startable(img); err != nil {
+		return "", err
+	}
 	return imagestore.ImageUpload, nil
+}
+
+// startable refuses an image whose disk, as read at its upload, no
+// firmware could start (noBootLoader), or only the firmware its EFI box
+// did not choose (wrongFirmware): KubeVirt would report such a machine
+// running while its console says "No bootable device" or shows the UEFI
+// shell. An image stored before that reading (Boot "") is not refused.
+func startable(img imagestore.Image) error {
+	if img.Boot == "" {
+		return nil
+	}
+	f, err := bootdisk.Parse(img.Boot)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", img.UploadID, err)
+	}
+	want := bootdisk.BIOS
+	if img.EFI {
+		want = bootdisk.UEFI
+	}
+	switch {
+	case f == bootdisk.None:
+		return errNoBootLoader
+	case !f.Has(want):
+		if img.EFI {
+			return errWrongFirmware.WithMsg("the image starts only with a BIOS, and it was uploaded with the EFI box ticked: upload it again without it")
+		}
+		return errWrongFirmware.WithMsg("the image starts only with UEFI, and it was uploaded without the EFI box: upload it again with the box ticked")
+	}
+	return nil
 }
 
 // checkoutFor is the Checkout of order o: what CreateCheckout opens and

@@ -371,6 +371,9 @@ func TestOrderRefusals(t *testing.T) {
 	id := e.listing(host, 600, 4)
 	own := e.image(buyerT, "buyer's disk").UploadID
 	foreign := e.image(other, "other's disk").UploadID
+	noLoader := e.booting(buyerT, "a bare file system", false, "none").UploadID
+	uefiOnly := e.booting(buyerT, "a GPT disk with an ESP", false, "uefi").UploadID
+	biosOnly := e.booting(buyerT, "an MBR disk", true, "bios").UploadID
 	_ = hostT
 	big := "#cloud-config\n" + strings.Repeat("a", maxUserData)
 	for _, c := range []struct {
@@ -394,6 +397,9 @@ func TestOrderRefusals(t *testing.T) {
 		{"more than free", buyer, id, "debian-13", "web", 5, "", 409, "noCapacity"},
 		{"an ISO without the console", buyer, id, "nixos-26-05", "web", 1, "", 409, "needsConsole"},
 		{"an ISO without the console, with user data", buyer, id, "slackware-15", "web", 1, "#cloud-config\n", 409, "needsConsole"},
+		{"an image with no boot loader", buyer, id, noLoader, "web", 1, "", 422, "noBootLoader"},
+		{"a UEFI-only image without the EFI box", buyer, id, uefiOnly, "web", 1, "", 422, "wrongFirmware"},
+		{"a BIOS-only image with the EFI box", buyer, id, biosOnly, "web", 1, "", 422, "wrongFirmware"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			wantError(t, e.order(c.token, c.listing, c.quantity, c.image, c.label, c.userData), c.status, c.reason)
@@ -436,6 +442,36 @@ func TestOrderRefusals(t *testing.T) {
 			t.Errorf("offers %+v: a host that stopped hosting is still offered", st.Offers)
 		}
 	})
+}
+
+// TestOrderStartableImages: an image whose disk starts with the firmware
+// its EFI box chose is ordered; so is one stored before the boot check
+// (its firmware unknown).
+func TestOrderStartableImages(t *testing.T) {
+	e := newEnv(t)
+	_, host := e.host("host", "acct_1HostActive000001")
+	buyerT, buyer := e.host("buyer", "acct_1HostActive000002")
+	id := e.listing(host, 600, 5)
+	for _, c := range []struct {
+		efi  bool
+		boot string
+	}{{false, "bios"}, {true, "uefi"}, {true, "bios+uefi"}} {
+		img := e.booting(buyerT, "disk "+c.boot, c.efi, c.boot)
+		if r := e.order(buyer, id, 1, img.UploadID, "web", ""); r.status != http.StatusCreated {
+			t.Errorf("order of an image with efi %v and boot %q: %d %s", c.efi, c.boot, r.status, r.body)
+		}
+	}
+	_, buyer2 := e.host("buyer2", "")
+	b2, err := e.st.Tenant(t.Context(), "buyer2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, efi := range []bool{false, true} {
+		img := e.booting(b2, fmt.Sprint("older disk ", efi), efi, "")
+		if r := e.order(buyer2, id, 1, img.UploadID, "web", ""); r.status != http.StatusCreated {
+			t.Errorf("order of an image stored before the boot check (efi %v): %d %s", efi, r.status, r.body)
+		}
+	}
 }
 
 // TestOrderCheckoutFails: when Stripe does not answer, the order is

@@ -578,6 +578,26 @@ func curlTo(t *testing.T, out string, args ...string) (int, []byte) {
 	return code, body
 }
 
+// makeBootableImage is makeImage's disk with a first sector the edge's
+// boot check takes for a boot loader both firmware kinds could start
+// (see bootable): an image a test orders a machine of.
+func makeBootableImage(t *testing.T, dir, name string) (string, []byte) {
+	t.Helper()
+	p, _ := makeImage(t, dir, name)
+	args := []string{"-f", "qcow2"}
+	for _, w := range []struct{ at, b int }{{0, 0xeb}, {11, 0}, {12, 2}, {13, 4}, {510, 0x55}, {511, 0xaa}} {
+		args = append(args, "-c", fmt.Sprintf("write -P %#x %d 1", w.b, w.at))
+	}
+	if r := runCmd(t, nil, "qemu-io", append(args, p)...); r.code != 0 {
+		t.Fatalf("qemu-io: %s%s", r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
 // makeImage writes a 64 MiB QCOW2 whose first MiB is 0xab; it returns the
 // path and the file's bytes.
 func makeImage(t *testing.T, dir, name string) (string, []byte) {

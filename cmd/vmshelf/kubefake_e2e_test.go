@@ -283,7 +283,7 @@ func TestE2EKubeFakeOrder(t *testing.T) {
 
 	// Order B: the buyer's own image, one replica.
 	dir := t.TempDir()
-	file, data := makeImage(t, dir, "own.qcow2")
+	file, data := makeBootableImage(t, dir, "own.qcow2")
 	tk := s.ticket(t, "own")
 	img := s.upload(t, tk, file, data)
 	b := m.order(t, l.ListingID, img.UploadID, "own", 1, "")

@@ -13,6 +13,7 @@ package main
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -83,7 +84,8 @@ func shotsDir(t *testing.T) string {
 
 // randomQcow2 converts mib MiB of random bytes to a QCOW2 (as large as
 // its data: random bytes leave no cluster out) and returns its path and
-// bytes. The test has called needTool(t, "qemu-img").
+// bytes. Its first sector reads as bootable (see bootable), so that an
+// order of it is not refused. The test has called needTool(t, "qemu-img").
 func randomQcow2(t *testing.T, dir, name string, mib int) (string, []byte) {
 	t.Helper()
 	raw := filepath.Join(dir, name+".raw")
@@ -91,6 +93,7 @@ func randomQcow2(t *testing.T, dir, name string, mib int) (string, []byte) {
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
+	bootable(b)
 	if err := os.WriteFile(raw, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +109,17 @@ func randomQcow2(t *testing.T, dir, name string, mib int) (string, []byte) {
 		t.Fatal(err)
 	}
 	return p, q
+}
+
+// bootable makes the first sector of disk what the edge's boot check
+// takes for a boot loader both firmware kinds could start: boot code and
+// the 0x55AA signature (a BIOS's), laid out as a FAT boot sector (a jump,
+// 512 bytes a sector, 4 sectors a cluster: UEFI's).
+func bootable(disk []byte) {
+	copy(disk, []byte{0xeb, 0x3c, 0x90})
+	binary.LittleEndian.PutUint16(disk[11:], 512)
+	disk[13] = 4
+	disk[510], disk[511] = 0x55, 0xaa
 }
 
 // controlCall is a script's request to the test: which action, its body,

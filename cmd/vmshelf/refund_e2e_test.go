@@ -350,7 +350,7 @@ func TestE2ERefundImportFailed(t *testing.T) {
 	m := startKubeMarket(t, account, append([]string{"--refund-deadline", "1s"}, refundArgs...)...)
 	s, kube := m.s, m.kube
 	l := s.listing(t, addHost(t, s, "host", account), `{"unit_price":600,"capacity":5}`)
-	file, data := makeImage(t, t.TempDir(), "own.qcow2")
+	file, data := makeBootableImage(t, t.TempDir(), "own.qcow2")
 	img := s.upload(t, s.ticket(t, "own"), file, data)
 	a := m.order(t, l.ListingID, img.UploadID, "own", 1, "")
 	m.pay(t, a.OrderID, "evt_e2e_import_a")

@@ -68,7 +68,7 @@ func scanTicket(r scanner) (imagestore.Ticket, error) {
 	return tk, nil
 }
 
-const imageCols = `upload_id, tenant_id, name, efi, size, virtual_size, sha256, created_at`
+const imageCols = `upload_id, tenant_id, name, efi, size, virtual_size, sha256, created_at, boot`
 
 // extra receives columns selected after the image's own.
 func scanImage(r scanner, extra ...any) (imagestore.Image, error) {
@@ -76,7 +76,7 @@ func scanImage(r scanner, extra ...any) (imagestore.Image, error) {
 		img     imagestore.Image
 		created int64
 	)
-	dest := append([]any{&img.UploadID, &img.TenantID, &img.Name, &img.EFI, &img.Size, &img.VirtualSize, &img.SHA256, &created}, extra...)
+	dest := append([]any{&img.UploadID, &img.TenantID, &img.Name, &img.EFI, &img.Size, &img.VirtualSize, &img.SHA256, &created, &img.Boot}, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return imagestore.Image{}, err
 	}
@@ -458,9 +458,9 @@ func (s *Store) AddImage(ctx context.Context, img imagestore.Image, quota int) e
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `
-INSERT INTO images (upload_id, tenant_id, name, efi, size, virtual_size, sha256, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			img.UploadID, img.TenantID, img.Name, img.EFI, img.Size, img.VirtualSize, img.SHA256, created)
+INSERT INTO images (upload_id, tenant_id, name, efi, size, virtual_size, sha256, created_at, boot)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			img.UploadID, img.TenantID, img.Name, img.EFI, img.Size, img.VirtualSize, img.SHA256, created, img.Boot)
 		switch {
 		case isUnique(err):
 			return fmt.Errorf("image: %w", imagestore.ErrExists)
@@ -568,7 +568,7 @@ func (s *Store) ImageForToken(ctx context.Context, token imagestore.Hash, now ti
 		f.img, err = scanImage(r, &f.expires)
 		return f, err
 	}, `
-SELECT i.upload_id, i.tenant_id, i.name, i.efi, i.size, i.virtual_size, i.sha256, i.created_at, f.expires_at
+SELECT i.upload_id, i.tenant_id, i.name, i.efi, i.size, i.virtual_size, i.sha256, i.created_at, i.boot, f.expires_at
 FROM fetch_tokens f JOIN images i ON i.upload_id = f.upload_id
 WHERE f.hash = ? AND f.revoked_at IS NULL AND f.expires_at > ?`, token[:], at)
 	if err != nil {

@@ -111,6 +111,10 @@ var (
 
 	BelowMinimumCharge      = Code{http.StatusUnprocessableEntity, "belowMinimumCharge", "the amount is below the payment provider's minimum charge"}
 	UserDataNotForInstaller = Code{http.StatusUnprocessableEntity, "userDataNotForInstaller", "an installation ISO runs its own installer; cloud-init user data cannot be given to it"}
+	// NoBootLoader and WrongFirmware: the image's first sectors, read at
+	// its upload, say that no machine could start from it as ordered.
+	NoBootLoader  = Code{http.StatusUnprocessableEntity, "noBootLoader", "the image's disk has no boot loader that a BIOS or UEFI firmware could start (no boot code in its first sector, no FAT file system on it); a machine made from it would stop at its firmware's \"No bootable device\""}
+	WrongFirmware = Code{http.StatusUnprocessableEntity, "wrongFirmware", "the image starts only with the other firmware than the one its EFI box chose; upload it again with the EFI box the other way"}
 	// BadConsoleKind is the badRequest of a console ticket whose body
 	// reads well but names no console there is.
 	BadConsoleKind = Code{http.StatusUnprocessableEntity, "badRequest", `kind is "vnc" or "serial"`}
@@ -162,7 +166,7 @@ func All() []Code {
 		TicketUsed, TicketExpired,
 		TusVersion, TooLarge, UnsupportedMediaType, BadContentType, RangeNotSatisfiable,
 		NotQcow2, BackingFile, ExternalDataFile, Encrypted, Corrupt, BadHeader, VirtualSizeTooLarge,
-		BelowMinimumCharge, UserDataNotForInstaller, BadConsoleKind,
+		BelowMinimumCharge, UserDataNotForInstaller, NoBootLoader, WrongFirmware, BadConsoleKind,
 		Locked, TakenOver,
 		RateLimited, ConsoleBusy,
 		Internal, PaymentRefused,

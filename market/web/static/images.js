@@ -2,7 +2,7 @@
 // catalogue's systems, and the actions on them.
 
 import { api } from './api.js'
-import { refusal } from './reasons.js'
+import { refusal, REASONS } from './reasons.js'
 import { $, el, show, count, setMessage } from './dom.js'
 import { bytes, when, MiB, GiB } from './format.js'
 import { state, refresh } from './status.js'
@@ -36,6 +36,7 @@ export function renderImages (st) {
       el('span', { class: 'image-size', text: `${bytes(img.size)} (${img.size} bytes)` }),
       ` · disk ${bytes(img.virtual_size)} · uploaded ${when(img.created_at)}`),
     el('p', { class: 'meta' }, 'SHA-256 ', el('code', { class: 'image-sha256', text: img.sha256 })),
+    bootProblem(img) && el('p', { class: 'notice image-boot', text: bootProblem(img) }),
     el('div', { class: 'actions' },
       el('button', { type: 'button', class: 'image-remove', 'aria-label': `Remove image ${img.name}`, text: 'Remove', 'data-upload-id': img.upload_id })))))
   show($('#image-empty'), images.length === 0)
@@ -43,6 +44,20 @@ export function renderImages (st) {
   const sharing = !st.account || st.account.sharing !== false
   show($('#upload-form'), sharing)
   atQuota(used >= limit, { images: images.length, sessions: sessions.length, tickets: tickets.length, limit })
+}
+
+// bootProblem says, for an image whose first sectors the edge read at
+// its upload, why no machine can start from it as uploaded; null where
+// one can (or where the image is older than that reading: no boot).
+export function bootProblem (img) {
+  const boot = img.boot || ''
+  if (!boot) return null
+  if (boot === 'none') return REASONS.noBootLoader
+  const want = img.efi ? 'uefi' : 'bios'
+  if (boot.split('+').includes(want)) return null
+  return img.efi
+    ? 'This disk starts only with a BIOS, but it was uploaded with the EFI box ticked: a machine made from it would stop in the UEFI shell. Upload it again without the box.'
+    : 'This disk starts only with UEFI, but it was uploaded without the EFI box: a machine made from it would find no bootable device. Upload it again with the box ticked.'
 }
 
 // atQuota disables choosing and uploading files while the box holds as

@@ -9,6 +9,7 @@ import { bytes, when, MiB, GiB } from './format.js'
 import { money } from './money.js'
 import { state, refresh } from './status.js'
 import * as consolePanel from './console.js'
+import { bootProblem } from './images.js'
 
 
 // The words of a state say what happens next, and who must act: an
@@ -105,7 +106,7 @@ export function renderOrderForm (st) {
   }
   if (own.length) {
     groups.push(el('optgroup', { label: 'Your images' }, ...own.map((i) =>
-      el('option', { value: i.upload_id, 'data-efi': i.efi, text: `${i.name} (${i.efi ? 'starts with UEFI' : 'starts with BIOS'})` }))))
+      el('option', { value: i.upload_id, 'data-efi': i.efi, text: `${i.name} (${bootProblem(i) ? 'cannot start a machine' : i.efi ? 'starts with UEFI' : 'starts with BIOS'})` }))))
   }
   keepSelect($('#order-image'), groups)
   const offers = (st.offers || []).filter((o) => o.free > 0)
@@ -151,7 +152,7 @@ function neededSize (offer, id) {
     mem = Math.max(mem, c.min_memory_mib || 0)
     disk = Math.max(disk, c.min_disk_gib || 0)
   }
-  const img = ((state.status && state.status.images) || []).find((i) => i.upload_id === id)
+  const img = ownImage(id)
   if (img) disk = Math.max(disk, Math.ceil(img.virtual_size / GiB))
   return sizeWords({ vcpu: offer.vcpu, memory_mib: mem, disk_gib: disk })
 }
@@ -312,6 +313,11 @@ function isInstaller (id) {
   return ((state.catalogue && state.catalogue.catalogue) || []).some((e) => e.id === id && e.source === 'iso')
 }
 
+// ownImage is the box's own image of that upload_id, if the order names one.
+function ownImage (id) {
+  return ((state.status && state.status.images) || []).find((i) => i.upload_id === id)
+}
+
 export async function placeOrder (ev) {
   ev.preventDefault()
   const res = $('#order-result')
@@ -329,6 +335,7 @@ export async function placeOrder (ev) {
   else if (!req.listing_id) problem = 'Choose an offer.'
   else if (!Number.isInteger(req.quantity) || req.quantity < 1 || req.quantity > Number($('#order-quantity').max || 10)) problem = `Order 1 to ${$('#order-quantity').max || 10} replicas.`
   else if (ud && isInstaller(req.image)) problem = REASONS.userDataNotForInstaller
+  else if (ownImage(req.image) && bootProblem(ownImage(req.image))) problem = bootProblem(ownImage(req.image))
   else if (ud && !ud.startsWith('#cloud-config') && !ud.startsWith('#!')) problem = 'Cloud-init must start with #cloud-config or #!.'
   else if (new TextEncoder().encode(ud).length > 16384) problem = 'Cloud-init must be at most 16 KiB.'
   if (problem) {

@@ -42,6 +42,8 @@ export const REASONS = {
   imageInUse: 'An order that is awaiting payment, paid or running uses this image; remove it once the order has ended.',
   needsConsole: 'This system installs from an ISO and needs the browser console, which this edge does not offer yet.',
   userDataNotForInstaller: 'An installation ISO runs its own installer; cloud-init user data cannot be given to it.',
+  noBootLoader: 'This disk has no boot loader: no boot code in its first sector and no FAT file system for UEFI, so a machine made from it would stop at "No bootable device". Upload a disk with a system installed on it.',
+  wrongFirmware: 'This disk starts only with the other firmware than its EFI box chose. Upload it again with the EFI box the other way.',
   // uploads: the control plane
   imageQuota: 'This box already holds as many images (counting unfinished uploads and unused tickets) as the edge allows. Remove an image, cancel an unused ticket or an unfinished upload, or let one expire.',
   noSpace: 'The edge\'s disk is full; uploads are refused until space is freed.',

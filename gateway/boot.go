@@ -1,0 +1,26 @@
+package gateway
+
+import (
+	"io"
+
+	"github.com/vmshelf/vmshelf/internal/bootdisk"
+	"github.com/vmshelf/vmshelf/qcow2"
+)
+
+// bootOf reads which firmware could start the accepted image r (size
+// bytes, header hdr) from its disk's first sectors. It never refuses an
+// upload: a disk with no boot loader is still a disk, and what a machine
+// can make of it is the market's question when an order names it. A read
+// that fails leaves the answer unknown (""), which refuses nothing.
+func (g *Gateway) bootOf(r io.ReaderAt, size int64, hdr *qcow2.Header, uploadID string) string {
+	disk, err := qcow2.NewGuest(r, size, hdr)
+	if err == nil {
+		var f bootdisk.Firmware
+		if f, err = bootdisk.Starts(disk, disk.Size()); err == nil {
+			return f.String()
+		}
+	}
+	g.log.Warn("could not read the image's first sectors; which firmware starts it stays unknown",
+		"upload_id", uploadID, "err", err)
+	return ""
+}
