@@ -299,6 +299,8 @@ type uploaded struct {
 	Size        int64  `json:"size"`
 	VirtualSize int64  `json:"virtual_size"`
 	SHA256      string `json:"sha256"`
+	// Boot: the firmware the edge found could start the disk.
+	Boot string `json:"boot"`
 }
 
 // ticket asks for an upload ticket of the buyer.
@@ -457,6 +459,19 @@ func (e *edge) order(t TB, listing, image, name, userData string) string {
 	}
 	e.must(t, "/market/vms/orders", e.token, string(b), http.StatusCreated, &o)
 	return o.OrderID
+}
+
+// orderRefused places the buyer's order of one replica of image and
+// wants it refused with status and reason; it returns the answer's words.
+func (e *edge) orderRefused(t TB, listing, image, name string, status int, reason string) string {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"listing_id": listing, "quantity": 1, "image": image, "name": name})
+	code, ans := e.call(t, "/market/vms/orders", e.token, string(b))
+	var refusal struct{ Error, Reason string }
+	if err := json.Unmarshal(ans, &refusal); err != nil || code != status || refusal.Reason != reason {
+		t.Fatalf("order of %s: %d %s, want %d %s", image, code, ans, status, reason)
+	}
+	return refusal.Error
 }
 
 // pay plays the buyer at the stand-in's checkout, which posts Stripe's
