@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/vmshelf/vmshelf/internal/bootdisk"
 	"github.com/vmshelf/vmshelf/internal/cli"
 	"github.com/vmshelf/vmshelf/qcow2"
 )
@@ -78,8 +79,30 @@ func check(_ context.Context, args []string, stdout, _ io.Writer) error {
 	case err != nil:
 		return usagef("check: reading %s: %v", file, err)
 	}
-	fmt.Fprintln(stdout, "ok: "+figures(h, &stats)+" — "+file)
+	fmt.Fprintln(stdout, "ok: "+figures(h, &stats)+", "+startsWith(f, st.Size(), h)+" — "+file)
 	return nil
+}
+
+// startsWith says which firmware could start the image's disk, as the
+// edge reads it at upload (an order refuses the firmware that cannot):
+// whether to tick the EFI box, before the upload.
+func startsWith(r io.ReaderAt, size int64, h *qcow2.Header) string {
+	disk, err := qcow2.NewGuest(r, size, h)
+	if err != nil {
+		return "firmware unknown (" + err.Error() + ")"
+	}
+	f, err := bootdisk.Starts(disk, disk.Size())
+	switch {
+	case err != nil:
+		return "firmware unknown (" + err.Error() + ")"
+	case f == bootdisk.None:
+		return "no boot loader: no firmware starts it"
+	case f == bootdisk.UEFI:
+		return "starts with UEFI only: tick the EFI box"
+	case f == bootdisk.BIOS:
+		return "starts with a BIOS only: leave the EFI box unticked"
+	}
+	return "starts with a BIOS or UEFI"
 }
 
 // figures is the one-line summary of an image: format version, virtual

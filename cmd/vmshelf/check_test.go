@@ -52,6 +52,23 @@ func checkCorpus(t *testing.T, cases []qcow2test.Case) {
 	}
 }
 
+// TestE2ECheckSaysFirmware: the verdict line names the firmware that could
+// start the disk, as the edge's upload reads it.
+func TestE2ECheckSaysFirmware(t *testing.T) {
+	dir := t.TempDir()
+	blank, _ := makeImage(t, dir, "blank.qcow2")
+	boots, _ := makeBootableImage(t, dir, "boots.qcow2")
+	for file, want := range map[string]string{
+		blank: ", no boot loader: no firmware starts it — ",
+		boots: ", starts with a BIOS or UEFI — ",
+	} {
+		r := vmshelf(t, "check", file)
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("check %s: exit %d, %q; want 0 and %q", filepath.Base(file), r.code, r.stdout, want)
+		}
+	}
+}
+
 func TestE2ECheckUnreadable(t *testing.T) {
 	for name, args := range map[string][]string{
 		"missing file": {"check", "/nonexistent/disk.qcow2"},
