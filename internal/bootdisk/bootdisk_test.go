@@ -85,7 +85,7 @@ func TestStarts(t *testing.T) {
 		{"GPT with an ESP and a hybrid MBR", newDisk().gpt(128, 128, 34, 2048).fat(2048).code(0), BIOS | UEFI},
 		{"GPT whose partitions hold no FAT", newDisk().gpt(128, 128, 34, 2048), None},
 		{"GPT with FAT in its last entry", newDisk().gpt(4, 128, 0, 0, 0, 2048).fat(2048), UEFI},
-		{"GPT of 1024 entries", newDisk().gpt(1024, 128, 4000).fat(4000), UEFI},
+		{"GPT of 1024 entries, none of them FAT", newDisk().gpt(1024, 128, 4000), None},
 		{"GPT of 1025 entries: unknown", newDisk().gpt(1025, 128), UEFI},
 		{"GPT entries of 127 bytes: unknown", newDisk().gpt(4, 127), UEFI},
 		{"GPT entries of 4096 bytes", newDisk().gpt(2, 4096, 34), None},
