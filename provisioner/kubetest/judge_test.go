@@ -22,6 +22,7 @@ import (
 	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/internal/testkit/fakeclock"
 	"github.com/vmshelf/vmshelf/provisioner"
 )
 
@@ -122,7 +123,7 @@ func TestKubeVirtJudgesProvisioner(t *testing.T) {
 func (js *judgeServer) provision(t *testing.T, domain string, spare int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	clk := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := fakeclock.NewStill(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	m := newJudgeMarket(t, ctx, clk.Now(), spare)
 	cluster, err := provisioner.ClusterFromConfig(js.srv.AsServiceAccount(vmshelfNamespace, vmshelfSA))
 	if err != nil {

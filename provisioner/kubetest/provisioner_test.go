@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,17 +30,9 @@ import (
 	"github.com/vmshelf/vmshelf/catalogue"
 	"github.com/vmshelf/vmshelf/imagestore"
 	"github.com/vmshelf/vmshelf/imagestore/sqlite"
+	"github.com/vmshelf/vmshelf/internal/testkit/fakeclock"
 	"github.com/vmshelf/vmshelf/provisioner"
 )
-
-// clock is the provisioner's time, moved by the test only.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
 
 var (
 	vmGVR = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
@@ -127,7 +118,7 @@ func TestProvisionerAgainstAPIServer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	clk := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := fakeclock.NewStill(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	m := newMarket(t, ctx, clk.Now())
 
 	cluster, err := provisioner.ClusterFromConfig(srv.AsServiceAccount(vmshelfNamespace, vmshelfSA))

@@ -21,6 +21,7 @@ import (
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmshelf/vmshelf/catalogue"
+	"github.com/vmshelf/vmshelf/internal/testkit/fakeclock"
 	"github.com/vmshelf/vmshelf/provisioner"
 )
 
@@ -39,7 +40,7 @@ func TestVirtControllerRunsOurVM(t *testing.T) {
 	defer cancel()
 	startVirtController(t, ctx, js)
 
-	clk := &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := fakeclock.NewStill(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	m := newJudgeMarket(t, ctx, clk.Now(), 0)
 	cluster, err := provisioner.ClusterFromConfig(js.srv.AsServiceAccount(vmshelfNamespace, vmshelfSA))
 	if err != nil {
