@@ -382,6 +382,7 @@ type pageImages struct {
 		SHA256       string `json:"sha256"`
 		Size         string `json:"size"`
 		RemoveButton bool   `json:"removeButton"`
+		Boot         string `json:"boot"` // the notice of a disk no machine can start from
 	} `json:"list"`
 }
 

@@ -682,6 +682,11 @@ func TestPageTickets(t *testing.T) {
 	}
 	pr.wait(&rep)
 	bf := rep.Before
+	// qemu-img's empty disk: the edge read no boot loader in it, and the
+	// page says so on the image before anybody orders a machine of it.
+	if l := bf.Images.List; len(l) != 1 || !strings.Contains(l[0].Boot, "no boot loader") {
+		t.Errorf("the image list is %+v; want the empty disk with a notice that it has no boot loader", l)
+	}
 	if q := bf.Images.Quota; q == nil || q.Used != "2" || q.Limit != "2" || !strings.Contains(q.Text, "ticket") {
 		t.Errorf("#image-quota is %+v; want 2 of 2, counting the unused ticket", bf.Images.Quota)
 	}

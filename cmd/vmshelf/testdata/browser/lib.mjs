@@ -300,6 +300,7 @@ export async function images(page) {
         sha256: (li.querySelector('.image-sha256')?.textContent || '').trim(),
         size: (li.querySelector('.image-size')?.textContent || '').trim(),
         removeButton: !!li.querySelector('button.image-remove'),
+        boot: (li.querySelector('.image-boot')?.textContent || '').trim(),
       })),
     };
   });
