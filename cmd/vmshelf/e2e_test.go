@@ -638,6 +638,7 @@ type imageAnswer struct {
 	VirtualSize int64     `json:"virtual_size"`
 	SHA256      string    `json:"sha256"`
 	CreatedAt   time.Time `json:"created_at"`
+	Boot        string    `json:"boot"`
 }
 
 type statusAnswer struct {
