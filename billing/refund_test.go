@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmshelf/vmshelf/billing/stripetest"
 )
 
 const (
@@ -26,9 +28,9 @@ func exampleRefund() RefundRequest {
 // checkWire asserts that f got exactly one request, method and path, with
 // exactly the form want and the Idempotency-Key key ("" for stripe-go's
 // own random one, which it puts on every POST).
-func checkWire(t *testing.T, f *fakeStripe, method, path string, want url.Values, key string) {
+func checkWire(t *testing.T, f *stripetest.Server, method, path string, want url.Values, key string) {
 	t.Helper()
-	reqs := f.requests()
+	reqs := f.History()
 	if len(reqs) != 1 {
 		t.Fatalf("Stripe got %d requests, want exactly 1", len(reqs))
 	}
@@ -73,9 +75,9 @@ func TestRefundSendsFullReversal(t *testing.T) {
 			OrderID: "ord_42", Cause: "provisionfailed", FailureReason: "expired_or_canceled_card", Amount: 1800}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeStripe(t)
-			f.on("POST", refundsPath, http.StatusOK, tc.answer)
-			s, _ := f.client(t)
+			f := newFake(t, nil)
+			f.Answer("POST", refundsPath, http.StatusOK, tc.answer)
+			s, _ := clientOf(t, f)
 			got, err := s.Refund(context.Background(), exampleRefund())
 			if err != nil {
 				t.Fatalf("Refund: %v", err)
@@ -129,24 +131,24 @@ func TestRefundKey(t *testing.T) {
 func TestRefundAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
-		answer      answer
+		answer      stripetest.Canned
 		kind        error
 		refunded    bool
 		wantSuccess bool
 	}{
-		{"Stripe unavailable", answer{status: 503, body: errAPI}, ErrUnavailable, false, false},
-		{"Stripe fails", answer{status: 500, body: errAPI}, ErrUnavailable, false, false},
-		{"no such payment intent", answer{status: 404, body: errNoSuchPaymentIntent}, ErrNotFound, false, false},
-		{"already refunded", answer{status: 400, body: errAlreadyRefunded}, ErrRefused, true, false},
-		{"charge disputed", answer{status: 400, body: errChargeDisputed}, ErrRefused, false, false},
-		{"another refusal", answer{status: 400, body: errNoAcct}, ErrRefused, false, false},
+		{"Stripe unavailable", stripetest.Canned{Status: 503, Body: errAPI}, ErrUnavailable, false, false},
+		{"Stripe fails", stripetest.Canned{Status: 500, Body: errAPI}, ErrUnavailable, false, false},
+		{"no such payment intent", stripetest.Canned{Status: 404, Body: errNoSuchPaymentIntent}, ErrNotFound, false, false},
+		{"already refunded", stripetest.Canned{Status: 400, Body: errAlreadyRefunded}, ErrRefused, true, false},
+		{"charge disputed", stripetest.Canned{Status: 400, Body: errChargeDisputed}, ErrRefused, false, false},
+		{"another refusal", stripetest.Canned{Status: 400, Body: errNoAcct}, ErrRefused, false, false},
 		// charge_already_refunded with "retry" is no answer yet.
-		{"already refunded, but retry", answer{status: 400, body: errAlreadyRefunded, header: map[string]string{"Stripe-Should-Retry": "true"}}, ErrUnavailable, false, false},
+		{"already refunded, but retry", stripetest.Canned{Status: 400, Body: errAlreadyRefunded, Header: map[string]string{"Stripe-Should-Retry": "true"}}, ErrUnavailable, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeStripe(t)
-			f.onAnswer("POST", refundsPath, tc.answer)
-			s, _ := f.client(t)
+			f := newFake(t, nil)
+			f.AnswerWith("POST", refundsPath, tc.answer)
+			s, _ := clientOf(t, f)
 			got, err := s.Refund(context.Background(), exampleRefund())
 			checkKind(t, err, tc.kind)
 			if errors.Is(err, ErrAlreadyRefunded) != tc.refunded {
@@ -164,9 +166,9 @@ func TestRefundAnswers(t *testing.T) {
 
 // Whatever is not of the shape the refund needs, Stripe never hears of.
 func TestRefundBadInputNotAsked(t *testing.T) {
-	f := newFakeStripe(t)
-	f.on("POST", refundsPath, http.StatusOK, refundSucceeded)
-	s, _ := f.client(t)
+	f := newFake(t, nil)
+	f.Answer("POST", refundsPath, http.StatusOK, refundSucceeded)
+	s, _ := clientOf(t, f)
 	for _, tc := range []struct {
 		name string
 		edit func(*RefundRequest)
@@ -189,7 +191,7 @@ func TestRefundBadInputNotAsked(t *testing.T) {
 			}
 		})
 	}
-	if n := len(f.requests()); n != 0 {
+	if n := len(f.History()); n != 0 {
 		t.Errorf("Stripe got %d requests for malformed refunds", n)
 	}
 }
@@ -218,9 +220,9 @@ func TestCreateExpressAccount(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeStripe(t)
-			f.on("POST", accountsPath, http.StatusOK, accountCreated)
-			s, _ := f.client(t)
+			f := newFake(t, nil)
+			f.Answer("POST", accountsPath, http.StatusOK, accountCreated)
+			s, _ := clientOf(t, f)
 			got, err := s.CreateExpressAccount(context.Background(), 7, tenantSince, tc.country)
 			if err != nil || got != newHost {
 				t.Fatalf("CreateExpressAccount = %q, %v; want %s", got, err, newHost)
@@ -231,9 +233,9 @@ func TestCreateExpressAccount(t *testing.T) {
 }
 
 func TestAccountLink(t *testing.T) {
-	f := newFakeStripe(t)
-	f.on("POST", linksPath, http.StatusOK, accountLinkCreated)
-	s, _ := f.client(t)
+	f := newFake(t, nil)
+	f.Answer("POST", linksPath, http.StatusOK, accountLinkCreated)
+	s, _ := clientOf(t, f)
 	refresh, back := "https://edge.example/host/onboard?refresh=1", "https://edge.example/host"
 	link, expires, err := s.AccountLink(context.Background(), newHost, refresh, back)
 	if err != nil {
@@ -260,14 +262,14 @@ func TestAccount(t *testing.T) {
 		{"pending", accountPending, AccountState{ID: testHost}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeStripe(t)
-			f.on("GET", accountPath, http.StatusOK, tc.body)
-			s, _ := f.client(t)
+			f := newFake(t, nil)
+			f.Answer("GET", accountPath, http.StatusOK, tc.body)
+			s, _ := clientOf(t, f)
 			got, err := s.Account(context.Background(), testHost)
 			if err != nil || got != tc.want {
 				t.Fatalf("Account = %+v, %v; want %+v", got, err, tc.want)
 			}
-			if reqs := f.requests(); len(reqs) != 1 || reqs[0].Method != "GET" || reqs[0].Path != accountPath {
+			if reqs := f.History(); len(reqs) != 1 || reqs[0].Method != "GET" || reqs[0].Path != accountPath {
 				t.Errorf("requests %+v, want GET %s", reqs, accountPath)
 			}
 		})
@@ -275,8 +277,8 @@ func TestAccount(t *testing.T) {
 }
 
 func TestConnectBadInputNotAsked(t *testing.T) {
-	f := newFakeStripe(t)
-	s, _ := f.client(t)
+	f := newFake(t, nil)
+	s, _ := clientOf(t, f)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
@@ -308,7 +310,7 @@ func TestConnectBadInputNotAsked(t *testing.T) {
 			t.Errorf("AccountLink return %q = %v, want ErrBadURL", u, err)
 		}
 	}
-	if n := len(f.requests()); n != 0 {
+	if n := len(f.History()); n != 0 {
 		t.Errorf("Stripe got %d requests for malformed arguments", n)
 	}
 }

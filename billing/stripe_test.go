@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stripe/stripe-go/v82"
+
+	"github.com/vmshelf/vmshelf/billing/stripetest"
 )
 
 const (
@@ -25,15 +27,15 @@ const (
 )
 
 func TestCreateCheckoutSendsDestinationCharge(t *testing.T) {
-	f := newFakeStripe(t)
-	f.on("POST", sessionsPath, http.StatusOK, sessionOpen)
-	s, _ := f.client(t)
+	f := newFake(t, nil)
+	f.Answer("POST", sessionsPath, http.StatusOK, sessionOpen)
+	s, _ := clientOf(t, f)
 
 	got, err := s.CreateCheckout(context.Background(), example())
 	if err != nil {
 		t.Fatalf("CreateCheckout: %v", err)
 	}
-	reqs := f.requests()
+	reqs := f.History()
 	if len(reqs) != 1 {
 		t.Fatalf("Stripe got %d requests, want exactly 1", len(reqs))
 	}
@@ -92,15 +94,15 @@ func TestCreateCheckoutSendsDestinationCharge(t *testing.T) {
 // A retry of an order's checkout is the same request under the same
 // idempotency key, which is how Stripe answers it with the first session.
 func TestCreateCheckoutRetryIsIdempotent(t *testing.T) {
-	f := newFakeStripe(t)
-	f.on("POST", sessionsPath, http.StatusOK, sessionOpen)
-	s, _ := f.client(t)
+	f := newFake(t, nil)
+	f.Answer("POST", sessionsPath, http.StatusOK, sessionOpen)
+	s, _ := clientOf(t, f)
 	for range 2 {
 		if _, err := s.CreateCheckout(context.Background(), example()); err != nil {
 			t.Fatalf("CreateCheckout: %v", err)
 		}
 	}
-	reqs := f.requests()
+	reqs := f.History()
 	if len(reqs) != 2 {
 		t.Fatalf("%d requests, want 2", len(reqs))
 	}
@@ -115,9 +117,9 @@ func TestCreateCheckoutRetryIsIdempotent(t *testing.T) {
 // The gate runs inside CreateCheckout: whatever it refuses, Stripe never
 // hears of.
 func TestCreateCheckoutGateFirst(t *testing.T) {
-	f := newFakeStripe(t)
-	f.on("POST", sessionsPath, http.StatusOK, sessionOpen)
-	s, reg := f.client(t)
+	f := newFake(t, nil)
+	f.Answer("POST", sessionsPath, http.StatusOK, sessionOpen)
+	s, reg := clientOf(t, f)
 	for _, tc := range gateRefusals {
 		t.Run(tc.name, func(t *testing.T) {
 			c := example()
@@ -132,7 +134,7 @@ func TestCreateCheckoutGateFirst(t *testing.T) {
 			}
 		})
 	}
-	if n := len(f.requests()); n != 0 {
+	if n := len(f.History()); n != 0 {
 		t.Fatalf("Stripe got %d requests for refused checkouts, want 0", n)
 	}
 	if n := observations(t, reg, callCreateCheckout, ""); n != 0 {
@@ -141,9 +143,9 @@ func TestCreateCheckoutGateFirst(t *testing.T) {
 }
 
 func TestSession(t *testing.T) {
-	f := newFakeStripe(t)
-	f.on("GET", sessionPath, http.StatusOK, sessionPaid)
-	s, _ := f.client(t)
+	f := newFake(t, nil)
+	f.Answer("GET", sessionPath, http.StatusOK, sessionPaid)
+	s, _ := clientOf(t, f)
 
 	got, err := s.Session(context.Background(), sessionID)
 	if err != nil {
@@ -160,7 +162,7 @@ func TestSession(t *testing.T) {
 	if err := got.PaidFor(example()); err != nil {
 		t.Errorf("the paid session does not settle the example: %v", err)
 	}
-	reqs := f.requests()
+	reqs := f.History()
 	if len(reqs) != 1 || reqs[0].Method != "GET" || reqs[0].Query.Get("expand[0]") != "payment_intent" {
 		t.Fatalf("requests %+v, want one GET with expand[0]=payment_intent", reqs)
 	}
@@ -169,65 +171,65 @@ func TestSession(t *testing.T) {
 func TestExpireSession(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
-		expire, get  answer // get: the re-read after a refused expire
+		expire, get  stripetest.Canned // get: the re-read after a refused expire
 		wantStatus   string
 		wantErr      error
 		wantRequests []string
 	}{
 		{
 			name:         "open session expires",
-			expire:       answer{status: 200, body: sessionExpired},
+			expire:       stripetest.Canned{Status: 200, Body: sessionExpired},
 			wantStatus:   StatusExpired,
 			wantRequests: []string{"POST " + expirePath},
 		},
 		{
 			name:         "the buyer paid first",
-			expire:       answer{status: 400, body: errNotExpirable},
-			get:          answer{status: 200, body: sessionPaid},
+			expire:       stripetest.Canned{Status: 400, Body: errNotExpirable},
+			get:          stripetest.Canned{Status: 200, Body: sessionPaid},
 			wantStatus:   StatusComplete,
 			wantRequests: []string{"POST " + expirePath, "GET " + sessionPath},
 		},
 		{
 			name:         "expired before",
-			expire:       answer{status: 400, body: errNotExpirable},
-			get:          answer{status: 200, body: sessionExpired},
+			expire:       stripetest.Canned{Status: 400, Body: errNotExpirable},
+			get:          stripetest.Canned{Status: 200, Body: sessionExpired},
 			wantStatus:   StatusExpired,
 			wantRequests: []string{"POST " + expirePath, "GET " + sessionPath},
 		},
 		{
 			name:         "refused but still open",
-			expire:       answer{status: 400, body: errNotExpirable},
-			get:          answer{status: 200, body: sessionOpen},
+			expire:       stripetest.Canned{Status: 400, Body: errNotExpirable},
+			get:          stripetest.Canned{Status: 200, Body: sessionOpen},
 			wantErr:      ErrRefused,
 			wantRequests: []string{"POST " + expirePath, "GET " + sessionPath},
 		},
 		{
 			name:         "refused and the re-read fails",
-			expire:       answer{status: 400, body: errNotExpirable},
-			get:          answer{status: 500, body: errAPI},
+			expire:       stripetest.Canned{Status: 400, Body: errNotExpirable},
+			get:          stripetest.Canned{Status: 500, Body: errAPI},
 			wantErr:      ErrUnavailable,
 			wantRequests: []string{"POST " + expirePath, "GET " + sessionPath},
 		},
 		{
 			name:         "no such session",
-			expire:       answer{status: 404, body: errNoSuchSession},
+			expire:       stripetest.Canned{Status: 404, Body: errNoSuchSession},
 			wantErr:      ErrNotFound,
 			wantRequests: []string{"POST " + expirePath},
 		},
 		{
 			name:         "Stripe down",
-			expire:       answer{status: 500, body: errAPI},
+			expire:       stripetest.Canned{Status: 500, Body: errAPI},
 			wantErr:      ErrUnavailable,
 			wantRequests: []string{"POST " + expirePath},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeStripe(t)
-			f.onAnswer("POST", expirePath, tc.expire)
-			if tc.get.status != 0 {
-				f.onAnswer("GET", sessionPath, tc.get)
+			f := newFake(t, nil)
+			f.AnswerWith("POST", expirePath, tc.expire)
+			if tc.get.Status != 0 {
+				f.AnswerWith("GET", sessionPath, tc.get)
 			}
-			s, _ := f.client(t)
+			s, _ := clientOf(t, f)
 			got, err := s.ExpireSession(context.Background(), sessionID)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
@@ -240,7 +242,7 @@ func TestExpireSession(t *testing.T) {
 				t.Fatalf("ExpireSession = %+v, %v; want status %s", got, err, tc.wantStatus)
 			}
 			var reqs []string
-			for _, r := range f.requests() {
+			for _, r := range f.History() {
 				reqs = append(reqs, r.Method+" "+r.Path)
 				if r.Method == "POST" && r.Form.Get("expand[0]") != "payment_intent" {
 					t.Errorf("expire without expand[0]=payment_intent: %v", r.Form)
@@ -263,14 +265,14 @@ func TestTransfersActive(t *testing.T) {
 		{"no capabilities", accountNoCapabilities, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeStripe(t)
-			f.on("GET", accountPath, http.StatusOK, tc.body)
-			s, _ := f.client(t)
+			f := newFake(t, nil)
+			f.Answer("GET", accountPath, http.StatusOK, tc.body)
+			s, _ := clientOf(t, f)
 			got, err := s.TransfersActive(context.Background(), testHost)
 			if err != nil || got != tc.want {
 				t.Fatalf("TransfersActive = %v, %v; want %v, nil", got, err, tc.want)
 			}
-			if reqs := f.requests(); len(reqs) != 1 || reqs[0].Method != "GET" || reqs[0].Path != accountPath {
+			if reqs := f.History(); len(reqs) != 1 || reqs[0].Method != "GET" || reqs[0].Path != accountPath {
 				t.Errorf("requests %+v, want GET %s", reqs, accountPath)
 			}
 		})
@@ -361,38 +363,38 @@ func checkKind(t *testing.T, err, want error) *StripeError {
 func TestStripeAnswersSorted(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		answer   answer
+		answer   stripetest.Canned
 		want     error
 		wantCode string
 	}{
-		{"404 resource_missing is absence", answer{status: 404, body: errNoSuchSession}, ErrNotFound, "resource_missing"},
-		{"404 of an unknown route is no absence", answer{status: 404, body: `{"error":{"message":"Unrecognized request URL (GET: /v1/nope).","type":"invalid_request_error"}}`}, ErrRefused, ""},
-		{"404 page of a proxy is no answer", answer{status: 404, body: "<html><body>404 Not Found</body></html>"}, ErrUnavailable, ""},
-		{"400 invalid destination", answer{status: 400, body: errNoSuchDestination}, ErrRefused, "resource_missing"},
-		{"401 bad key, quoted", answer{status: 401, body: errBadKey}, ErrRefused, ""},
-		{"403 no access to the account", answer{status: 403, body: errNoAcct}, ErrRefused, "account_invalid"},
-		{"400 that says retry", answer{status: 400, body: errLock, header: map[string]string{"Stripe-Should-Retry": "true"}}, ErrUnavailable, "lock_timeout"},
-		{"409 lock timeout", answer{status: 409, body: errLock}, ErrUnavailable, "lock_timeout"},
-		{"429 rate limit", answer{status: 429, body: errRate}, ErrUnavailable, "rate_limit"},
-		{"500 api_error", answer{status: 500, body: errAPI}, ErrUnavailable, ""},
-		{"503 page of a proxy", answer{status: 503, body: "<html>Service Unavailable</html>"}, ErrUnavailable, ""},
-		{"200 that is not JSON", answer{status: 200, body: "<html>captive portal</html>"}, ErrUnavailable, ""},
+		{"404 resource_missing is absence", stripetest.Canned{Status: 404, Body: errNoSuchSession}, ErrNotFound, "resource_missing"},
+		{"404 of an unknown route is no absence", stripetest.Canned{Status: 404, Body: `{"error":{"message":"Unrecognized request URL (GET: /v1/nope).","type":"invalid_request_error"}}`}, ErrRefused, ""},
+		{"404 page of a proxy is no answer", stripetest.Canned{Status: 404, Body: "<html><body>404 Not Found</body></html>"}, ErrUnavailable, ""},
+		{"400 invalid destination", stripetest.Canned{Status: 400, Body: errNoSuchDestination}, ErrRefused, "resource_missing"},
+		{"401 bad key, quoted", stripetest.Canned{Status: 401, Body: errBadKey}, ErrRefused, ""},
+		{"403 no access to the account", stripetest.Canned{Status: 403, Body: errNoAcct}, ErrRefused, "account_invalid"},
+		{"400 that says retry", stripetest.Canned{Status: 400, Body: errLock, Header: map[string]string{"Stripe-Should-Retry": "true"}}, ErrUnavailable, "lock_timeout"},
+		{"409 lock timeout", stripetest.Canned{Status: 409, Body: errLock}, ErrUnavailable, "lock_timeout"},
+		{"429 rate limit", stripetest.Canned{Status: 429, Body: errRate}, ErrUnavailable, "rate_limit"},
+		{"500 api_error", stripetest.Canned{Status: 500, Body: errAPI}, ErrUnavailable, ""},
+		{"503 page of a proxy", stripetest.Canned{Status: 503, Body: "<html>Service Unavailable</html>"}, ErrUnavailable, ""},
+		{"200 that is not JSON", stripetest.Canned{Status: 200, Body: "<html>captive portal</html>"}, ErrUnavailable, ""},
 	} {
 		for _, op := range ops {
 			t.Run(tc.name+"/"+op.name, func(t *testing.T) {
-				f := newFakeStripe(t)
+				f := newFake(t, nil)
 				for _, r := range op.routes {
 					m, p, _ := strings.Cut(r, " ")
-					f.onAnswer(m, p, tc.answer)
+					f.AnswerWith(m, p, tc.answer)
 				}
-				s, _ := f.client(t)
+				s, _ := clientOf(t, f)
 				err := op.run(t, s, context.Background())
 				se := checkKind(t, err, tc.want)
 				if se.Code != tc.wantCode {
 					t.Errorf("code %q, want %q", se.Code, tc.wantCode)
 				}
-				if strings.HasPrefix(tc.answer.body, "{") && (se.Status != tc.answer.status || se.RequestID != "req_fake1") {
-					t.Errorf("status %d request %q, want %d req_fake1", se.Status, se.RequestID, tc.answer.status)
+				if strings.HasPrefix(tc.answer.Body, "{") && (se.Status != tc.answer.Status || se.RequestID != "req_fake1") {
+					t.Errorf("status %d request %q, want %d req_fake1", se.Status, se.RequestID, tc.answer.Status)
 				}
 			})
 		}
@@ -423,14 +425,14 @@ func TestStripeNotAsked(t *testing.T) {
 	} {
 		for _, op := range ops {
 			t.Run(tc.name+"/"+op.name, func(t *testing.T) {
-				f := newFakeStripe(t)
+				f := newFake(t, nil)
 				block := make(chan struct{})
 				t.Cleanup(func() { close(block) })
 				for _, r := range op.routes {
 					m, p, _ := strings.Cut(r, " ")
-					f.onAnswer(m, p, answer{block: block})
+					f.AnswerWith(m, p, stripetest.Canned{Hold: block})
 				}
-				s, _ := f.client(t, func(c *StripeConfig) {
+				s, _ := clientOf(t, f, func(c *StripeConfig) {
 					c.Timeout = 200 * time.Millisecond
 					if tc.base != "" {
 						c.APIBase, c.HTTPClient = tc.base, nil
@@ -450,8 +452,8 @@ func TestStripeNotAsked(t *testing.T) {
 }
 
 func TestBadIDsNotAsked(t *testing.T) {
-	f := newFakeStripe(t)
-	s, _ := f.client(t)
+	f := newFake(t, nil)
+	s, _ := clientOf(t, f)
 	ctx := context.Background()
 	for _, id := range []string{"", "cs_", "../accounts/acct_1", "cs_test_1/expire", "pi_123"} {
 		if _, err := s.Session(ctx, id); !errors.Is(err, ErrBadID) {
@@ -466,7 +468,7 @@ func TestBadIDsNotAsked(t *testing.T) {
 			t.Errorf("TransfersActive(%q) = %v, %v; want false, ErrBadID", acct, ok, err)
 		}
 	}
-	if n := len(f.requests()); n != 0 {
+	if n := len(f.History()); n != 0 {
 		t.Errorf("Stripe got %d requests for malformed ids", n)
 	}
 }
@@ -507,17 +509,20 @@ func TestNewStripeRefuses(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	f := newFakeStripe(t)
-	f.on("POST", sessionsPath, http.StatusOK, sessionOpen)
-	f.on("GET", sessionPath, http.StatusNotFound, errNoSuchSession)
-	f.on("GET", accountPath, http.StatusInternalServerError, errAPI)
-	s, reg := f.client(t)
+	f := newFake(t, nil)
+	f.Answer("POST", sessionsPath, http.StatusOK, sessionOpen)
+	f.Answer("GET", sessionPath, http.StatusNotFound, errNoSuchSession)
+	f.Answer("GET", accountPath, http.StatusInternalServerError, errAPI)
+	// The refund is refused as by a Stripe that has no such route (the
+	// stand-in would answer it from its state).
+	f.Answer("POST", refundsPath, http.StatusNotFound, errUnknownRoute)
+	s, reg := clientOf(t, f)
 	ctx := context.Background()
 	_, _ = s.CreateCheckout(ctx, example())
 	_, _ = s.Session(ctx, sessionID)
 	_, _ = s.TransfersActive(ctx, testHost)
 	_, _ = s.TransfersActive(ctx, testHost)
-	_, _ = s.Refund(ctx, exampleRefund()) // unrouted: Stripe's 404 of an unknown URL
+	_, _ = s.Refund(ctx, exampleRefund()) // Stripe's 404 of an unknown URL
 	_, _ = s.Refund(ctx, RefundRequest{}) // malformed: no call, no observation
 	bad := example()
 	bad.Fee = 899

@@ -17,16 +17,8 @@ import (
 // testHost, and a paid session of example() with its PaymentIntent.
 func withFake(t *testing.T) (*Stripe, *stripetest.Server, Session) {
 	t.Helper()
-	fake, err := stripetest.New(testKey, map[string]string{testHost: "active"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fake.Close() })
-	s, err := NewStripe(StripeConfig{SecretKey: testKey, APIBase: fake.URL, Timeout: 10 * time.Second,
-		Now: func() time.Time { return testNow }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fake := newFake(t, map[string]string{testHost: "active"})
+	s, _ := clientOf(t, fake)
 	ctx := context.Background()
 	cs, err := s.CreateCheckout(ctx, example())
 	if err != nil {

@@ -105,7 +105,6 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.record(r)
 	if a, ok := s.accounts[s.accountByKey[key]]; ok && key != "" {
 		if !sameForm(a.Form, f) {
 			idempotencyError(w, key)
@@ -134,7 +133,6 @@ func (s *Server) createAccountLink(w http.ResponseWriter, r *http.Request) {
 	f := r.PostForm
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.record(r)
 	for _, p := range []string{"account", "type", "refresh_url", "return_url"} {
 		if f.Get(p) == "" {
 			stripeParamError(w, http.StatusBadRequest, "invalid_request_error", "parameter_missing", p, "Missing required param: "+p+".")

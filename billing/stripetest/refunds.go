@@ -9,15 +9,6 @@ import (
 	"time"
 )
 
-// Request is one POST the fake received on /v1/refunds, /v1/accounts,
-// /v1/account_links or a session's /expire, as it came: also the
-// repeats, and the ones it refused or failed.
-type Request struct {
-	Path        string
-	Form        url.Values
-	Idempotency string // the Idempotency-Key header
-}
-
 // Refund is a refund the fake made, as the create request's form
 // described it, and its state since.
 type Refund struct {
@@ -34,20 +25,6 @@ type Refund struct {
 	// FailureReason is set with "failed" or "canceled".
 	Status, FailureReason string
 	Created               int64
-}
-
-// Received returns every POST to path (e.g. "/v1/refunds") received so
-// far, oldest first.
-func (s *Server) Received(path string) []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Request
-	for _, r := range s.received {
-		if r.Path == path {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // Refunds returns copies of the refunds made so far, oldest first.
@@ -250,11 +227,6 @@ func (s *Server) refunded(pi string) int64 {
 	return n
 }
 
-// record keeps a POST for Received. s.mu is held.
-func (s *Server) record(r *http.Request) {
-	s.received = append(s.received, Request{Path: r.URL.Path, Form: r.PostForm, Idempotency: r.Header.Get("Idempotency-Key")})
-}
-
 // sameForm reports whether a repeat under an idempotency key asks the
 // same as the first request: Stripe refuses a changed one.
 func sameForm(a, b url.Values) bool { return a.Encode() == b.Encode() }
@@ -295,7 +267,6 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	key := r.Header.Get("Idempotency-Key")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.record(r)
 	if h := s.refundHoldBefore; h != nil {
 		s.refundHoldBefore = nil
 		s.mu.Unlock()

@@ -6,7 +6,10 @@
 // webhook events the way Stripe does. It exists for the tests of the
 // market and of the whole binary, which need a Stripe that remembers;
 // stripe-mock (Stripe's own mock) checks request shapes but keeps no
-// state, and billing's own tests use canned answers.
+// state. It records every API request as it came (History), and a test
+// may fix a route's answer (Answer, AnswerWith), which then takes the
+// place of the stand-in's: billing's own tests check its client against
+// those canned answers, Stripe's documented shapes, one route at a time.
 //
 // It implements only what vmshelf calls: POST /v1/checkout/sessions, GET
 // /v1/checkout/sessions/{id}, POST /v1/checkout/sessions/{id}/expire,
@@ -69,9 +72,9 @@ type Server struct {
 	sessions map[string]*Session
 	byKey    map[string]string // idempotency key → session id
 	order    []string          // session ids in creation order
-	requests int
-	down     int // answer the next this many requests 503
-	received []Request
+	down     int               // answer the next this many requests 503
+	received []Request         // every API request, oldest first (History)
+	canned   map[string]Canned // by "METHOD /path" (AnswerWith)
 
 	accounts     map[string]*Account
 	accountOrder []string          // created accounts, oldest first
@@ -111,7 +114,7 @@ func New(key string, accounts map[string]string) (*Server, error) {
 		return nil, fmt.Errorf("stripetest: listen: %w", err)
 	}
 	s := &Server{URL: "http://" + ln.Addr().String(), Key: key,
-		sessions: map[string]*Session{}, byKey: map[string]string{},
+		sessions: map[string]*Session{}, byKey: map[string]string{}, canned: map[string]Canned{},
 		accounts: map[string]*Account{}, accountByKey: map[string]string{},
 		refunds: map[string]*Refund{}, refundByKey: map[string]string{}, disputes: map[string]*Dispute{}}
 	for id, state := range accounts {
@@ -127,13 +130,6 @@ func New(key string, accounts map[string]string) (*Server, error) {
 
 // Close stops the server.
 func (s *Server) Close() error { return s.srv.Close() }
-
-// Requests is the number of requests received so far.
-func (s *Server) Requests() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests
-}
 
 // Sessions returns copies of the sessions opened so far, oldest first.
 func (s *Server) Sessions() []Session {
@@ -158,7 +154,9 @@ func (s *Server) Session(id string) (Session, bool) {
 }
 
 // Down makes the next n API requests answer 503, as Stripe does in an
-// outage. The onboarding page is not the API and always answers.
+// outage; a route with a canned answer (AnswerWith) answers that instead
+// and leaves n as it is. The onboarding page is not the API and always
+// answers.
 func (s *Server) Down(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -250,23 +248,29 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.checkout(w, r) // the browser's too
 		return
 	}
+	// The form is parsed first so that every request is recorded as it
+	// came, also the ones a canned answer or Down answers.
+	formErr := r.ParseForm()
 	s.mu.Lock()
-	s.requests++
-	down := s.down > 0
+	s.record(r)
+	canned, isCanned := s.cannedFor(r)
+	down := !isCanned && formErr == nil && s.down > 0
 	if down {
 		s.down--
 	}
 	s.mu.Unlock()
-	if down {
+	switch {
+	case formErr != nil:
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "", formErr.Error())
+		return
+	case isCanned:
+		serveCanned(w, r, canned)
+		return
+	case down:
 		stripeError(w, http.StatusServiceUnavailable, "api_error", "", "Stripe is down (stripetest)")
 		return
-	}
-	if r.Header.Get("Authorization") != "Bearer "+s.Key {
+	case r.Header.Get("Authorization") != "Bearer "+s.Key:
 		stripeError(w, http.StatusUnauthorized, "invalid_request_error", "", "Invalid API Key provided")
-		return
-	}
-	if err := r.ParseForm(); err != nil {
-		stripeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
 		return
 	}
 	path := r.URL.Path
@@ -330,7 +334,6 @@ func (s *Server) get(w http.ResponseWriter, id string, expand []string) {
 func (s *Server) expire(w http.ResponseWriter, r *http.Request, id string, expand []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.record(r)
 	cs, ok := s.sessions[id]
 	switch {
 	case !ok:

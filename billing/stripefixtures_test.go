@@ -1,115 +1,38 @@
 package billing
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"net/url"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vmshelf/vmshelf/billing/stripetest"
 )
 
 // testKey is the secret key of the tests. No error text may contain it.
 const testKey = "sk_test_51VmshelfSecretKey0000000000000000"
 
-// fakeStripe is a Stripe on loopback that records every request it gets
-// and answers what the test tells it. stripe-go sends its forms chunked;
-// net/http's server undoes that before ParseForm.
-type fakeStripe struct {
-	srv *httptest.Server
-
-	mu      sync.Mutex
-	reqs    []recorded
-	answers map[string]answer // by "METHOD /path"
-}
-
-// recorded is one request as the fake received it.
-type recorded struct {
-	Method, Path string
-	Query        url.Values
-	Form         url.Values // the body's form
-	Header       http.Header
-	Chunked      bool
-}
-
-// answer is a canned response.
-type answer struct {
-	status int
-	header map[string]string
-	body   string
-	// block, if set, holds the answer until the request ends (its client
-	// gave up) or the channel closes.
-	block chan struct{}
-}
-
-func newFakeStripe(t *testing.T) *fakeStripe {
+// newFake is a stripetest.Server that accepts testKey and knows accounts
+// (id → transfers capability), stopped when t ends. A test fixes what
+// its routes answer (Answer, AnswerWith) and reads what they were sent
+// (History).
+func newFake(t *testing.T, accounts map[string]string) *stripetest.Server {
 	t.Helper()
-	f := &fakeStripe{answers: map[string]answer{}}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+	fake, err := stripetest.New(testKey, accounts)
+	if err != nil {
+		t.Fatalf("stripetest.New: %v", err)
 	}
-	f.mu.Lock()
-	f.reqs = append(f.reqs, recorded{
-		Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(), Form: r.PostForm,
-		Header: r.Header.Clone(), Chunked: slices.Contains(r.TransferEncoding, "chunked"),
-	})
-	a, ok := f.answers[r.Method+" "+r.URL.Path]
-	f.mu.Unlock()
-	if !ok {
-		a = answer{status: http.StatusNotFound, body: `{"error":{"message":"Unrecognized request URL (` + r.Method + `: ` + r.URL.Path + `).","type":"invalid_request_error"}}`}
-	}
-	if a.block != nil {
-		select {
-		case <-r.Context().Done():
-		case <-a.block:
-		}
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Request-Id", "req_fake1")
-	for k, v := range a.header {
-		w.Header().Set(k, v)
-	}
-	w.WriteHeader(a.status)
-	_, _ = w.Write([]byte(a.body))
+	t.Cleanup(func() { _ = fake.Close() })
+	return fake
 }
 
-// on sets the answer to method and path.
-func (f *fakeStripe) on(method, path string, status int, body string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.answers[method+" "+path] = answer{status: status, body: body}
-}
-
-func (f *fakeStripe) onAnswer(method, path string, a answer) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.answers[method+" "+path] = a
-}
-
-func (f *fakeStripe) requests() []recorded {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.reqs)
-}
-
-// client is a Stripe client of the fake, on a fresh registry.
-func (f *fakeStripe) client(t *testing.T, edit ...func(*StripeConfig)) (*Stripe, *prometheus.Registry) {
+// clientOf is a Stripe client of fake at testNow, on a fresh registry.
+func clientOf(t *testing.T, fake *stripetest.Server, edit ...func(*StripeConfig)) (*Stripe, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	cfg := StripeConfig{
-		SecretKey: testKey, APIBase: f.srv.URL, HTTPClient: f.srv.Client(),
-		Timeout: 10 * time.Second, Metrics: reg, Now: func() time.Time { return testNow },
+		SecretKey: testKey, APIBase: fake.URL, Timeout: 10 * time.Second,
+		Metrics: reg, Now: func() time.Time { return testNow },
 	}
 	for _, e := range edit {
 		e(&cfg)
@@ -225,6 +148,8 @@ const (
 	errLock   = `{"error": {"code": "lock_timeout", "message": "This object cannot be accessed right now because another API request or Stripe process is currently accessing it.", "type": "invalid_request_error"}}`
 	errAPI    = `{"error": {"message": "An unknown error occurred", "type": "api_error"}}`
 	errNoAcct = `{"error": {"code": "account_invalid", "message": "The provided key does not have access to account 'acct_1HostBox0000001' (or that account does not exist).", "type": "invalid_request_error"}}`
+	// errUnknownRoute is Stripe's answer to a route it does not have.
+	errUnknownRoute = `{"error":{"message":"Unrecognized request URL (POST: /v1/refunds).","type":"invalid_request_error"}}`
 )
 
 // Shapes of the refund and Connect answers (the Refund, Account and
