@@ -623,6 +623,16 @@ func sha256hex(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
+// randomHex is n random bytes in hex: a made-up token, ticket or id.
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
 type ticketAnswer struct {
 	Ticket    string    `json:"ticket"`
 	UploadID  string    `json:"upload_id"`
