@@ -81,6 +81,9 @@ func StartLibvirt(ctx context.Context, logf func(string, ...any)) (*Libvirt, err
 		// If this process dies, so do they; their domains die with libvirtd's
 		// QEMU children only when the node destroys them (Close).
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+		if d == "libvirtd" {
+			withoutKVM(cmd)
+		}
 		if err := cmd.Start(); err != nil {
 			l.Close()
 			return nil, fmt.Errorf("testnode: start %s: %w", d, err)
@@ -106,6 +109,23 @@ func StartLibvirt(ctx context.Context, logf func(string, ...any)) (*Libvirt, err
 	}
 	l.Close()
 	return nil, fmt.Errorf("testnode: libvirtd did not answer within %s: %v", libvirtStartTimeout, last)
+}
+
+// withoutKVM makes cmd (libvirtd) see /dev/null where /dev/kvm is, in a
+// mount namespace of its own, on a host that has /dev/kvm. The node's
+// domains run under software emulation, as KubeVirt's useEmulation asks;
+// a /dev/kvm that QEMU can open while libvirt's check (as the qemu user)
+// finds it unusable makes libvirt 9.0 throw its capabilities away and
+// probe QEMU again on every lookup ("KVM was enabled when probing …, but
+// it is not available now"), and a define then never returns.
+func withoutKVM(cmd *exec.Cmd) {
+	if _, err := os.Stat("/dev/kvm"); err != nil {
+		return
+	}
+	// Go makes the new namespace's mounts private before the exec, so the
+	// bind mount stays inside it.
+	cmd.Path, cmd.Args = "/bin/sh", []string{"sh", "-c", "mount --bind /dev/null /dev/kvm && exec libvirtd"}
+	cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
 }
 
 // Close stops the daemons StartLibvirt started (none if it found one).
