@@ -13,14 +13,11 @@ import (
 // can make of it is the market's question when an order names it. A read
 // that fails leaves the answer unknown (""), which refuses nothing.
 func (g *Gateway) bootOf(r io.ReaderAt, size int64, hdr *qcow2.Header, uploadID string) string {
-	disk, err := qcow2.NewGuest(r, size, hdr)
-	if err == nil {
-		var f bootdisk.Firmware
-		if f, err = bootdisk.Starts(disk, disk.Size()); err == nil {
-			return f.String()
-		}
+	f, err := bootdisk.StartsQCOW2(r, size, hdr)
+	if err != nil {
+		g.log.Warn("could not read the image's first sectors; which firmware starts it stays unknown",
+			"upload_id", uploadID, "err", err)
+		return ""
 	}
-	g.log.Warn("could not read the image's first sectors; which firmware starts it stays unknown",
-		"upload_id", uploadID, "err", err)
-	return ""
+	return f.String()
 }

@@ -135,12 +135,9 @@ func (g *Guest) readSubclusters(p []byte, host, bitmap, in uint64) error {
 // readCompressed inflates the compressed cluster of L2 entry e and
 // copies its bytes from in into p.
 func (g *Guest) readCompressed(p []byte, e, in uint64) error {
-	x := 62 - (g.h.ClusterBits - 8)
-	off := e & (1<<x - 1)
-	sectors := (e>>x)&(1<<(g.h.ClusterBits-8)-1) + 1
-	// The descriptor's extent: from off to the end of its last sector,
-	// at most a cluster and a sector; the file may end inside it.
-	end := min(off&^(sectorSize-1)+sectors*sectorSize, g.fsize)
+	// At most a cluster and a sector; the file may end inside it.
+	off, end := compressedExtent(e, g.h.ClusterBits)
+	end = min(end, g.fsize)
 	raw := make([]byte, end-off)
 	if err := g.readFile(raw, off); err != nil {
 		return fmt.Errorf("qcow2: guest: read compressed cluster at %d: %w", off, err)

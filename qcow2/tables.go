@@ -149,11 +149,7 @@ func (w *walker) l2Entry(p l2Pos, e, bitmap uint64) error {
 // x = 62 - (cluster_bits - 8); bits 0..x-1 host offset, x..61 the number
 // of 512-byte sectors after the first).
 func (w *walker) compressedEntry(p l2Pos, e, bitmap uint64) error {
-	x := 62 - (w.h.ClusterBits - 8) // cluster_bits 9..21: x is 49..61
-	off := e & (1<<x - 1)
-	sectors := (e>>x)&(1<<(w.h.ClusterBits-8)-1) + 1
-	// The extent QEMU reads: from off to the end of its last sector.
-	end := off&^(sectorSize-1) + sectors*sectorSize
+	off, end := compressedExtent(e, w.h.ClusterBits)
 	// The file ends in the sector holding the compressed data's last byte.
 	fileEnd := (w.fsize + sectorSize - 1) &^ (sectorSize - 1)
 	switch {
@@ -177,6 +173,17 @@ func (w *walker) compressedEntry(p l2Pos, e, bitmap uint64) error {
 	w.st.CompressedClusters++
 	w.addAllocated(p.guest, w.cs)
 	return nil
+}
+
+// compressedExtent is the file extent QEMU reads for the compressed
+// cluster descriptor e: from its host offset to the end of its last
+// 512-byte sector (qcow2.txt: x = 62 - (cluster_bits - 8); bits 0..x-1
+// the offset, x..61 the number of sectors after the first).
+func compressedExtent(e uint64, clusterBits uint32) (off, end uint64) {
+	x := 62 - (clusterBits - 8) // cluster_bits 9..21: x is 49..61
+	off = e & (1<<x - 1)
+	sectors := (e>>x)&(1<<(clusterBits-8)-1) + 1
+	return off, off&^(sectorSize-1) + sectors*sectorSize
 }
 
 // addAllocated counts n bytes of the virtual disk at guest as allocated,

@@ -87,11 +87,7 @@ func check(_ context.Context, args []string, stdout, _ io.Writer) error {
 // edge reads it at upload (an order refuses the firmware that cannot):
 // whether to tick the EFI box, before the upload.
 func startsWith(r io.ReaderAt, size int64, h *qcow2.Header) string {
-	disk, err := qcow2.NewGuest(r, size, h)
-	if err != nil {
-		return "firmware unknown (" + err.Error() + ")"
-	}
-	f, err := bootdisk.Starts(disk, disk.Size())
+	f, err := bootdisk.StartsQCOW2(r, size, h)
 	switch {
 	case err != nil:
 		return "firmware unknown (" + err.Error() + ")"

@@ -20,6 +20,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/vmshelf/vmshelf/qcow2"
 )
 
 // Firmware is a set of the firmware kinds that could start a disk.
@@ -108,6 +110,17 @@ func Starts(disk io.ReaderAt, size int64) (Firmware, error) {
 		f |= UEFI
 	}
 	return f, nil
+}
+
+// StartsQCOW2 is Starts on the virtual disk of the QCOW2 image r (size
+// bytes) whose header h the gate accepted (qcow2.CheckStructure passed):
+// the edge's reading of an upload, and `vmshelf check`'s.
+func StartsQCOW2(r io.ReaderAt, size int64, h *qcow2.Header) (Firmware, error) {
+	disk, err := qcow2.NewGuest(r, size, h)
+	if err != nil {
+		return None, err
+	}
+	return Starts(disk, disk.Size())
 }
 
 // biosBootable: a BIOS loads sector 0 and jumps into it only if it ends

@@ -105,11 +105,7 @@ func checkDisk(t *testing.T, path string) bootdisk.Firmware {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := qcow2.NewGuest(f, st.Size(), h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verdict, err := bootdisk.Starts(g, g.Size())
+	verdict, err := bootdisk.StartsQCOW2(f, st.Size(), h)
 	if err != nil {
 		t.Fatal(err)
 	}
