@@ -269,12 +269,7 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	if h := s.refundHoldBefore; h != nil {
 		s.refundHoldBefore = nil
-		s.mu.Unlock()
-		select {
-		case <-h:
-		case <-r.Context().Done():
-		}
-		s.mu.Lock()
+		s.waitUnlocked(h, r)
 	}
 	if s.refundFail > 0 {
 		s.refundFail--
@@ -289,55 +284,14 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	case ok && key != "":
 		// A retry: the same refund, never a second.
 	default:
-		pi := f.Get("payment_intent")
-		cs := s.paidSession(pi)
-		switch {
-		case pi == "":
-			stripeParamError(w, http.StatusBadRequest, "invalid_request_error", "parameter_missing", "payment_intent",
-				"One of the following params should be provided for this request: payment_intent or charge.")
+		if rf = s.newRefund(w, f, key); rf == nil {
 			return
-		case cs == nil:
-			stripeParamError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "payment_intent",
-				"No such payment_intent: '"+pi+"'")
-			return
-		case cs.PaymentStatus != "paid":
-			stripeError(w, http.StatusBadRequest, "invalid_request_error", "",
-				"This PaymentIntent ("+pi+") does not have a successful charge to refund.")
-			return
-		case s.refunded(pi) >= cs.PaidAmount:
-			stripeError(w, http.StatusBadRequest, "invalid_request_error", "charge_already_refunded",
-				"Charge "+chargeOf(cs)+" has already been refunded.")
-			return
-		case s.disputes[pi] != nil && !s.disputes[pi].refundable():
-			// Stripe's answer while the bank holds the money: the
-			// dispute, not a refund, decides where it goes.
-			stripeError(w, http.StatusBadRequest, "invalid_request_error", "charge_disputed",
-				"Charge "+chargeOf(cs)+" has been charged back.")
-			return
-		}
-		status := s.refundStatus
-		if status == "" {
-			status = "succeeded"
-		}
-		rf = &Refund{ID: fmt.Sprintf("re_stripetest%04d", len(s.refundOrder)+1), Form: f, Idempotency: key,
-			PaymentIntent: pi, Charge: chargeOf(cs), OrderID: f.Get("metadata[order_id]"), Cause: f.Get("metadata[cause]"),
-			Amount: cs.PaidAmount - s.refunded(pi), Currency: cs.Currency, Status: status, FailureReason: s.refundFailure,
-			Created: time.Now().Unix()}
-		s.refunds[rf.ID] = rf
-		s.refundOrder = append(s.refundOrder, rf.ID)
-		if key != "" {
-			s.refundByKey[key] = rf.ID
 		}
 	}
 	if h := s.refundHold; h != nil {
 		// Made, and the answer held: the test kills the caller now.
 		s.refundHold = nil
-		s.mu.Unlock()
-		select {
-		case <-h:
-		case <-r.Context().Done():
-		}
-		s.mu.Lock()
+		s.waitUnlocked(h, r)
 	}
 	if s.refundLose > 0 {
 		s.refundLose--
@@ -345,6 +299,62 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, refundJSON(rf))
+}
+
+// waitUnlocked lets go of s.mu until h is closed or r's client gives up.
+func (s *Server) waitUnlocked(h <-chan struct{}, r *http.Request) {
+	s.mu.Unlock()
+	select {
+	case <-h:
+	case <-r.Context().Done():
+	}
+	s.mu.Lock()
+}
+
+// newRefund makes the refund form f asks for, under s.mu, or answers
+// Stripe's refusal and returns nil: an unknown or unpaid PaymentIntent, a
+// charge refunded already, or one the bank holds in a dispute.
+func (s *Server) newRefund(w http.ResponseWriter, f url.Values, key string) *Refund {
+	pi := f.Get("payment_intent")
+	cs := s.paidSession(pi)
+	switch {
+	case pi == "":
+		stripeParamError(w, http.StatusBadRequest, "invalid_request_error", "parameter_missing", "payment_intent",
+			"One of the following params should be provided for this request: payment_intent or charge.")
+		return nil
+	case cs == nil:
+		stripeParamError(w, http.StatusNotFound, "invalid_request_error", "resource_missing", "payment_intent",
+			"No such payment_intent: '"+pi+"'")
+		return nil
+	case cs.PaymentStatus != "paid":
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "",
+			"This PaymentIntent ("+pi+") does not have a successful charge to refund.")
+		return nil
+	case s.refunded(pi) >= cs.PaidAmount:
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "charge_already_refunded",
+			"Charge "+chargeOf(cs)+" has already been refunded.")
+		return nil
+	case s.disputes[pi] != nil && !s.disputes[pi].refundable():
+		// Stripe's answer while the bank holds the money: the
+		// dispute, not a refund, decides where it goes.
+		stripeError(w, http.StatusBadRequest, "invalid_request_error", "charge_disputed",
+			"Charge "+chargeOf(cs)+" has been charged back.")
+		return nil
+	}
+	status := s.refundStatus
+	if status == "" {
+		status = "succeeded"
+	}
+	rf := &Refund{ID: fmt.Sprintf("re_stripetest%04d", len(s.refundOrder)+1), Form: f, Idempotency: key,
+		PaymentIntent: pi, Charge: chargeOf(cs), OrderID: f.Get("metadata[order_id]"), Cause: f.Get("metadata[cause]"),
+		Amount: cs.PaidAmount - s.refunded(pi), Currency: cs.Currency, Status: status, FailureReason: s.refundFailure,
+		Created: time.Now().Unix()}
+	s.refunds[rf.ID] = rf
+	s.refundOrder = append(s.refundOrder, rf.ID)
+	if key != "" {
+		s.refundByKey[key] = rf.ID
+	}
+	return rf
 }
 
 func (s *Server) getRefund(w http.ResponseWriter, id string) {

@@ -82,6 +82,25 @@ func deployKubeVirt(t TB, ctx context.Context, js *judgeServer) {
 	}
 }
 
+// kubevirtClusterConfig is KubeVirt's cluster config as virt-controller
+// builds it: from the CRD and KubeVirt CR informers of f, synced first.
+func kubevirtClusterConfig(t TB, ctx context.Context, f controller.KubeInformerFactory, ns string) *virtconfig.ClusterConfig {
+	t.Helper()
+	crdInformer, kvInformer := f.CRD(), f.KubeVirt()
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), crdInformer.HasSynced, kvInformer.HasSynced) {
+		t.Fatal("CRD and KubeVirt informers did not sync")
+	}
+	clusterConfig, err := virtconfig.NewClusterConfig(crdInformer, kvInformer, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !clusterConfig.HasDataVolumeAPI() {
+		t.Fatal("KubeVirt's cluster config sees no DataVolume API")
+	}
+	return clusterConfig
+}
+
 // runVirtController starts KubeVirt's VM and VMI controllers against cfg
 // until ctx ends, with informers from KubeVirt's own informer factory and
 // the cluster config from the KubeVirt CR, as virt-controller's
@@ -97,18 +116,8 @@ func runVirtController(t TB, ctx context.Context, cfg *rest.Config) *virtconfig.
 	}
 	const kubevirtNamespace = probeNamespace // the kit's KubeVirt CR lives there
 	f := controller.NewKubeInformerFactory(client.RestClient(), client, nil, kubevirtNamespace)
-	crdInformer, kvInformer := f.CRD(), f.KubeVirt()
-	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), crdInformer.HasSynced, kvInformer.HasSynced) {
-		t.Fatal("CRD and KubeVirt informers did not sync")
-	}
-	clusterConfig, err := virtconfig.NewClusterConfig(crdInformer, kvInformer, kubevirtNamespace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !clusterConfig.HasDataVolumeAPI() {
-		t.Fatal("KubeVirt's cluster config sees no DataVolume API")
-	}
+	clusterConfig := kubevirtClusterConfig(t, ctx, f, kubevirtNamespace)
+	kvInformer := f.KubeVirt()
 
 	vmiInformer, vmInformer := f.VMI(), f.VirtualMachine()
 	podInformer, nodeInformer := f.KubeVirtPod(), f.KubeVirtNode()

@@ -333,67 +333,15 @@ func (n *Node) startDomain(ctx context.Context, orig *kubevirtv1.VirtualMachineI
 		return nil, err
 	}
 	d := &domain{done: make(chan struct{}), key: vmi.Namespace + "/" + vmi.Name, vmiUID: string(vmi.UID), podUID: string(pod.UID), efi: vmi.IsBootloaderEFI()}
-	var efiConf *convertertypes.EFIConfiguration
-	if d.efi {
-		secureBoot := vmi.Spec.Domain.Firmware.Bootloader.EFI.SecureBoot == nil || *vmi.Spec.Domain.Firmware.Bootloader.EFI.SecureBoot
-		env := efi.DetectEFIEnvironment(runtime.GOARCH, OVMFDir)
-		if !env.Bootable(secureBoot, efi.None) {
-			return nil, fmt.Errorf("EFI OVMF roms missing for booting in EFI mode with SecureBoot=%v", secureBoot)
-		}
-		efiConf = &convertertypes.EFIConfiguration{EFICode: env.EFICode(secureBoot, efi.None),
-			EFIVars: env.EFIVars(secureBoot, efi.None), SecureLoader: secureBoot}
+	c, err := n.converterContext(vmi)
+	if err != nil {
+		return nil, err
 	}
-	isBlock := map[string]bool{}
-	for _, v := range vmi.Spec.Volumes {
-		if v.DataVolume != nil || v.PersistentVolumeClaim != nil {
-			isBlock[v.Name] = false // the claims here are file systems, disk.img in them
-		}
-	}
-	c := &convertertypes.ConverterContext{
-		Architecture:     arch.NewConverter(runtime.GOARCH),
-		VirtualMachine:   vmi,
-		AllowEmulation:   true, // no /dev/kvm here: QEMU emulates (TCG)
-		EFIConfiguration: efiConf,
-		IsBlockPVC:       isBlock,
-		IsBlockDV:        isBlock,
-		SerialConsoleLog: (vmi.Spec.Domain.Devices.LogSerialConsole == nil && !n.cfg.ClusterConfig.IsSerialConsoleLogDisabled()) ||
-			(vmi.Spec.Domain.Devices.LogSerialConsole != nil && *vmi.Spec.Domain.Devices.LogSerialConsole),
-	}
-
 	secrets, err := n.hostPath(pod, "/var/run/kubevirt-private/secret")
 	if err != nil {
 		return nil, err
 	}
-	var dom api.Domain
-	convertMu.Lock()
-	err = func() error {
-		defer convertMu.Unlock()
-		// There is no user qemu (107) here: libvirt gives the files to
-		// libvirt-qemu itself (its dynamic ownership).
-		diskutils.MockDefaultOwnershipManager()
-		if err := cloudinit.SetLocalDirectory(filepath.Join(n.cfg.Dir, "cloud-init")); err != nil {
-			return err
-		}
-		data, err := cloudinit.ReadCloudInitVolumeDataSource(vmi, secrets)
-		if err != nil {
-			return fmt.Errorf("KubeVirt's cloud-init: %w", err)
-		}
-		if data != nil {
-			if err := cloudinit.PrepareLocalPath(vmi.Name, vmi.Namespace); err != nil {
-				return err
-			}
-		}
-		if err := converter.Convert_v1_VirtualMachineInstance_To_api_Domain(vmi, &dom, c); err != nil {
-			return fmt.Errorf("KubeVirt's converter: %w", err)
-		}
-		api.NewDefaulter(c.Architecture.GetArchitecture()).SetObjectDefaults_Domain(&dom)
-		if data != nil {
-			if err := cloudinit.GenerateLocalData(vmi, "", data); err != nil {
-				return fmt.Errorf("KubeVirt's cloud-init NoCloud disk: %w", err)
-			}
-		}
-		return nil
-	}()
+	dom, err := n.convert(vmi, secrets, c)
 	if err != nil {
 		return nil, err
 	}
@@ -434,6 +382,73 @@ func (n *Node) startDomain(ctx context.Context, orig *kubevirtv1.VirtualMachineI
 	}
 	d.started = time.Now()
 	return d, nil
+}
+
+// converterContext is the context virt-launcher's manager gives KubeVirt's
+// converter for vmi (generateConverterContext): the OVMF files of its EFI
+// boot, its claims as file systems, software emulation allowed.
+func (n *Node) converterContext(vmi *kubevirtv1.VirtualMachineInstance) (*convertertypes.ConverterContext, error) {
+	var efiConf *convertertypes.EFIConfiguration
+	if vmi.IsBootloaderEFI() {
+		secureBoot := vmi.Spec.Domain.Firmware.Bootloader.EFI.SecureBoot == nil || *vmi.Spec.Domain.Firmware.Bootloader.EFI.SecureBoot
+		env := efi.DetectEFIEnvironment(runtime.GOARCH, OVMFDir)
+		if !env.Bootable(secureBoot, efi.None) {
+			return nil, fmt.Errorf("EFI OVMF roms missing for booting in EFI mode with SecureBoot=%v", secureBoot)
+		}
+		efiConf = &convertertypes.EFIConfiguration{EFICode: env.EFICode(secureBoot, efi.None),
+			EFIVars: env.EFIVars(secureBoot, efi.None), SecureLoader: secureBoot}
+	}
+	isBlock := map[string]bool{}
+	for _, v := range vmi.Spec.Volumes {
+		if v.DataVolume != nil || v.PersistentVolumeClaim != nil {
+			isBlock[v.Name] = false // the claims here are file systems, disk.img in them
+		}
+	}
+	return &convertertypes.ConverterContext{
+		Architecture:     arch.NewConverter(runtime.GOARCH),
+		VirtualMachine:   vmi,
+		AllowEmulation:   true, // no /dev/kvm here: QEMU emulates (TCG)
+		EFIConfiguration: efiConf,
+		IsBlockPVC:       isBlock,
+		IsBlockDV:        isBlock,
+		SerialConsoleLog: (vmi.Spec.Domain.Devices.LogSerialConsole == nil && !n.cfg.ClusterConfig.IsSerialConsoleLogDisabled()) ||
+			(vmi.Spec.Domain.Devices.LogSerialConsole != nil && *vmi.Spec.Domain.Devices.LogSerialConsole),
+	}, nil
+}
+
+// convert turns vmi into its libvirt domain with KubeVirt's converter,
+// and writes its cloud-init NoCloud disk with KubeVirt's cloud-init, from
+// the Secrets mounted at secrets. KubeVirt's packages keep state of their
+// own (a local directory, an ownership manager): one conversion at a time.
+func (n *Node) convert(vmi *kubevirtv1.VirtualMachineInstance, secrets string, c *convertertypes.ConverterContext) (api.Domain, error) {
+	convertMu.Lock()
+	defer convertMu.Unlock()
+	var dom api.Domain
+	// There is no user qemu (107) here: libvirt gives the files to
+	// libvirt-qemu itself (its dynamic ownership).
+	diskutils.MockDefaultOwnershipManager()
+	if err := cloudinit.SetLocalDirectory(filepath.Join(n.cfg.Dir, "cloud-init")); err != nil {
+		return dom, err
+	}
+	data, err := cloudinit.ReadCloudInitVolumeDataSource(vmi, secrets)
+	if err != nil {
+		return dom, fmt.Errorf("KubeVirt's cloud-init: %w", err)
+	}
+	if data != nil {
+		if err := cloudinit.PrepareLocalPath(vmi.Name, vmi.Namespace); err != nil {
+			return dom, err
+		}
+	}
+	if err := converter.Convert_v1_VirtualMachineInstance_To_api_Domain(vmi, &dom, c); err != nil {
+		return dom, fmt.Errorf("KubeVirt's converter: %w", err)
+	}
+	api.NewDefaulter(c.Architecture.GetArchitecture()).SetObjectDefaults_Domain(&dom)
+	if data != nil {
+		if err := cloudinit.GenerateLocalData(vmi, "", data); err != nil {
+			return dom, fmt.Errorf("KubeVirt's cloud-init NoCloud disk: %w", err)
+		}
+	}
+	return dom, nil
 }
 
 // masqueradeInterface checks that vmi's only interface binds the pod

@@ -463,32 +463,41 @@ func validateSize(ctx context.Context, image string, usable int64) error {
 	return nil
 }
 
+// checksumOf parses a DataVolume's checksum ("algorithm:hex", as CDI's
+// checksum.go reads it): the hash to compute, or none for "". An unknown
+// algorithm fails the import for good, as CDI's does.
+func checksumOf(checksum string) (h hash.Hash, algo, want string, err error) {
+	if checksum == "" {
+		return nil, "", "", nil
+	}
+	algo, want, ok := strings.Cut(checksum, ":")
+	switch algo {
+	case "md5":
+		h = md5.New() //nolint:gosec
+	case "sha1":
+		h = sha1.New() //nolint:gosec
+	case "sha256":
+		h = sha256.New()
+	case "sha512":
+		h = sha512.New()
+	default:
+		ok = false
+	}
+	if !ok {
+		return nil, "", "", &importError{reason: "Error", message: "Unable to process data: invalid checksum " + checksum, fatal: true}
+	}
+	return h, algo, want, nil
+}
+
 // download copies the source's body to file through the hash of the
 // DataVolume's checksum, reporting progress as CDI's controller reads it
 // from the importer, and verifies the sum (checksum.go: Validate). A
 // mismatch is fatal, as the import controller reads it: the file is
 // removed and the DataVolume fails with reason ChecksumError.
 func (im *importer) download(ctx context.Context, dv *cdiv1.DataVolume, src *cdiv1.DataVolumeSourceHTTP, headers []string, file string) error {
-	var h hash.Hash
-	var algo, want string
-	if src.Checksum != "" {
-		var ok bool
-		algo, want, ok = strings.Cut(src.Checksum, ":")
-		switch algo {
-		case "md5":
-			h = md5.New() //nolint:gosec
-		case "sha1":
-			h = sha1.New() //nolint:gosec
-		case "sha256":
-			h = sha256.New()
-		case "sha512":
-			h = sha512.New()
-		default:
-			ok = false
-		}
-		if !ok {
-			return &importError{reason: "Error", message: "Unable to process data: invalid checksum " + src.Checksum, fatal: true}
-		}
+	h, algo, want, err := checksumOf(src.Checksum)
+	if err != nil {
+		return err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src.URL, nil)
 	if err != nil {

@@ -119,6 +119,26 @@ type Node struct {
 	domains map[string]*domain // by VMI namespace/name
 }
 
+// trustCAs adds the Config's CA certificates to the system's, for the
+// importer's downloads, and writes them where nbdkit's curl reads them.
+func (n *Node) trustCAs() error {
+	if len(n.cfg.CACertsPEM) == 0 {
+		return nil
+	}
+	var err error
+	if n.rootCAs, err = x509.SystemCertPool(); err != nil {
+		n.rootCAs = x509.NewCertPool()
+	}
+	if !n.rootCAs.AppendCertsFromPEM(n.cfg.CACertsPEM) {
+		return errors.New("testnode: CACertsPEM holds no certificate")
+	}
+	n.caFile = filepath.Join(n.cfg.Dir, "ca.pem")
+	if err := os.WriteFile(n.caFile, n.cfg.CACertsPEM, 0o644); err != nil {
+		return fmt.Errorf("testnode: %w", err)
+	}
+	return nil
+}
+
 // Start registers the Node with the API server and runs its parts until
 // Close.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
@@ -145,17 +165,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, kube: kube, dyn: dyn, logf: cfg.Logf, domains: map[string]*domain{}}
-	if len(cfg.CACertsPEM) > 0 {
-		if n.rootCAs, err = x509.SystemCertPool(); err != nil {
-			n.rootCAs = x509.NewCertPool()
-		}
-		if !n.rootCAs.AppendCertsFromPEM(cfg.CACertsPEM) {
-			return nil, errors.New("testnode: CACertsPEM holds no certificate")
-		}
-		n.caFile = filepath.Join(cfg.Dir, "ca.pem")
-		if err := os.WriteFile(n.caFile, cfg.CACertsPEM, 0o644); err != nil {
-			return nil, fmt.Errorf("testnode: %w", err)
-		}
+	if err := n.trustCAs(); err != nil {
+		return nil, err
 	}
 	if err := cfg.Libvirt.destroyOrphans(ctx, cfg.Name); err != nil {
 		return nil, err
