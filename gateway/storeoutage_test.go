@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,6 +29,15 @@ type outageStore struct {
 	down    map[string]bool
 	landing map[string]bool
 	calls   map[string]int
+	// undone, when set, is called after each UndoUpload that ran.
+	undone func(id string)
+}
+
+// onUndone sets what runs after each UndoUpload that ran.
+func (s *outageStore) onUndone(f func(id string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.undone = f
 }
 
 func newOutageStore(st imagestore.Store) *outageStore {
@@ -115,6 +125,12 @@ func (s *outageStore) RenewLease(ctx context.Context, name, holder string, token
 
 func (s *outageStore) UndoUpload(ctx context.Context, id string, startedAt time.Time) (removeBlob bool, err error) {
 	err = s.call("UndoUpload", func() (err error) { removeBlob, err = s.Store.UndoUpload(ctx, id, startedAt); return err })
+	s.mu.Lock()
+	undone := s.undone
+	s.mu.Unlock()
+	if err == nil && undone != nil {
+		undone(id)
+	}
 	return removeBlob, err
 }
 
@@ -178,6 +194,14 @@ func TestStoreOutageAnswers(t *testing.T) {
 			e := startEnv(t, t.TempDir(), filepath.Join(t.TempDir(), "vmshelf.db"), func(c *Config) { c.Replica = "r1" },
 				func(s imagestore.Store) imagestore.Store { st = newOutageStore(s); return st })
 			up, id := e.ticket()
+			// From the instant the ticket is back a retry may open a session
+			// of the same upload id: the refused upload's partial bytes
+			// must be gone by then, or their removal takes the retry's.
+			partialAtUndo := make(chan bool, 8)
+			st.onUndone(func(id string) {
+				_, err := os.Stat(filepath.Join(e.dir, ".partial", id))
+				partialAtUndo <- err == nil
+			})
 			send := func() (*http.Response, []byte) {
 				if !tc.tus {
 					return put(t, up, img)
@@ -194,6 +218,16 @@ func TestStoreOutageAnswers(t *testing.T) {
 			waitFor(t, "the transfer slots to be free", func() bool { return len(e.g.slots) == 0 })
 			st.recover()
 			e.waitTicketBack(up)
+			if tc.calls[0] != "Ticket" { // a ticket never looked up has nothing to undo
+				select {
+				case left := <-partialAtUndo:
+					if left {
+						t.Error("the ticket was given back while the refused upload's partial bytes were still there")
+					}
+				case <-time.After(10 * time.Second):
+					t.Error("no undo ran within 10 s")
+				}
+			}
 			waitFor(t, "what the upload committed to be removed", func() bool {
 				_, err := e.st.Image(context.Background(), id)
 				intents, ierr := e.st.Intents(context.Background())

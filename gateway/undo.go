@@ -48,14 +48,24 @@ func (g *Gateway) undoUpload(uploadID string, startedAt time.Time, partial bool)
 		Until: time.Now().Add(undoRetryFor), Done: "upload answered storeUnreachable undone: its ticket works again",
 		Left: "its ticket stays used, and what it committed stays for the removal sweep and start-up",
 		Run: func() error {
+			// The partial bytes go before the ticket comes back: from then
+			// on a retry with it may open a session of the same upload id,
+			// whose partial file must not be removed under it. Until then
+			// nobody can write there (the answer named no session, and the
+			// ticket is used), and an image storage that does not answer
+			// retries the whole undo.
+			if partial {
+				if err := g.removePartial(uploadID)(); errors.Is(err, imagestore.ErrBlobsUnavailable) {
+					return err
+				} else if err != nil {
+					g.log.Error("partial bytes of an upload answered storeUnreachable not removed; start-up removes them", "upload_id", uploadID, "err", err)
+				}
+			}
 			octx, cancel := g.op()
 			removeBlob, err := g.store.UndoUpload(octx, uploadID, startedAt)
 			cancel()
 			if err != nil {
 				return err
-			}
-			if partial {
-				g.removeNowOrLater(uploadID, g.removePartial(uploadID))
 			}
 			if !removeBlob {
 				return nil
