@@ -4,9 +4,9 @@
 // interface. Both planes meet here and nowhere else. Store is every record
 // the service keeps, so it is made of role interfaces of a few methods
 // each (Health, Tenants, Tickets, Uploads, Images, FetchTokens, Listings,
-// Orders, Provisioning, Billing, ConsoleStore, Leases, Journal), one per
-// part of the service that calls them: a part depends on the roles it
-// uses, and its test fakes just those. The interfaces are storage-neutral:
+// Orders, Provisioning, Billing, ConsoleStore, PowerStore, Leases,
+// Journal), one per part of the service that calls them: a part depends
+// on the roles it uses, and its test fakes just those. The interfaces are storage-neutral:
 // imagestore/sqlite and imagestore/postgres keep the records (their SQL
 // once, in imagestore/sqlstore), imagestore/blobfs and imagestore/s3 the
 // bytes, and imagestore/storetest and imagestore/blobtest hold the one
@@ -233,6 +233,7 @@ type Store interface {
 	FetchTokens
 	MarketStore
 	ConsoleStore
+	PowerStore
 	Leases
 	Journal
 	Close() error

@@ -408,6 +408,13 @@ DELETE FROM tickets WHERE upload_id IN (SELECT upload_id FROM tickets WHERE expi
 DELETE FROM console_tickets WHERE hash IN (SELECT hash FROM console_tickets WHERE expires_at < ? LIMIT ?)`, cutoff); err != nil {
 		return int(counted), err
 	}
+	// A power request's answer is kept for a retry after a lost answer:
+	// a retry comes within minutes, never after the retention.
+	if _, err := s.sweepInBatches(ctx, `
+DELETE FROM power_requests WHERE (order_id, request_id) IN
+	(SELECT order_id, request_id FROM power_requests WHERE taken_at < ? LIMIT ?)`, cutoff); err != nil {
+		return int(counted), err
+	}
 	return int(counted), nil
 }
 

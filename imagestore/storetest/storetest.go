@@ -82,6 +82,7 @@ func Run(t *testing.T, open func(t *testing.T) imagestore.Store) {
 		{"DisputeRacesRefund", testDisputeRacesRefund},
 		{"DisputeClosed", testDisputeClosed},
 		{"ConsoleTickets", testConsoleTickets},
+		{"PowerRequests", testPowerRequests},
 		{"OrderTimeRoundTrip", testOrderTimeRoundTrip},
 		{"OrderQueries", testOrderQueries},
 		{"OverdueOrders", testOverdueOrders},
