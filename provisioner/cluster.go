@@ -66,6 +66,12 @@ type Cluster interface {
 	// VirtualMachineInstance vmi in ns: the raw bytes of its screen (RFB)
 	// or its serial line.
 	Console(ctx context.Context, ns, vmi string, kind imagestore.ConsoleKind) (net.Conn, error)
+	// Power sends a start, stop or restart to KubeVirt's subresource of
+	// that name of the VirtualMachine name in ns, as virtctl does:
+	// KubeVirt's virt-api changes the VM's run strategy or asks its
+	// controller for the change, and answers 409 when the VM is not in a
+	// state that takes the action.
+	Power(ctx context.Context, ns, name string, a imagestore.PowerAction) error
 }
 
 // cluster is Cluster over the generated clientsets of Kubernetes, KubeVirt
@@ -263,6 +269,19 @@ func (c *cluster) CreateDataVolume(ctx context.Context, dv *cdiv1.DataVolume) er
 	return err
 }
 
+func (c *cluster) Power(ctx context.Context, ns, name string, a imagestore.PowerAction) error {
+	vms := c.kv.KubevirtV1().VirtualMachines(ns)
+	switch a {
+	case imagestore.PowerStart:
+		return vms.Start(ctx, name, &kubevirtv1.StartOptions{})
+	case imagestore.PowerStop:
+		return vms.Stop(ctx, name, &kubevirtv1.StopOptions{})
+	case imagestore.PowerRestart:
+		return vms.Restart(ctx, name, &kubevirtv1.RestartOptions{})
+	}
+	return fmt.Errorf("provisioner: power action %q", a)
+}
+
 // unreachable is a Cluster that cannot be asked anything.
 type unreachable struct{ err error }
 
@@ -302,6 +321,9 @@ func (u unreachable) GetDataVolume(context.Context, string, string) (*cdiv1.Data
 func (u unreachable) CreateDataVolume(context.Context, *cdiv1.DataVolume) error { return u.err }
 func (u unreachable) Console(context.Context, string, string, imagestore.ConsoleKind) (net.Conn, error) {
 	return nil, u.err
+}
+func (u unreachable) Power(context.Context, string, string, imagestore.PowerAction) error {
+	return u.err
 }
 
 // Console dials KubeVirt's subresource through the API server: the

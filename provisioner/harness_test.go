@@ -139,6 +139,12 @@ func fieldValidationOf(a k8stesting.Action) (fv string, write bool) {
 	switch a.GetVerb() {
 	case "get", "list", "watch", "delete", "delete-collection", "deletecollection":
 		return "", false
+	case "put":
+		// KubeVirt's start, stop and restart subresources take options,
+		// not an object: there is no field to validate.
+		if sub := a.GetSubresource(); sub == "start" || sub == "stop" || sub == "restart" {
+			return metav1.FieldValidationStrict, true
+		}
 	}
 	return "", true // a write of a shape the check does not know: not Strict
 }

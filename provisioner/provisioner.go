@@ -856,3 +856,28 @@ func (p *Provisioner) OpenConsole(ctx context.Context, o imagestore.Order, repli
 	}
 	return p.c.Console(ctx, namespaceName(o.BuyerID), vmName(o.ID, replica), kind)
 }
+
+// Power sends action a to replica (index) of order o, through KubeVirt's
+// subresource of that name. It is the market's Power. KubeVirt's 409 (the
+// machine is not in a state that takes it) is imagestore.ErrPowerRefused
+// and its NotFound of the VirtualMachine imagestore.ErrNoMachine; any
+// other error is the cluster's, a 404 of the route itself (no virt-api
+// serving it) among them: could not ask is never absent.
+func (p *Provisioner) Power(ctx context.Context, o imagestore.Order, replica int, a imagestore.PowerAction) error {
+	if replica < 0 || replica >= o.Quantity {
+		return fmt.Errorf("provisioner: order %s has no replica %d", o.ID, replica)
+	}
+	ns, name := namespaceName(o.BuyerID), vmName(o.ID, replica)
+	err := p.c.Power(ctx, ns, name, a)
+	var status apierrors.APIStatus
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("provisioner: %s of %s/%s: %w: %w", a, ns, name, imagestore.ErrPowerRefused, err)
+	case apierrors.IsNotFound(err) && errors.As(err, &status) && status.Status().Details != nil &&
+		status.Status().Details.Name == name:
+		return fmt.Errorf("provisioner: %s of %s/%s: %w: %w", a, ns, name, imagestore.ErrNoMachine, err)
+	}
+	return fmt.Errorf("provisioner: %s of %s/%s: %w", a, ns, name, err)
+}

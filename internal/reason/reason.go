@@ -87,6 +87,14 @@ var (
 	OrderNotAwaitingPayment = Code{http.StatusConflict, "orderNotAwaitingPayment", "only an order awaiting payment can be cancelled"}
 	NeedsConsole            = Code{http.StatusConflict, "needsConsole", "this system installs from an ISO and needs the browser console, which this edge does not offer yet"}
 	ReplicaNotRunning       = Code{http.StatusConflict, "replicaNotRunning", "the machine is not running; its console opens once it runs"}
+	// A power action the machine cannot take as it is.
+	AlreadyRunning   = Code{http.StatusConflict, "alreadyRunning", "the machine is running already"}
+	AlreadyStopped   = Code{http.StatusConflict, "alreadyStopped", "the machine is stopped already"}
+	MachineStopped   = Code{http.StatusConflict, "machineStopped", "the machine does not run, so it cannot be restarted; start it instead"}
+	ReplicaImporting = Code{http.StatusConflict, "replicaImporting", "the machine's disk is still being imported; the machine starts by itself when the import ends"}
+	MachinesNotMade  = Code{http.StatusConflict, "machinesNotMade", "the order's machines are still being made; try again once they show as starting or running"}
+	OrderEnded       = Code{http.StatusConflict, "orderEnded", "the order's paid month is over, or its payment was given back: its machines stay halted"}
+	PowerInProgress  = Code{http.StatusConflict, "powerInProgress", "an action with this request_id is still running; ask again in a few seconds"}
 
 	// 410: the data plane's spent tickets.
 	TicketUsed    = Code{http.StatusGone, "ticketUsed", "this upload ticket was already used or cancelled; ask for a new one"}
@@ -118,6 +126,10 @@ var (
 	// BadConsoleKind is the badRequest of a console ticket whose body
 	// reads well but names no console there is.
 	BadConsoleKind = Code{http.StatusUnprocessableEntity, "badRequest", `kind is "vnc" or "serial"`}
+	// BadPowerAction and RequestIDReused are the badRequest of a power
+	// action whose body reads well but asks for nothing there is.
+	BadPowerAction  = Code{http.StatusUnprocessableEntity, "badRequest", `action is "start", "stop" or "restart"; request_id, when given, is 1 to 64 letters, digits, '-' or '_'`}
+	RequestIDReused = Code{http.StatusUnprocessableEntity, "badRequest", "this request_id was used for another action on this order; send a new one"}
 
 	// 423: another request holds the upload.
 	Locked    = Code{http.StatusLocked, "locked", "another request for this upload is still running; retry"}
@@ -140,6 +152,8 @@ var (
 	PaymentsUnavailable  = Code{http.StatusServiceUnavailable, "paymentsUnavailable", "this edge cannot take payments now: its Stripe keys are not configured"}
 	WebhookNotConfigured = Code{http.StatusServiceUnavailable, "webhookNotConfigured", "this edge has no webhook signing secret (STRIPE_WEBHOOK_SECRET); events cannot be verified"}
 	ConsoleUnavailable   = Code{http.StatusServiceUnavailable, "consoleUnavailable", "this edge reaches no cluster, so it opens no console"}
+	PowerUnavailable     = Code{http.StatusServiceUnavailable, "powerUnavailable", "this edge reaches no cluster, so it cannot start or stop machines"}
+	ClusterBusy          = Code{http.StatusServiceUnavailable, "clusterBusy", "the cluster did not take the action; try again in a minute"}
 	// Why /readyz says the edge is not ready, besides StoreUnreachable and
 	// BlobStoreUnreachable.
 	StoreCorrupt    = Code{http.StatusServiceUnavailable, "storeCorrupt", "the record store is damaged; restore it from a backup"}
@@ -163,15 +177,17 @@ func All() []Code {
 		NotSharing, TicketInUse, ImageQuota, ImageInUse, OffsetMismatch, NotOffered, NotHosting, NoPayoutAccount,
 		PayoutsNotEnabled, AccountManagedElsewhere, TooManyListings, OwnListing, TooManyUnpaidOrders, NoCapacity,
 		OrderNotAwaitingPayment, NeedsConsole, ReplicaNotRunning,
+		AlreadyRunning, AlreadyStopped, MachineStopped, ReplicaImporting, MachinesNotMade, OrderEnded, PowerInProgress,
 		TicketUsed, TicketExpired,
 		TusVersion, TooLarge, UnsupportedMediaType, BadContentType, RangeNotSatisfiable,
 		NotQcow2, BackingFile, ExternalDataFile, Encrypted, Corrupt, BadHeader, VirtualSizeTooLarge,
 		BelowMinimumCharge, UserDataNotForInstaller, NoBootLoader, WrongFirmware, BadConsoleKind,
+		BadPowerAction, RequestIDReused,
 		Locked, TakenOver,
 		RateLimited, ConsoleBusy,
 		Internal, PaymentRefused,
 		Busy, ShuttingDown, ClientGone, BlobStoreUnreachable, StoreUnreachable, PaymentsUnavailable,
-		WebhookNotConfigured, ConsoleUnavailable, StoreCorrupt, StoreUnwritable, NotReady, NotReadyNoSpace,
+		WebhookNotConfigured, ConsoleUnavailable, PowerUnavailable, ClusterBusy, StoreCorrupt, StoreUnwritable, NotReady, NotReadyNoSpace,
 		NoSpace,
 	}
 }
