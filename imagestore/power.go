@@ -68,6 +68,9 @@ type PowerStore interface {
 	// true. ErrNotFound if the order is not r.TenantID's.
 	TakePowerRequest(ctx context.Context, r PowerRequest, staleBefore time.Time) (got PowerRequest, taken bool, err error)
 	// FinishPowerRequest stores the answer of the request taken at
-	// takenAt; ErrNotFound if it was taken again since, or is done.
+	// takenAt; ErrNotFound if it was taken again since, or is done. An
+	// answer of status 500 or more (the store's or the cluster's fault,
+	// which passes) is not kept: the request is removed, and its retry
+	// runs again.
 	FinishPowerRequest(ctx context.Context, orderID, requestID string, takenAt time.Time, status int, answer []byte, at time.Time) error
 }

@@ -39,7 +39,10 @@ type metrics struct {
 	consoleSessions *prometheus.CounterVec
 	consoleRefusals *prometheus.CounterVec
 	consoleBytesVec *prometheus.CounterVec
-	log             *slog.Logger
+	// powerActions counts each replica's power action by action and
+	// outcome (accepted, or the reason it was refused with).
+	powerActions *prometheus.CounterVec
+	log          *slog.Logger
 
 	// onboardingLinks counts POST /market/stripe/onboarding by result.
 	onboardingLinks *prometheus.CounterVec
@@ -111,6 +114,10 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 			Name: "vmshelf_console_bytes_total",
 			Help: "Bytes passed through consoles: to_machine, to_browser.",
 		}, []string{"direction"}),
+		powerActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vmshelf_power_actions_total",
+			Help: "Buyers' power actions on replicas, by action (start, stop, restart) and outcome: accepted, or the reason it was refused (alreadyRunning, alreadyStopped, machineStopped, replicaImporting, machinesNotMade, orderEnded, clusterBusy).",
+		}, []string{"action", "outcome"}),
 		onboardingLinks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vmshelf_onboarding_links_total",
 			Help: "Stripe onboarding links asked for by hosts (POST /market/stripe/onboarding), by result: ok, refused (notHosting, accountManagedElsewhere), unavailable (Stripe or the store failed).",
@@ -119,7 +126,7 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 	}
 	m.showEveryLabel()
 	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.ordersCancelled, m.webhookEvents,
-		m.refunds, m.disputes, m.disputesClosed, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, newStatsCollector(st, blobs, unfinished)} {
+		m.refunds, m.disputes, m.disputesClosed, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, m.powerActions, newStatsCollector(st, blobs, unfinished)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("market: registering metrics: %w", err)
 		}

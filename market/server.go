@@ -136,6 +136,9 @@ type Config struct {
 	// Consoles opens replicas' consoles (the provisioner's cluster); nil
 	// refuses console tickets (503 consoleUnavailable).
 	Consoles Consoles
+	// Power starts, stops and restarts replicas (the provisioner's
+	// cluster); nil refuses power actions (503 powerUnavailable).
+	Power Power
 	// ConsoleBase is the ws: or wss: origin (and path prefix) the console
 	// URLs are built on: the page's own origin, whose control plane
 	// serves the WebSocket. Required with Consoles.
@@ -306,6 +309,7 @@ func (s *Server) routes(reg prometheus.Registerer, gather prometheus.Gatherer) (
 	rt.handle(http.MethodPost, "/market/vms/listings/close", s.machineRoute(false, s.closeListing))
 	rt.handle(http.MethodPost, "/market/vms/orders", s.machineRoute(true, s.createOrder))
 	rt.handle(http.MethodPost, "/market/vms/orders/cancel", s.machineRoute(true, s.cancelOrder))
+	rt.handle(http.MethodPost, "/market/vms/orders/power", s.tenantRoute(s.power))
 	rt.handle(http.MethodPost, "/market/stripe/webhook", s.webhook)
 	rt.handle(http.MethodPost, "/market/vms/console/ticket", s.tenantRoute(s.consoleTicket))
 	rt.handle(http.MethodGet, "/market/vms/console", s.console)

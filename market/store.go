@@ -77,6 +77,9 @@ type Store interface {
 	CreateConsoleTicket(ctx context.Context, ticket imagestore.Hash, ct imagestore.ConsoleTicket) error
 	ConsumeConsoleTicket(ctx context.Context, ticket imagestore.Hash, now time.Time) (imagestore.ConsoleTicket, error)
 
+	// Power requests, by the buyer's request id.
+	imagestore.PowerStore
+
 	// The Stripe webhook's replay guard.
 	WebhookEventSeen(ctx context.Context, id string) (bool, error)
 	RecordWebhookEvent(ctx context.Context, ev imagestore.WebhookEvent) error

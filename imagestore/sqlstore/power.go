@@ -89,9 +89,14 @@ func (s *Store) FinishPowerRequest(ctx context.Context, orderID, requestID strin
 		return fail(err)
 	}
 	return s.write(ctx, "finish power request", func(tx *Tx) error {
-		res, err := tx.ExecContext(ctx, `
+		query, args := `
 UPDATE power_requests SET done_at = ?, status = ?, answer = ?
-WHERE order_id = ? AND request_id = ? AND taken_at = ? AND done_at IS NULL`, done, status, answer, orderID, requestID, taken)
+WHERE order_id = ? AND request_id = ? AND taken_at = ? AND done_at IS NULL`, []any{done, status, answer, orderID, requestID, taken}
+		if status >= 500 {
+			query, args = `
+DELETE FROM power_requests WHERE order_id = ? AND request_id = ? AND taken_at = ? AND done_at IS NULL`, args[3:]
+		}
+		res, err := tx.ExecContext(ctx, query, args...)
 		if err != nil {
 			return err
 		}

@@ -66,6 +66,16 @@ func testPowerRequests(t *testing.T, s imagestore.Store) {
 		!bytes.Equal(got.Answer, answer) || !got.DoneAt.Equal(later.TakenAt.Add(time.Second)) {
 		t.Fatalf("a retry after the answer = %+v, %v, %v", got, taken, err)
 	}
+	// A fault's answer is not kept: the retry runs again.
+	fault := r
+	fault.RequestID = "req-3"
+	if _, _, err := s.TakePowerRequest(ctx, fault, t0); err != nil {
+		t.Fatal(err)
+	}
+	must(t, "FinishPowerRequest", s.FinishPowerRequest(ctx, o.ID, "req-3", t0, 503, []byte(`{}`), t0))
+	if got, taken, err := s.TakePowerRequest(ctx, fault, t0); err != nil || !taken || got.Status != 0 {
+		t.Errorf("a retry after a 503 = %+v, %v, %v; want it taken anew", got, taken, err)
+	}
 	if err := s.FinishPowerRequest(ctx, o.ID, "req-2", t0, 202, make([]byte, imagestore.MaxPowerAnswer+1), t0); err == nil {
 		t.Error("an answer over MaxPowerAnswer was stored")
 	}
@@ -112,3 +122,4 @@ func testPowerRequests(t *testing.T, s imagestore.Store) {
 		t.Fatalf("after a sweep past the retention = %+v, %v, %v; want a new request", got, taken, err)
 	}
 }
+
