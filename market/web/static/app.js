@@ -28,6 +28,9 @@ function init () {
   if (!window.tus || !window.tus.isSupported) {
     setMessage('This browser cannot run the uploads of this page (tus-js-client, the QCOW2 check or the formats did not load).')
   }
+  // The button is off in the HTML until this handler is on: a press
+  // before it would submit the form itself, the token in its URL (which
+  // the CSP's form-action 'none' blocks, so the press would do nothing).
   $('#token-form').addEventListener('submit', (ev) => {
     ev.preventDefault()
     const t = $('#token').value.trim()
@@ -43,6 +46,7 @@ function init () {
     document.body.dataset.ready = 'false'
     refresh().then(() => { if (state.rendered) $('#main').focus() })
   })
+  $('#token-save').disabled = false
   $('#token-forget').addEventListener('click', () => {
     token.forget()
     state.status = null
@@ -123,6 +127,8 @@ function init () {
   } else {
     showTokenForm(true)
   }
+  // For tests and tools: every handler of the page is on.
+  document.body.dataset.wired = 'true'
 }
 
 if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', init)

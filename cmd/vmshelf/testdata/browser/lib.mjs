@@ -136,10 +136,12 @@ export async function signIn(page, token = env('PAGE_TOKEN')) {
   await ready(page);
 }
 
-// open loads /machines; anything but 200 fails at once.
+// open loads /machines and waits until its modules have wired its
+// forms (a press before that does nothing); anything but 200 fails at once.
 export async function open(page) {
   const resp = await page.goto(env('PAGE_URL'));
   if (!resp || resp.status() !== 200) throw new Error(`GET ${env('PAGE_URL')}: ${resp ? resp.status() : 'no answer'}`);
+  await page.waitForSelector('body[data-wired="true"]', { timeout: 20000 });
 }
 
 // ready waits for body[data-ready="true"] and fails at once on #message.
