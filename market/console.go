@@ -62,7 +62,7 @@ var (
 	errConsoleOrder = apierr.New(reason.OrderUnknown).WithMsg(
 		"you have no such order: only its buyer opens a machine's console")
 	errConsoleReplica      = apierr.New(reason.ReplicaUnknown)
-	errConsoleKind         = apierr.New(reason.BadConsoleKind)
+	errConsoleKind         = apierr.New(reason.BadValue).WithMsg(`kind is "vnc" or "serial"`)
 	errNotRunning          = apierr.New(reason.ReplicaNotRunning)
 	errConsolesUnavailable = apierr.New(reason.ConsoleUnavailable)
 )

@@ -43,8 +43,14 @@ const (
 // to log.
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-var errPowerOrder = apierr.New(reason.OrderUnknown).WithMsg(
-	"you have no such order: only its buyer starts, stops and restarts its machines")
+var (
+	errPowerOrder = apierr.New(reason.OrderUnknown).WithMsg(
+		"you have no such order: only its buyer starts, stops and restarts its machines")
+	errPowerValue = apierr.New(reason.BadValue).WithMsg(
+		`action is "start", "stop" or "restart"; request_id, when given, is 1 to 64 letters, digits, '-' or '_'`)
+	errRequestIDReused = apierr.New(reason.BadValue).WithMsg(
+		"this request_id was used for another action on this order; send a new one")
+)
 
 type powerRequest struct {
 	OrderID string `json:"order_id"`
@@ -86,7 +92,7 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, t imagestore.Tena
 	}
 	action := imagestore.PowerAction(req.Action)
 	if !action.Valid() || (req.RequestID != "" && !requestIDPattern.MatchString(req.RequestID)) {
-		s.fail(w, r, apierr.New(reason.BadPowerAction))
+		s.fail(w, r, errPowerValue)
 		return
 	}
 	if s.cfg.Power == nil {
@@ -113,7 +119,7 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, t imagestore.Tena
 		case errors.Is(err, imagestore.ErrNotFound):
 			err = errPowerOrder
 		case err == nil && (got.Action != action || got.Replica != replica):
-			err = apierr.New(reason.RequestIDReused)
+			err = errRequestIDReused
 		case err == nil && !taken && got.DoneAt.IsZero():
 			err = apierr.New(reason.PowerInProgress)
 		}
@@ -181,6 +187,9 @@ func (s *Server) runPower(ctx context.Context, t imagestore.Tenant, o imagestore
 	}
 	s.log.Info("power action", "buyer", t.Name, "order_id", o.ID, "replica", replicaLabel(replica), "action", action,
 		"accepted", accepted, "refused", len(outcomes)-accepted)
+	if accepted > 0 && s.cfg.OnPower != nil {
+		s.cfg.OnPower(o.ID)
+	}
 	if accepted == 0 {
 		e := first
 		if len(outcomes) > 1 {

@@ -120,6 +120,9 @@ type Config struct {
 	// OnPaid, if set, is told the id of each order the moment it is paid
 	// (the provisioner's cue; it also finds paid orders on its own).
 	OnPaid func(orderID string)
+	// OnPower, if set, is told the id of each order a power action was
+	// taken on, so that its replicas' new states are read soon.
+	OnPower func(orderID string)
 	// ClusterReady, if set, says whether the provisioner reaches the
 	// cluster (nil) or why not; /readyz then names clusterUnreachable.
 	ClusterReady func() error

@@ -120,12 +120,17 @@ func (f *kubeFake) serveConsole(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	parts := strings.Split(rest, "/") // ns, virtualmachineinstances, name, sub
-	if len(parts) != 4 || parts[1] != "virtualmachineinstances" || (parts[3] != "vnc" && parts[3] != "console") {
+	power := len(parts) == 4 && parts[1] == "virtualmachines" && (parts[3] == "start" || parts[3] == "stop" || parts[3] == "restart")
+	if !power && (len(parts) != 4 || parts[1] != "virtualmachineinstances" || (parts[3] != "vnc" && parts[3] != "console")) {
 		http.Error(w, "not found", http.StatusNotFound)
 		return true
 	}
 	if r.Header.Get("Authorization") != "Bearer "+kubeFakeToken {
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return true
+	}
+	if power {
+		f.servePower(w, r, parts[0], parts[2], parts[3])
 		return true
 	}
 	ns, vmi, sub := parts[0], parts[2], parts[3]

@@ -145,6 +145,9 @@ type kubeFake struct {
 	pendingVM []pendingVM
 	pendingDV []pendingDV
 	consoles  consoleBackends // the console subresources (kubefake_console_test.go)
+	restarts  map[kubeKey]int // restarts the power subresources took (kubefake_power_test.go)
+	// powerFailing makes the power subresources answer 503.
+	powerFailing bool
 	// closing is closed when the test ends, before the server closes:
 	// it lets go of what the fake holds (a hung console).
 	closing chan struct{}
@@ -159,7 +162,7 @@ type kubeFake struct {
 // 404 or 405, all marked unexpected.
 func newKubeFake(t *testing.T) *kubeFake {
 	t.Helper()
-	f := &kubeFake{objs: map[kubeKey]map[string]any{}, closing: make(chan struct{})}
+	f := &kubeFake{objs: map[kubeKey]map[string]any{}, restarts: map[kubeKey]int{}, closing: make(chan struct{})}
 	f.Server = httptest.NewTLSServer(http.HandlerFunc(f.serveHTTP))
 	t.Cleanup(func() {
 		close(f.closing)

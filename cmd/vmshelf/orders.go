@@ -16,16 +16,17 @@ import (
 // ordersHelp is "vmshelf orders -h".
 var ordersHelp = cli.Doc{
 	Args:    "COMMAND [arguments] [flags]",
-	Summary: "list this box's machine orders, cancel one not paid yet",
+	Summary: "list this box's machine orders, cancel one not paid yet, start, stop and restart machines",
 	About: `The machines this box ordered on the edge's market (the Machines page places them): ` +
-		`list them, and cancel one that is still awaiting payment, which gives its replicas back ` +
-		`to the offer. The commands ask the edge's control plane with this box's token.`,
+		`list them, cancel one that is still awaiting payment, which gives its replicas back ` +
+		`to the offer, and start, stop or restart the machines of a running order. The commands ` +
+		`ask the edge's control plane with this box's token.`,
 }
 
 // ordersExits are the exit codes of both orders commands.
 var ordersExits = []string{
 	"1  refused: the control plane said no (an order not this box's, one not awaiting payment, " +
-		"not sharing, token); the message says why",
+		"a machine that cannot take the action, not sharing, token); the message says why",
 	"2  a usage error, or the token file cannot be read",
 	"3  the control plane did not answer, or was busy; run the same command again",
 }
@@ -63,6 +64,9 @@ The token is read from the --token-file (never from a flag or the environment).`
 var ordersCommands = []cli.Command{
 	{Name: "list", Doc: ordersListHelp, Run: ordersList},
 	{Name: "cancel", Doc: ordersCancelHelp, Run: ordersCancel},
+	{Name: "start", Doc: ordersStartHelp, Run: ordersPower("start", "started", ordersStartHelp)},
+	{Name: "stop", Doc: ordersStopHelp, Run: ordersPower("stop", "stopped", ordersStopHelp)},
+	{Name: "restart", Doc: ordersRestartHelp, Run: ordersPower("restart", "restarted", ordersRestartHelp)},
 }
 
 // ordersCancel is 'vmshelf orders cancel'.

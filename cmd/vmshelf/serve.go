@@ -234,7 +234,7 @@ func buildPlanes(f *serveFlags, sh *shelf, peers *peers, reg *prometheus.Registr
 	var (
 		onPaid       func(string)
 		clusterReady func() error
-		consoles     market.Consoles
+		machines     machineAccess
 	)
 	if f.vmsEnable {
 		p.prov, err = provisioner.New(provisioner.Config{
@@ -253,7 +253,7 @@ func buildPlanes(f *serveFlags, sh *shelf, peers *peers, reg *prometheus.Registr
 		if err != nil {
 			return nil, err
 		}
-		onPaid, clusterReady, consoles = p.prov.Kick, p.prov.Ready, p.prov
+		onPaid, clusterReady, machines = p.prov.Kick, p.prov.Ready, p.prov
 	}
 	// Over a shared store the provisioner and the sweepers run on one
 	// replica, the holder of the leader lease; another replica's /readyz
@@ -266,7 +266,7 @@ func buildPlanes(f *serveFlags, sh *shelf, peers *peers, reg *prometheus.Registr
 		Log: log.With("component", "leader")}, reg); err != nil {
 		return nil, err
 	}
-	if p.mk, err = newMarket(f, peers, shared, sh.blobs, onPaid, p.job.WhileLeading(clusterReady), consoles, reg, log); err != nil {
+	if p.mk, err = newMarket(f, peers, shared, sh.blobs, onPaid, p.job.WhileLeading(clusterReady), machines, reg, log); err != nil {
 		return nil, err
 	}
 	if p.evictions, err = connlimit.NewEvictions(reg); err != nil {
@@ -301,8 +301,15 @@ func newGateway(f *serveFlags, sh *shelf, shared imagestore.Store, reg prometheu
 	}, shared, sh.blobs.Blobs, reg)
 }
 
+// machineAccess is what the control plane asks of the cluster for a
+// buyer: a replica's console and its power (the provisioner's).
+type machineAccess interface {
+	market.Consoles
+	market.Power
+}
+
 func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs *openedBlobs, onPaid func(string),
-	clusterReady func() error, consoles market.Consoles, reg *prometheus.Registry, log *slog.Logger) (*market.Server, error) {
+	clusterReady func() error, machines machineAccess, reg *prometheus.Registry, log *slog.Logger) (*market.Server, error) {
 	return market.New(market.Config{
 		PublicURL:         f.base,
 		TicketTTL:         f.ticketTTL,
@@ -323,11 +330,13 @@ func newMarket(f *serveFlags, peers *peers, shared imagestore.Store, blobs *open
 		VMsDomain:         f.vmsDomain,
 		Replica:           market.ReplicaSize{VCPU: f.vmCPU, MemoryMiB: f.vmMemoryMiB, DiskGiB: f.vmDiskGiB},
 		OnPaid:            onPaid,
+		OnPower:           onPaid, // the provisioner's Kick: the replicas' new states soon
 		ClusterReady:      clusterReady,
 		RefundDeadline:    f.refundDeadline,
 		RefundClaim:       2 * f.stripeTimeout,
-		Consoles:          consoles,
-		ConsoleAvailable:  consoles != nil,
+		Consoles:          machines,
+		Power:             machines,
+		ConsoleAvailable:  machines != nil,
 		ConsoleBase:       f.consoleBase(),
 		ConsoleIdle:       f.consoleIdle,
 		ConsoleTimeout:    f.consoleTimeout,

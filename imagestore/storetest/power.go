@@ -122,4 +122,3 @@ func testPowerRequests(t *testing.T, s imagestore.Store) {
 		t.Fatalf("after a sweep past the retention = %+v, %v, %v; want a new request", got, taken, err)
 	}
 }
-

@@ -123,13 +123,11 @@ var (
 	// its upload, say that no machine could start from it as ordered.
 	NoBootLoader  = Code{http.StatusUnprocessableEntity, "noBootLoader", "the image's disk has no boot loader that a BIOS or UEFI firmware could start (no boot code in its first sector, no FAT file system on it); a machine made from it would stop at its firmware's \"No bootable device\""}
 	WrongFirmware = Code{http.StatusUnprocessableEntity, "wrongFirmware", "the image starts only with the other firmware than the one its EFI box chose; upload it again with the EFI box the other way"}
-	// BadConsoleKind is the badRequest of a console ticket whose body
+	// BadValue is the badRequest of a body that reads well but names
+	// nothing there is (a console's kind, a power action): the place that
+	// refuses says which value, with WithMsg.
 	// reads well but names no console there is.
-	BadConsoleKind = Code{http.StatusUnprocessableEntity, "badRequest", `kind is "vnc" or "serial"`}
-	// BadPowerAction and RequestIDReused are the badRequest of a power
-	// action whose body reads well but asks for nothing there is.
-	BadPowerAction  = Code{http.StatusUnprocessableEntity, "badRequest", `action is "start", "stop" or "restart"; request_id, when given, is 1 to 64 letters, digits, '-' or '_'`}
-	RequestIDReused = Code{http.StatusUnprocessableEntity, "badRequest", "this request_id was used for another action on this order; send a new one"}
+	BadValue = Code{http.StatusUnprocessableEntity, "badRequest", "a value of the request names nothing there is"}
 
 	// 423: another request holds the upload.
 	Locked    = Code{http.StatusLocked, "locked", "another request for this upload is still running; retry"}
@@ -181,8 +179,7 @@ func All() []Code {
 		TicketUsed, TicketExpired,
 		TusVersion, TooLarge, UnsupportedMediaType, BadContentType, RangeNotSatisfiable,
 		NotQcow2, BackingFile, ExternalDataFile, Encrypted, Corrupt, BadHeader, VirtualSizeTooLarge,
-		BelowMinimumCharge, UserDataNotForInstaller, NoBootLoader, WrongFirmware, BadConsoleKind,
-		BadPowerAction, RequestIDReused,
+		BelowMinimumCharge, UserDataNotForInstaller, NoBootLoader, WrongFirmware, BadValue,
 		Locked, TakenOver,
 		RateLimited, ConsoleBusy,
 		Internal, PaymentRefused,

@@ -64,6 +64,7 @@ var files = []struct{ path, file string }{
 	{"/machines/status.js", "status.js"},
 	{"/machines/images.js", "images.js"},
 	{"/machines/orders.js", "orders.js"},
+	{"/machines/power.js", "power.js"},
 	{"/machines/listings.js", "listings.js"},
 	{"/machines/uploads.js", "uploads.js"},
 	{"/machines/transfer.js", "transfer.js"},

@@ -49,6 +49,7 @@ func TestServesEveryFile(t *testing.T) {
 		{"/machines/status.js", "status.js", "text/javascript; charset=utf-8"},
 		{"/machines/images.js", "images.js", "text/javascript; charset=utf-8"},
 		{"/machines/orders.js", "orders.js", "text/javascript; charset=utf-8"},
+		{"/machines/power.js", "power.js", "text/javascript; charset=utf-8"},
 		{"/machines/listings.js", "listings.js", "text/javascript; charset=utf-8"},
 		{"/machines/uploads.js", "uploads.js", "text/javascript; charset=utf-8"},
 		{"/machines/transfer.js", "transfer.js", "text/javascript; charset=utf-8"},

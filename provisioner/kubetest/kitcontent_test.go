@@ -36,6 +36,12 @@ var (
 	consoleResources = map[string][]string{
 		"subresources.kubevirt.io": {"virtualmachineinstances/vnc", "virtualmachineinstances/console"},
 	}
+	// powerResources are a buyer's start, stop and restart: a PUT of the
+	// subresource, which RBAC calls update, and nothing else.
+	powerVerbs     = []string{"update"}
+	powerResources = map[string][]string{
+		"subresources.kubevirt.io": {"virtualmachines/start", "virtualmachines/stop", "virtualmachines/restart"},
+	}
 )
 
 // kitFind returns the one object of type T named name in the kit.
@@ -90,6 +96,11 @@ func TestKitRBAC(t *testing.T) {
 	for g, rs := range consoleResources {
 		for _, r := range rs {
 			want[g+"/"+r] = consoleVerbs
+		}
+	}
+	for g, rs := range powerResources {
+		for _, r := range rs {
+			want[g+"/"+r] = powerVerbs
 		}
 	}
 	for k, v := range want {

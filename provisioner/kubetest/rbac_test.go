@@ -270,13 +270,19 @@ func TestRBAC(t *testing.T) {
 				allowed[gr{g, res, sub}] = consoleVerbs
 			}
 		}
+		for g, rs := range powerResources {
+			for _, r := range rs {
+				res, sub, _ := strings.Cut(r, "/")
+				allowed[gr{g, res, sub}] = powerVerbs
+			}
+		}
 		resources := []gr{
 			{"", "configmaps", ""}, {"", "pods", ""}, {"", "pods", "exec"}, {"", "persistentvolumeclaims", ""},
 			{"", "persistentvolumes", ""}, {"", "nodes", ""}, {"", "serviceaccounts", ""}, {"", "serviceaccounts", "token"},
 			{"", "events", ""}, {"", "endpoints", ""}, {"apps", "deployments", ""}, {"storage.k8s.io", "storageclasses", ""},
 			{"rbac.authorization.k8s.io", "roles", ""}, {"rbac.authorization.k8s.io", "clusterroles", ""},
 			{"rbac.authorization.k8s.io", "clusterrolebindings", ""}, {"kubevirt.io", "virtualmachineinstances", ""},
-			{"kubevirt.io", "virtualmachines", "status"}, {"subresources.kubevirt.io", "virtualmachines", "start"},
+			{"kubevirt.io", "virtualmachines", "status"}, {"subresources.kubevirt.io", "virtualmachines", "migrate"},
 			{"cdi.kubevirt.io", "datavolumes", "status"}, {"kubevirt.io", "kubevirts", ""}, {"cdi.kubevirt.io", "cdis", ""},
 			{"apiextensions.k8s.io", "customresourcedefinitions", ""},
 			{"subresources.kubevirt.io", "virtualmachineinstances", "portforward"},

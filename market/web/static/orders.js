@@ -10,6 +10,7 @@ import { money } from './money.js'
 import { state, refresh } from './status.js'
 import * as consolePanel from './console.js'
 import { bootProblem } from './images.js'
+import { replicaPowerButtons, orderPowerButtons } from './power.js'
 
 
 // The words of a state say what happens next, and who must act: an
@@ -248,7 +249,8 @@ export function renderMachines (st, market) {
           el('span', { class: 'replica-name', text: r.name }),
           el('span', { class: 'replica-state state', 'data-state': r.state,
             text: (REPLICA_STATES[r.state] || r.state) + (r.progress ? ` ${r.progress}` : '') + (r.detail ? ` (${r.detail})` : '') }),
-          ...consoleButtons(o, r, i)))) : null)
+          ...consoleButtons(o, r, i), ...replicaPowerButtons(o, r, i, refresh)))) : null,
+      orderPowerButtons(o, refresh))
   }))
   show($('#machine-empty'), orders.length === 0)
 }

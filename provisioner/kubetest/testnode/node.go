@@ -44,6 +44,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	virtconfig "kubevirt.io/kubevirt/pkg/virt-config"
+
+	"github.com/vmshelf/vmshelf/provisioner/kubetest/virtapi"
 )
 
 // Config is what a node is.
@@ -113,7 +115,7 @@ type Node struct {
 	handler  *queue
 	importer *importer
 	proxy    *proxy
-	api      *subresources
+	api      *virtapi.Server
 
 	mu      sync.Mutex
 	domains map[string]*domain // by VMI namespace/name
@@ -328,7 +330,7 @@ func (n *Node) Close() {
 		n.proxy.close()
 	}
 	if n.api != nil {
-		n.api.close()
+		n.api.Close()
 	}
 	n.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
