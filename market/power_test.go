@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -32,8 +33,16 @@ func (p *scriptedPower) Power(_ context.Context, o imagestore.Order, replica int
 	err, hold, entered := p.answers[replica], p.hold, p.entered
 	p.mu.Unlock()
 	if hold != nil {
-		entered <- struct{}{}
-		<-hold
+		select {
+		case entered <- struct{}{}:
+		default: // a second call while one is held: a test's failure
+		}
+		// Bounded, so that a second call that should not come cannot
+		// hang the test.
+		select {
+		case <-hold:
+		case <-time.After(10 * time.Second):
+		}
 	}
 	return err
 }
