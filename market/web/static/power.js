@@ -22,9 +22,9 @@ export function replicaPowerButtons (o, r, i, refresh) {
 }
 
 // orderPowerButtons are an order's Stop all and Start all, for an active
-// order of more than one replica.
+// order of which more than one replica could take them (none importing).
 export function orderPowerButtons (o, refresh) {
-  if (o.state !== 'active' || (o.replicas || []).length < 2) return null
+  if (o.state !== 'active' || (o.replicas || []).filter((r) => r.state !== 'importing').length < 2) return null
   const what = `every machine of ${o.name}`
   return el('div', { class: 'actions order-power' },
     button('stop', `Stop ${what}`, () => power(o, undefined, 'stop', what, refresh), 'order-stop', 'Stop all'),
