@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -17,28 +16,11 @@ import (
 func TestPagePower(t *testing.T) {
 	t.Parallel()
 	browserDir(t)
-	const account = "acct_e2ePagePower"
-	m := startKubeMarket(t, account)
+	m, o, vm0, vm1, _ := startPowerMarket(t, "acct_e2ePagePower", "evt_page_power")
 	s, kube := m.s, m.kube
-	host := addHost(t, s, "host", account)
-	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":2}`)
-	if code != http.StatusCreated {
-		t.Fatalf("listing: %d %s", code, body)
-	}
-	var l listingAnswer
-	decode(t, body, &l)
-	o := m.order(t, l.ListingID, "debian-13", "web", 2, "")
-	vm0, vm1 := "vm-"+o.OrderID+"-0", "vm-"+o.OrderID+"-1"
-	kube.setVMStatus("", vm0, "Running")
-	kube.setVMStatus("", vm1, "Running")
-	m.pay(t, o.OrderID, "evt_page_power")
-	running := replicaStatus{State: "running", Detail: "Running"}
-	stopped := replicaStatus{State: "stopped", Detail: "Stopped"}
-	named := func(name string, r replicaStatus) replicaStatus { r.Name = name; return r }
-	m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{named(vm0, running), named(vm1, running)})
 	wait := func(r0, r1 replicaStatus) action {
 		return func([]byte) any {
-			m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{named(vm0, r0), named(vm1, r1)})
+			m.waitPower(t, o.OrderID, vm0, vm1, r0, r1)
 			return map[string]string{}
 		}
 	}
@@ -46,9 +28,9 @@ func TestPagePower(t *testing.T) {
 		"PAGE_URL": s.ctlBase + "/machines", "PAGE_TOKEN": s.token,
 		"PAGE_ORDER": o.OrderID, "PAGE_VM0": vm0, "PAGE_VM1": vm1,
 	}, map[string]action{
-		"oneStopped": wait(running, stopped),
-		"allStopped": wait(stopped, stopped),
-		"allRunning": wait(running, running),
+		"oneStopped": wait(replicaRunning, replicaStopped),
+		"allStopped": wait(replicaStopped, replicaStopped),
+		"allRunning": wait(replicaRunning, replicaRunning),
 		"breakCluster": func([]byte) any {
 			kube.failPower()
 			return map[string]string{}

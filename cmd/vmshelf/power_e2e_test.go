@@ -19,25 +19,8 @@ import (
 // provisioner/kubetest.
 func TestE2EPower(t *testing.T) {
 	t.Parallel()
-	const account = "acct_e2ePowerHost"
-	m := startKubeMarket(t, account)
+	m, o, vm0, vm1, host := startPowerMarket(t, "acct_e2ePowerHost", "evt_e2e_power")
 	s, kube := m.s, m.kube
-	host := addHost(t, s, "host", account)
-	code, body := s.ctl(t, "/market/vms/listings", host, `{"unit_price":600,"capacity":5}`)
-	if code != http.StatusCreated {
-		t.Fatalf("listing: %d %s", code, body)
-	}
-	var l listingAnswer
-	decode(t, body, &l)
-	o := m.order(t, l.ListingID, "debian-13", "web", 2, "")
-	vm0, vm1 := "vm-"+o.OrderID+"-0", "vm-"+o.OrderID+"-1"
-	kube.setVMStatus("", vm0, "Running")
-	kube.setVMStatus("", vm1, "Running")
-	m.pay(t, o.OrderID, "evt_e2e_power")
-	running := replicaStatus{State: "running", Detail: "Running"}
-	stopped := replicaStatus{State: "stopped", Detail: "Stopped"}
-	named := func(name string, r replicaStatus) replicaStatus { r.Name = name; return r }
-	m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{named(vm0, running), named(vm1, running)})
 
 	control := []string{"--control", s.ctlBase, "--token-file", filepath.Join(s.dataDir, "dev-token")}
 	run := func(args ...string) result {
@@ -50,7 +33,7 @@ func TestE2EPower(t *testing.T) {
 	if got := kube.runStrategyOf(vm1); got != "Halted" {
 		t.Errorf("after the stop %s's runStrategy is %q, want Halted", vm1, got)
 	}
-	m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{named(vm0, running), named(vm1, stopped)})
+	m.waitPower(t, o.OrderID, vm0, vm1, replicaRunning, replicaStopped)
 
 	r := run("stop", o.OrderID)
 	if r.code != 1 || !strings.Contains(r.stdout, "stopped "+vm0+"\n") ||
@@ -65,7 +48,7 @@ func TestE2EPower(t *testing.T) {
 	if r := run("start", o.OrderID); r.code != 0 || r.stdout != "started "+vm0+"\nstarted "+vm1+"\n" {
 		t.Fatalf("orders start ORDER: exit %d, stdout %q; stderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	m.waitMachine(t, s.token, o.OrderID, "active", []replicaStatus{named(vm0, running), named(vm1, running)})
+	m.waitPower(t, o.OrderID, vm0, vm1, replicaRunning, replicaRunning)
 	if r := run("restart", o.OrderID+"/0"); r.code != 0 || r.stdout != "restarted "+vm0+"\n" {
 		t.Fatalf("orders restart ORDER/0: exit %d, stdout %q; stderr:\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -73,7 +56,7 @@ func TestE2EPower(t *testing.T) {
 		t.Errorf("restarts: %s %d, %s %d; want 1 and 0", vm0, n0, vm1, n1)
 	}
 
-	code, body = s.ctl(t, "/market/vms/orders/power", host, `{"order_id":"`+o.OrderID+`","action":"stop"}`)
+	code, body := s.ctl(t, "/market/vms/orders/power", host, `{"order_id":"`+o.OrderID+`","action":"stop"}`)
 	wantError(t, "the host's stop", code, body, http.StatusNotFound, "orderUnknown")
 	for _, tc := range []struct {
 		name string
@@ -93,4 +76,36 @@ func TestE2EPower(t *testing.T) {
 	if n := kube.restartsOf(vm0); n != 1 {
 		t.Errorf("%s restarted %d times in all, want once", vm0, n)
 	}
+}
+
+// The states of a replica the stand-in cluster runs or has stopped, as
+// status shows them.
+var (
+	replicaRunning = replicaStatus{State: "running", Detail: "Running"}
+	replicaStopped = replicaStatus{State: "stopped", Detail: "Stopped"}
+)
+
+// startPowerMarket is startKubeMarket with an active order of the dev box
+// of two running replicas (vm0, vm1) from the host's listing (host, its
+// token), paid with the webhook event eventID.
+func startPowerMarket(t *testing.T, account, eventID string) (m *kubeMarket, o orderAnswer, vm0, vm1, host string) {
+	t.Helper()
+	m = startKubeMarket(t, account)
+	host = addHost(t, m.s, "host", account)
+	l := m.s.listing(t, host, `{"unit_price":600,"capacity":2}`)
+	o = m.order(t, l.ListingID, "debian-13", "web", 2, "")
+	vm0, vm1 = "vm-"+o.OrderID+"-0", "vm-"+o.OrderID+"-1"
+	m.kube.setVMStatus("", vm0, "Running")
+	m.kube.setVMStatus("", vm1, "Running")
+	m.pay(t, o.OrderID, eventID)
+	m.waitPower(t, o.OrderID, vm0, vm1, replicaRunning, replicaRunning)
+	return m, o, vm0, vm1, host
+}
+
+// waitPower waits (bounded) until the buyer's status shows order id
+// active with its two replicas vm0 and vm1 as r0 and r1.
+func (m *kubeMarket) waitPower(t *testing.T, id, vm0, vm1 string, r0, r1 replicaStatus) {
+	t.Helper()
+	r0.Name, r1.Name = vm0, vm1
+	m.waitMachine(t, m.s.token, id, "active", []replicaStatus{r0, r1})
 }

@@ -25,12 +25,8 @@ func (s *Store) CreateConsoleTicket(ctx context.Context, ticket imagestore.Hash,
 		return fail(err)
 	}
 	return s.write(ctx, "create console ticket", func(tx *Tx) error {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE id = ? AND buyer_id = ?`, ct.OrderID, ct.TenantID).Scan(&n); err != nil {
+		if err := boughtBy(ctx, tx, ct.OrderID, ct.TenantID); err != nil {
 			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("order %s of tenant %d: %w", ct.OrderID, ct.TenantID, imagestore.ErrNotFound)
 		}
 		_, err := tx.ExecContext(ctx, `
 INSERT INTO console_tickets (hash, tenant_id, order_id, replica, kind, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
@@ -70,4 +66,18 @@ RETURNING tenant_id, order_id, replica, kind, created_at, expires_at`, at, ticke
 		return imagestore.ConsoleTicket{}, err
 	}
 	return ct, nil
+}
+
+// boughtBy is nil if order orderID is tenant's, ErrNotFound if not (its
+// host's, another's, or no order): what a buyer's capability of one of
+// its orders is made for.
+func boughtBy(ctx context.Context, tx *Tx, orderID string, tenant int64) error {
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE id = ? AND buyer_id = ?`, orderID, tenant).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("order %s of tenant %d: %w", orderID, tenant, imagestore.ErrNotFound)
+	}
+	return nil
 }

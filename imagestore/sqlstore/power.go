@@ -32,12 +32,8 @@ func (s *Store) TakePowerRequest(ctx context.Context, r imagestore.PowerRequest,
 		ok  bool
 	)
 	err = s.write(ctx, "take power request", func(tx *Tx) error {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE id = ? AND buyer_id = ?`, r.OrderID, r.TenantID).Scan(&n); err != nil {
+		if err := boughtBy(ctx, tx, r.OrderID, r.TenantID); err != nil {
 			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("order %s of tenant %d: %w", r.OrderID, r.TenantID, imagestore.ErrNotFound)
 		}
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO power_requests (order_id, request_id, tenant_id, replica, action, taken_at) VALUES (?, ?, ?, ?, ?, ?)
