@@ -105,6 +105,11 @@ b.main(async (track) => {
   await page.setViewportSize(b.phone);
   heights.phone = (await b.layout(page)).height;
   b.log('page heights (px):', JSON.stringify(heights));
+  // Each section's height on the phone, so that a page over its budget
+  // says which part grew.
+  b.log('phone sections (px):', JSON.stringify(await page.evaluate(() => Object.fromEntries(
+    [...document.querySelectorAll('body > *, #app > *')].filter((e) => e.id && e.getBoundingClientRect().height > 0)
+      .map((e) => [e.id, Math.round(e.getBoundingClientRect().height)])))), 'message:', await b.message(page));
   const phoneOverflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   await b.shot(page, 'machines-phone.png');
   const store = await b.storage(page);
