@@ -23,7 +23,6 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	cdiv1beta1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/vmshelf/vmshelf/internal/testkit/testguest"
@@ -127,6 +126,11 @@ func TestBoot(t *testing.T) {
 			b.answers(efiOrder, "vmshelf boot test: cloud-config", "efi", efi.VirtualSize)
 			b.consoles(bo)
 			b.consoles(efiOrder)
+			// The buyer stops the UEFI machine and starts it again
+			// (KubeVirt's own virt-api handlers, its virt-controller, the
+			// node): it boots again from the same disk.
+			b.stop(efiOrder)
+			b.startAgain(efiOrder)
 			b.stop(efiOrder)
 			biosOrder = bo // the second round ends its month
 			t.Logf("BIOS and UEFI uploads done %s after the start", time.Since(start).Round(time.Second))
@@ -464,13 +468,42 @@ func colours(img *image.RGBA) int {
 // the next boots. The page then shows it stopped.
 func (b *booting) stop(o *bootOrder) {
 	b.t.Helper()
-	patch := []byte(`{"spec":{"runStrategy":"Halted"}}`)
-	if _, err := b.c.js.dyn.Resource(vmGVR).Namespace(o.ns).Patch(b.ctx, o.vm, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		b.t.Fatalf("halting %s: %v", o.vm, err)
-	}
+	b.power(o, "stop")
 	b.e.waitMachine(b.t, b.ctx, o.id, "stopped", func(m machine) bool {
 		return len(m.Replicas) == 1 && m.Replicas[0].State == "stopped"
 	})
+	// KubeVirt's virt-controller deletes the VMI; the node stops the domain.
+	for b.c.node.SerialLog(o.ns, o.vm) != "" {
+		select {
+		case <-b.ctx.Done():
+			b.t.Fatalf("%s's domain still runs after its stop", o.vm)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// power is the buyer's action on replica 0 of o through serve's power
+// route, as the CLI and the page send it: KubeVirt's own virt-api handler
+// (the node's virt-api) takes it.
+func (b *booting) power(o *bootOrder, action string) {
+	b.t.Helper()
+	b.e.must(b.t, "/market/vms/orders/power", b.e.token,
+		fmt.Sprintf(`{"order_id":%q,"replica":0,"action":%q,"request_id":"boot-%s-%s"}`, o.id, action, action, o.id),
+		http.StatusAccepted, nil)
+}
+
+// startAgain starts the stopped o through serve's power route: the guest
+// boots again from its own disk (the same DataVolume, not a new one) and
+// cloud-init finishes again.
+func (b *booting) startAgain(o *bootOrder) {
+	b.t.Helper()
+	before := b.dataVolume(o).UID
+	b.power(o, "start")
+	b.waitRunning(o, false)
+	b.cloudInitRan(o)
+	if after := b.dataVolume(o).UID; after != before {
+		b.t.Errorf("%s started again on DataVolume %s, was %s: a new disk", o.vm, after, before)
+	}
 }
 
 func (b *booting) dataVolume(o *bootOrder) cdiv1beta1.DataVolume {
