@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -488,7 +489,9 @@ func (b *booting) stop(o *bootOrder) {
 func (b *booting) power(o *bootOrder, action string) {
 	b.t.Helper()
 	b.e.must(b.t, "/market/vms/orders/power", b.e.token,
-		fmt.Sprintf(`{"order_id":%q,"replica":0,"action":%q,"request_id":"boot-%s-%s"}`, o.id, action, action, o.id),
+		// A request id of its own each time: a second stop with the
+		// first's id would get the first's answer, and stop nothing.
+		fmt.Sprintf(`{"order_id":%q,"replica":0,"action":%q,"request_id":%q}`, o.id, action, rand.Text()),
 		http.StatusAccepted, nil)
 }
 
