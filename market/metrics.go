@@ -98,32 +98,13 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 			Name: "vmshelf_disputes_closed_total",
 			Help: "Disputes of orders' charges the bank decided (charge.dispute.closed), by outcome: won, lost, warning_closed, prevented.",
 		}, []string{"outcome"}),
-		consolesOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "vmshelf_consoles_open",
-			Help: "Consoles (VNC or serial) open on this replica now.",
-		}, []string{"kind"}),
-		consoleSessions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vmshelf_console_sessions_total",
-			Help: "Console sessions ended, by kind and why: browser_closed, console_closed, idle, order_ended.",
-		}, []string{"kind", "end"}),
-		consoleRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vmshelf_console_refusals_total",
-			Help: "Console tickets or WebSockets refused, by kind and reason: ticket, notRunning, busy, cluster, store.",
-		}, []string{"kind", "reason"}),
-		consoleBytesVec: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vmshelf_console_bytes_total",
-			Help: "Bytes passed through consoles: to_machine, to_browser.",
-		}, []string{"direction"}),
-		powerActions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "vmshelf_power_actions_total",
-			Help: "Buyers' power actions on replicas, by action (start, stop, restart) and outcome: accepted, or the reason it was refused (alreadyRunning, alreadyStopped, machineStopped, replicaImporting, machinesNotMade, orderEnded, clusterBusy).",
-		}, []string{"action", "outcome"}),
 		onboardingLinks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vmshelf_onboarding_links_total",
 			Help: "Stripe onboarding links asked for by hosts (POST /market/stripe/onboarding), by result: ok, refused (notHosting, accountManagedElsewhere), unavailable (Stripe or the store failed).",
 		}, []string{"result"}),
 		log: log,
 	}
+	m.newMachineMetrics()
 	m.showEveryLabel()
 	for _, c := range []prometheus.Collector{m.ticketsIssued, m.ticketsExpired, m.ticketsCancelled, m.requests, m.ordersPlaced, m.ordersCancelled, m.webhookEvents,
 		m.refunds, m.disputes, m.disputesClosed, m.onboardingLinks, m.consolesOpen, m.consoleSessions, m.consoleRefusals, m.consoleBytesVec, m.powerActions, newStatsCollector(st, blobs, unfinished)} {
@@ -132,6 +113,31 @@ func newMetrics(reg prometheus.Registerer, st Store, blobs Blobs, unfinished Unf
 		}
 	}
 	return m, nil
+}
+
+// newMachineMetrics makes the counters of what buyers do with their
+// machines: consoles and power actions.
+func (m *metrics) newMachineMetrics() {
+	m.consolesOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "vmshelf_consoles_open",
+		Help: "Consoles (VNC or serial) open on this replica now.",
+	}, []string{"kind"})
+	m.consoleSessions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vmshelf_console_sessions_total",
+		Help: "Console sessions ended, by kind and why: browser_closed, console_closed, idle, order_ended.",
+	}, []string{"kind", "end"})
+	m.consoleRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vmshelf_console_refusals_total",
+		Help: "Console tickets or WebSockets refused, by kind and reason: ticket, notRunning, busy, cluster, store.",
+	}, []string{"kind", "reason"})
+	m.consoleBytesVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vmshelf_console_bytes_total",
+		Help: "Bytes passed through consoles: to_machine, to_browser.",
+	}, []string{"direction"})
+	m.powerActions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "vmshelf_power_actions_total",
+		Help: "Buyers' power actions on replicas, by action (start, stop, restart) and outcome: accepted, or the reason it was refused (alreadyRunning, alreadyStopped, machineStopped, replicaImporting, machinesNotMade, orderEnded, clusterBusy).",
+	}, []string{"action", "outcome"})
 }
 
 // showEveryLabel makes each bounded label value of the counters whose
